@@ -1,0 +1,188 @@
+//! The `lmt` command line: argument parsing and the commands. Everything
+//! here is an edge: it reads files, renders diagnostics and sets the exit
+//! code; the work is done by the library's stages.
+
+pub mod report;
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::diagnostic::{Code, Severity};
+use crate::workspace::{FsLoader, Workspace};
+
+/// Exit code: the template has errors.
+pub const EXIT_TEMPLATE_ERROR: i32 = 1;
+/// Exit code: bad usage, or an input file that cannot be read.
+pub const EXIT_USAGE: i32 = 2;
+
+/// lmt: templates that interleave text with language-model generation.
+#[derive(Debug, Parser)]
+#[command(name = "lmt", version, about, propagate_version = true)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check templates for errors without loading a model.
+    Check(CheckArgs),
+    /// Explain a diagnostic code, e.g. `lmt explain E0201`.
+    Explain {
+        /// The code (`E0201`) or its name (`unclosed-block`); all codes when omitted.
+        code: Option<String>,
+    },
+}
+
+/// Arguments of `lmt check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// Template files (`-` reads standard input).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// How to print diagnostics.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// Also print the AST or the IR disassembly to standard output.
+    #[arg(long, value_enum)]
+    pub emit: Option<Emit>,
+}
+
+/// Diagnostic output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Source snippets with labels and help, on standard error.
+    Human,
+    /// One JSON object per diagnostic per line, on standard output.
+    Json,
+}
+
+/// What `--emit` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Emit {
+    /// The syntax tree.
+    Ast,
+    /// The compiled instructions.
+    Ir,
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { EXIT_USAGE } else { 0 };
+        }
+    };
+    match cli.command {
+        Command::Check(args) => check(&args),
+        Command::Explain { code } => explain(code.as_deref()),
+    }
+}
+
+fn load(path: &Path, loader: &FsLoader) -> Result<Workspace, String> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map_err(|e| format!("cannot read standard input: {e}"))?;
+        let cwd = std::env::current_dir().ok().map(|d| d.join("<stdin>"));
+        return Ok(Workspace::load_text("<stdin>", &text, cwd, loader));
+    }
+    Workspace::load_file(path, loader).map_err(|e| format!("cannot read `{}`: {e}", path.display()))
+}
+
+/// `lmt check`: 0 when no file has errors, 1 when one has, 2 when a file cannot be read.
+pub fn check(args: &CheckArgs) -> i32 {
+    let loader = FsLoader::default();
+    let color = report::use_color(std::io::stderr().is_terminal());
+    let width = terminal_width();
+    let (mut errors, mut warnings, mut unreadable) = (0, 0, 0);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for path in &args.files {
+        let ws = match load(path, &loader) {
+            Ok(ws) => ws,
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                unreadable += 1;
+                continue;
+            }
+        };
+        for d in &ws.diagnostics {
+            match d.severity {
+                Severity::Error => errors += 1,
+                Severity::Warning => warnings += 1,
+            }
+            match args.format {
+                Format::Human => eprint!("{}", report::render(d, &ws.sources, color, width)),
+                Format::Json => {
+                    let _ = writeln!(out, "{}", report::render_json(d, &ws.sources));
+                }
+            }
+        }
+        match args.emit {
+            Some(Emit::Ast) => {
+                let _ = write!(out, "{}", crate::syntax::dump::dump(&ws.module(ws.root).template));
+            }
+            Some(Emit::Ir) if !ws.has_errors() => {
+                let program = crate::ir::compile(&ws);
+                let _ = write!(out, "{}", crate::ir::disasm::disassemble(&program, &ws.sources));
+            }
+            Some(Emit::Ir) => eprintln!("note: no IR for `{}`: it has errors", path.display()),
+            None => {}
+        }
+    }
+    if args.format == Format::Human && (errors > 0 || warnings > 0) {
+        eprintln!("{}", summary(errors, warnings));
+    }
+    if unreadable > 0 {
+        EXIT_USAGE
+    } else if errors > 0 {
+        EXIT_TEMPLATE_ERROR
+    } else {
+        0
+    }
+}
+
+fn summary(errors: usize, warnings: usize) -> String {
+    let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+    match (errors, warnings) {
+        (0, w) => format!("{} found", plural(w, "warning")),
+        (e, 0) => format!("{} found", plural(e, "error")),
+        (e, w) => format!("{} and {} found", plural(e, "error"), plural(w, "warning")),
+    }
+}
+
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|w| *w >= 40).unwrap_or(100)
+}
+
+/// `lmt explain`: what a code means.
+pub fn explain(code: Option<&str>) -> i32 {
+    match code {
+        None => {
+            for c in Code::ALL {
+                println!("{}  {:<24} {}", c.as_str(), c.name(), c.summary());
+            }
+            0
+        }
+        Some(s) => match Code::ALL.iter().find(|c| c.as_str().eq_ignore_ascii_case(s) || c.name() == s) {
+            Some(c) => {
+                let sev = match c.severity() {
+                    Severity::Error => "error",
+                    Severity::Warning => "warning",
+                };
+                println!("{} ({}, {sev})\n\n{}", c.as_str(), c.name(), c.summary());
+                0
+            }
+            None => {
+                eprintln!("error: no diagnostic code `{s}`; `lmt explain` lists them all");
+                EXIT_USAGE
+            }
+        },
+    }
+}

@@ -1,0 +1,17 @@
+//! lmt: a template language and runtime for programs that interleave fixed
+//! text with language-model generation.
+//!
+//! The front end is a pipeline of stages, one module each:
+//! [`syntax`] (text → AST), [`check`] (static checks → diagnostics),
+//! [`ir`] (AST → instructions). [`workspace`] ties them together across
+//! imported files. See `ARCHITECTURE.md` for the map and the invariants.
+
+pub mod builtins;
+pub mod check;
+pub mod cli;
+pub mod diagnostic;
+pub mod ir;
+pub mod span;
+pub mod stdlib;
+pub mod syntax;
+pub mod workspace;
