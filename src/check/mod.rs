@@ -12,7 +12,7 @@ mod grammar;
 pub mod options;
 pub mod schema;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use crate::builtins;
@@ -110,7 +110,7 @@ fn sigs(params: &[Param]) -> Vec<ParamSig> {
 /// Checks `t` and returns its diagnostics (syntax errors are not included:
 /// they come from the parser).
 pub fn check_template(t: &Template, ctx: &Ctx<'_>) -> Vec<Diagnostic> {
-    let mut c = Checker { ctx, out: Vec::new(), scopes: Vec::new(), role_depth: 0, loop_depth: 0, entry_rules: Vec::new(), grammars: Vec::new() };
+    let mut c = Checker { ctx, out: Vec::new(), scopes: Vec::new(), role_depth: 0, loop_depth: 0, entry_rules: Vec::new(), grammars: Vec::new(), names: Vec::new(), ids: HashMap::new() };
     let module = c.collect(&t.body, true);
     c.scopes.push(module);
     let mut flow = Flow::default();
@@ -164,17 +164,71 @@ enum BindKind {
     Module(Option<ModuleInfo>),
 }
 
+/// A set of interned names.
+#[derive(Debug, Clone, Default)]
+struct Names(Vec<u64>);
+
+impl Names {
+    fn has(&self, i: u32) -> bool {
+        self.0.get(i as usize / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    fn set(&mut self, i: u32) {
+        let w = i as usize / 64;
+        if self.0.len() <= w {
+            self.0.resize(w + 1, 0);
+        }
+        self.0[w] |= 1 << (i % 64);
+    }
+
+    fn unset(&mut self, i: u32) {
+        if let Some(w) = self.0.get_mut(i as usize / 64) {
+            *w &= !(1 << (i % 64));
+        }
+    }
+
+    /// `self |= other`.
+    fn add(&mut self, other: &Names) {
+        if self.0.len() < other.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        self.0.iter_mut().zip(&other.0).for_each(|(a, b)| *a |= b);
+    }
+
+    /// `self &= other`.
+    fn keep(&mut self, other: &Names) {
+        for (i, a) in self.0.iter_mut().enumerate() {
+            *a &= other.0.get(i).copied().unwrap_or(0);
+        }
+    }
+
+    /// `self &= !other`.
+    fn remove(&mut self, other: &Names) {
+        self.0.iter_mut().zip(&other.0).for_each(|(a, b)| *a &= !b);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, bits)| (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| (w * 64 + b) as u32))
+    }
+}
+
 /// Names definitely and possibly defined at a point of the program.
+/// Bitsets over interned names: branches clone them, so they must be cheap.
 #[derive(Debug, Clone, Default)]
 struct Flow {
-    definite: BTreeSet<String>,
-    maybe: BTreeSet<String>,
+    definite: Names,
+    maybe: Names,
 }
 
 impl Flow {
-    fn define(&mut self, name: &str) {
-        self.definite.insert(name.to_string());
-        self.maybe.remove(name);
+    fn define(&mut self, name: u32) {
+        self.definite.set(name);
+        self.maybe.unset(name);
+    }
+
+    fn forget(&mut self, name: u32) {
+        self.definite.unset(name);
+        self.maybe.unset(name);
     }
 
     /// The flow after exactly one of `branches` ran.
@@ -182,13 +236,14 @@ impl Flow {
         let mut it = branches.into_iter();
         let Some(first) = it.next() else { return Flow::default() };
         let mut definite = first.definite.clone();
-        let mut maybe: BTreeSet<String> = first.maybe.union(&first.definite).cloned().collect();
+        let mut maybe = first.maybe;
+        maybe.add(&first.definite);
         for f in it {
-            definite = definite.intersection(&f.definite).cloned().collect();
-            maybe.extend(f.maybe);
-            maybe.extend(f.definite);
+            definite.keep(&f.definite);
+            maybe.add(&f.maybe);
+            maybe.add(&f.definite);
         }
-        let maybe = maybe.difference(&definite).cloned().collect();
+        maybe.remove(&definite);
         Flow { definite, maybe }
     }
 }
@@ -204,6 +259,9 @@ struct Checker<'a> {
     /// `(grammar, rule)` pairs used as `grammar=g.rule`.
     entry_rules: Vec<(String, String)>,
     grammars: Vec<&'a GrammarBlock>,
+    /// Interned names, for [`Flow`].
+    names: Vec<String>,
+    ids: HashMap<String, u32>,
 }
 
 impl<'a> Checker<'a> {
@@ -213,6 +271,15 @@ impl<'a> Checker<'a> {
 
     fn file(&self) -> FileId {
         self.ctx.file
+    }
+
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.ids.get(name) {
+            return i;
+        }
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), self.names.len() as u32 - 1);
+        self.names.len() as u32 - 1
     }
 
     // ----------------------------------------------------- definitions
@@ -348,7 +415,8 @@ impl<'a> Checker<'a> {
                     .with_help("choose another name"),
             );
         }
-        flow.define(&t.name.name);
+        let id = self.id(&t.name.name);
+        flow.define(id);
     }
 
     fn node(&mut self, node: &'a Node, flow: &mut Flow) {
@@ -421,7 +489,7 @@ impl<'a> Checker<'a> {
                     let mut f = flow.clone();
                     if let ExprKind::Test { value, name, negated: false, .. } = &cond.kind {
                         if let (ExprKind::Name(n), "defined") = (&value.kind, name.name.as_str()) {
-                            f.define(n);
+                            f.define(self.id(n));
                         }
                     }
                     self.walk(body, &mut f);
@@ -441,34 +509,35 @@ impl<'a> Checker<'a> {
                     if builtins::RESERVED.contains(&v.name.as_str()) {
                         self.push(Diagnostic::new(Code::ReservedName, self.file(), v.span, format!("`{}` is reserved", v.name)));
                     }
-                    body.define(&v.name);
+                    body.define(self.id(&v.name));
                 }
-                body.define("loop");
+                body.define(self.id("loop"));
                 self.loop_depth += 1;
                 self.walk(&f.body, &mut body);
                 self.loop_depth -= 1;
                 for v in &f.vars {
-                    body.definite.remove(&v.name);
-                    body.maybe.remove(&v.name);
+                    body.forget(self.id(&v.name));
                 }
-                body.definite.remove("loop");
+                body.forget(self.id("loop"));
                 // The body may run zero times: what it defines is "maybe".
                 let mut ran = flow.clone();
-                ran.maybe.extend(body.definite.difference(&flow.definite).cloned());
-                ran.maybe.extend(body.maybe);
+                let mut added = body.definite.clone();
+                added.remove(&flow.definite);
+                ran.maybe.add(&added);
+                ran.maybe.add(&body.maybe);
                 if let Some(e) = &f.else_body {
                     // Either the body ran or the else did: names both define are defined.
                     let mut other = flow.clone();
                     self.walk(e, &mut other);
                     let mut both = body.definite.clone();
-                    both.retain(|n| other.definite.contains(n));
-                    ran.maybe.extend(other.definite.difference(&flow.definite).cloned());
-                    ran.maybe.extend(other.maybe);
-                    for n in both {
-                        ran.define(&n);
-                    }
+                    both.keep(&other.definite);
+                    let mut added = other.definite.clone();
+                    added.remove(&flow.definite);
+                    ran.maybe.add(&added);
+                    ran.maybe.add(&other.maybe);
+                    ran.definite.add(&both);
                 }
-                ran.maybe.retain(|n| !ran.definite.contains(n));
+                ran.maybe.remove(&ran.definite);
                 *flow = ran;
             }
             Node::Def(d) => {
@@ -485,12 +554,12 @@ impl<'a> Checker<'a> {
                         self.expr(def, flow);
                     }
                 }
-                flow.define(&d.name.name);
+                flow.define(self.id(&d.name.name));
                 let mut locals = self.collect(&d.body, false);
                 let mut inner = Flow::default();
                 for p in &d.params {
                     locals.insert(p.name.name.clone(), Binding { span: p.name.span, kind: BindKind::Value });
-                    inner.define(&p.name.name);
+                    inner.define(self.id(&p.name.name));
                 }
                 self.scopes.push(locals);
                 let (roles, loops) = (self.role_depth, self.loop_depth);
@@ -501,18 +570,18 @@ impl<'a> Checker<'a> {
                 self.loop_depth = loops;
                 self.scopes.pop();
             }
-            Node::Import(i) => flow.define(&i.alias.name),
+            Node::Import(i) => flow.define(self.id(&i.alias.name)),
             Node::Grammar(g) => {
                 grammar::check_block(g, self.ctx, &mut self.out);
                 self.grammars.push(g);
-                flow.define(&g.name.name);
+                flow.define(self.id(&g.name.name));
             }
             Node::Input { params, .. } => {
                 for p in params {
                     if let Some(d) = &p.default {
                         self.expr(d, flow);
                     }
-                    flow.define(&p.name.name);
+                    flow.define(self.id(&p.name.name));
                 }
             }
         }
@@ -610,9 +679,14 @@ impl<'a> Checker<'a> {
                 .with_help("define a grammar with `{% grammar name %}root ::= …{% end %}` and write `grammar=name`")
         };
         match &e.kind {
-            ExprKind::Str(_) => {
-                let d = not_grammar("`grammar=` takes the name of a grammar, not a string".into(), e.span)
-                    .with_help("write `grammar=name` for `{% grammar name %}`; to match a regex, use `regex=\"…\"`");
+            ExprKind::Str(s) => {
+                let is_grammar = matches!(self.binding(s).map(|b| &b.kind), Some(BindKind::Grammar { .. }));
+                let help = if is_grammar {
+                    format!("write the grammar's name without quotes: `grammar={s}`")
+                } else {
+                    "write `grammar=name` for `{% grammar name %}`; to match a regex, use `regex=\"…\"`".to_string()
+                };
+                let d = not_grammar("`grammar=` takes the name of a grammar, not a string".into(), e.span).with_help(help);
                 self.push(d);
             }
             ExprKind::Name(n) => match self.binding(n).map(|b| b.kind.clone()) {
@@ -750,12 +824,13 @@ impl<'a> Checker<'a> {
     }
 
     fn use_name(&mut self, n: &str, span: Span, flow: &Flow) {
-        if flow.definite.contains(n) {
+        let id = self.id(n);
+        if flow.definite.has(id) {
             return;
         }
         let file = self.file();
         let def_span = self.binding(n).map(|b| b.span);
-        if flow.maybe.contains(n) {
+        if flow.maybe.has(id) {
             let mut d = Diagnostic::new(Code::MaybeUndefined, file, span, format!("`{n}` may be undefined here"))
                 .with_label("defined on some paths only")
                 .with_help(format!("define `{n}` before the branch or loop (e.g. `{{% set {n} = none %}}`), or test `{n} is defined`"));
@@ -782,7 +857,7 @@ impl<'a> Checker<'a> {
             );
             return;
         }
-        let mut candidates: Vec<&str> = flow.definite.iter().map(String::as_str).collect();
+        let mut candidates: Vec<&str> = flow.definite.iter().map(|i| self.names[i as usize].as_str()).collect();
         for s in &self.scopes {
             candidates.extend(s.keys().map(String::as_str));
         }

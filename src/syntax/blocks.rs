@@ -65,7 +65,32 @@ impl Matcher<'_> {
     fn item(&mut self, item: Item) {
         match item {
             Item::Node(n) => self.push_node(n),
-            Item::Open(opener, open) => self.stack.push(Frame {
+            Item::Open(opener, open) => {
+                // A role opened directly inside a role almost always means a
+                // forgotten `{% end %}`: close the outer one here instead of
+                // reporting every later role as nested too.
+                if matches!(opener, Opener::Role(_)) {
+                    if let Some(top) = self.stack.last().filter(|f| matches!(f.opener, Opener::Role(_))) {
+                        let (kw, outer) = (top.opener.keyword(), top.open);
+                        let inner = opener.keyword();
+                        self.err(Code::NestedRole, open, format!("`{inner}` is opened inside the `{kw}` block"))
+                            .with_secondary_mut(outer, format!("`{kw}` opened here"))
+                            .help = Some(format!("close `{kw}` with `{{% end %}}` before opening `{inner}`; roles cannot nest"));
+                        let frame = self.stack.pop().expect("role frame");
+                        self.close(frame, Span::at(open.start as usize));
+                    }
+                }
+                self.open(opener, open)
+            }
+            Item::Or(span) => self.or(span),
+            Item::Elif(cond, span) => self.elif(cond, span),
+            Item::Else(span) => self.else_(span),
+            Item::End(name, span) => self.end(name, span),
+        }
+    }
+
+    fn open(&mut self, opener: Opener, open: Span) {
+        self.stack.push(Frame {
                 opener,
                 open,
                 body: Vec::new(),
@@ -74,12 +99,7 @@ impl Matcher<'_> {
                 part_cond: None,
                 before_else: None,
                 else_span: None,
-            }),
-            Item::Or(span) => self.or(span),
-            Item::Elif(cond, span) => self.elif(cond, span),
-            Item::Else(span) => self.else_(span),
-            Item::End(name, span) => self.end(name, span),
-        }
+            });
     }
 
     fn or(&mut self, span: Span) {
@@ -163,9 +183,17 @@ impl Matcher<'_> {
 
     fn end(&mut self, name: Option<String>, span: Span) {
         let Some(top_kw) = self.stack.last().map(|f| f.opener.keyword()) else {
+            let after_select_in = matches!(
+                self.root.last(),
+                Some(Node::Select(Select { choices: Choices::List(_), .. }))
+            );
             let d = self.err(Code::StrayEnd, span, "this `end` has no open block to close");
             d.label = "nothing to close".into();
-            d.help = Some("remove it, or open the block it was meant to close".into());
+            d.help = Some(if after_select_in {
+                "`{% select name in [...] %}` is a single tag with no `{% end %}`: remove this one".into()
+            } else {
+                "remove it, or open the block it was meant to close".into()
+            });
             return;
         };
         let matches = |f: &Frame, n: &str| {

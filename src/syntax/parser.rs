@@ -9,7 +9,7 @@
 //! stray. This is the only module (with `gbnf`) that sees pest types.
 
 use std::cell::RefCell;
-use std::sync::{LazyLock, Once};
+use std::sync::{LazyLock, Mutex};
 
 use pest::iterators::Pair;
 use pest::pratt_parser::{Assoc, Op, PrattParser};
@@ -82,9 +82,6 @@ const BLOCK_NAMES: &[&str] =
 
 /// Parses `text` into items, reporting problems to `diags`.
 pub(crate) fn parse_items(text: &str, file: FileId, diags: &mut Vec<Diagnostic>) -> Vec<Item> {
-    static DETAIL: Once = Once::new();
-    // Lets pest report the literal tokens it expected (`=`, `)`), not only rules.
-    DETAIL.call_once(|| pest::set_error_detail(true));
     let b = Builder { text, file, diags: RefCell::new(Vec::new()) };
     let segs = b.scan();
     let items = b.items(&segs);
@@ -356,7 +353,10 @@ impl<'t> Builder<'t> {
 
     fn parse_rule(&self, rule: Rule, inner: Span) -> Result<Pair<'t, Rule>, pest::error::Error<Rule>> {
         let s = &self.text[inner.range()];
-        LmtParser::parse(rule, s).map(|mut p| p.next().expect("body pair"))
+        match LmtParser::parse(rule, s) {
+            Ok(mut p) => Ok(p.next().expect("body pair")),
+            Err(_) => Err(parse_with_detail(rule, s)),
+        }
     }
 
     fn parse_expr_body(&self, inner: Span, quiet: bool) -> Expr {
@@ -786,6 +786,26 @@ impl<'t> Builder<'t> {
     }
 }
 
+/// Parses `s` again with pest's error detail on, so the error lists the
+/// literal tokens expected (`=`, `)`), not only rules. The flag is global
+/// and tracking slows every parse by a third, so it is on only here, under a
+/// lock: concurrent failing parses then always get the same detail.
+fn parse_with_detail(rule: Rule, s: &str) -> pest::error::Error<Rule> {
+    static DETAIL: Mutex<()> = Mutex::new(());
+    let _guard = DETAIL.lock().unwrap_or_else(|e| e.into_inner());
+    pest::set_error_detail(true);
+    let result = LmtParser::parse(rule, s);
+    pest::set_error_detail(false);
+    match result {
+        Err(e) => e,
+        // Cannot happen (parsing is deterministic); degrade to a plain error.
+        Ok(_) => pest::error::Error::new_from_pos(
+            pest::error::ErrorVariant::CustomError { message: "syntax error".into() },
+            pest::Position::from_start(s),
+        ),
+    }
+}
+
 /// The item a statement that failed to parse still stands for, so block
 /// matching stays in step.
 fn broken_item(head: &str, inner: Span, tag: Span) -> Option<Item> {
@@ -841,6 +861,16 @@ fn unknown_statement(file: FileId, head: &str, span: Span) -> Diagnostic {
 
 fn syntax_help(what: &str, content: &str, pos: usize) -> Option<String> {
     let before = content[..pos].trim_end();
+    let rest = &content[pos..];
+    if matches!(what, "if" | "elif" | "{{ }}") && rest.starts_with('=') && !rest.starts_with("==") {
+        return Some("to compare, write `==`; `=` only assigns, in `{% set name = value %}`".into());
+    }
+    if let Some(at) = content[..pos].rfind("regex=") {
+        let value = content[at + 6..].trim_start();
+        if !value.starts_with(['"', '\'', 'r']) {
+            return Some("write the regex as a string: `regex=\"[a-z]+\"`".into());
+        }
+    }
     if (what == "gen" || what == "select") && before.ends_with('=') {
         return Some("give the option a value, such as `max_tokens=50` or `stop=\"\\n\"`".into());
     }
@@ -923,7 +953,6 @@ fn describe(r: Rule) -> Option<&'static str> {
         kw_in => "`in`",
         kw_as => "`as`",
         kw_else => "`else`",
-        kw_if => "`if`",
         _ => return None,
     })
 }
