@@ -145,6 +145,7 @@ codes! {
     EmptyTag = "E0106", "empty-tag", Error, "A tag has nothing inside it.";
     InvalidEscape = "E0107", "invalid-escape", Error, "A string escape such as `\\u{…}` or `\\x..` is malformed.";
     InvalidNumber = "E0108", "invalid-number", Error, "A number literal is out of range.";
+    TooDeep = "E0109", "too-deep", Error, "Blocks, expressions or grammar groups nest deeper than the limit (128).";
     // Blocks.
     UnclosedBlock = "E0201", "unclosed-block", Error, "A block is opened but the file ends before its `{% end %}`.";
     StrayEnd = "E0202", "stray-end", Error, "An `{% end %}` has no open block to close.";

@@ -120,3 +120,33 @@ proptest! {
         assert_sound("mutated.lmt", &text, Some(path.clone()));
     }
 }
+
+/// Hostile nesting is reported (E0109), never a stack overflow: run in a test
+/// thread (small stack) on a debug build, the worst case.
+#[test]
+fn deep_nesting_is_reported_not_a_crash() {
+    let n = 20_000;
+    let cases = [
+        format!("{{{{ {}1{} }}}}", "(".repeat(n), ")".repeat(n)),
+        format!("{{{{ {}{} }}}}", "[".repeat(n), "]".repeat(n)),
+        format!("{}x{}", "{% if true %}".repeat(n), "{% end %}".repeat(n)),
+        format!("{{{{ {}1 }}}}", "-".repeat(n)),
+        format!("{{{{ 1{} }}}}", " + 1".repeat(n)),
+        format!("{{{{ x{} }}}}", ".a".repeat(n)),
+        format!("{{% grammar g %}}\nroot ::= {}\"a\"{}\n{{% end %}}", "(".repeat(n), ")".repeat(n)),
+    ];
+    for text in &cases {
+        let ws = Workspace::load_text("deep.lmt", text, None, &FsLoader::default());
+        assert!(
+            ws.diagnostics.iter().any(|d| d.code == lmt::diagnostic::Code::TooDeep),
+            "no E0109 for {}…: {:?}",
+            &text[..40],
+            ws.diagnostics.iter().map(|d| d.code).collect::<Vec<_>>()
+        );
+        assert_sound("deep.lmt", text, None);
+    }
+    // Just under the limit is fine.
+    let ok = format!("{}x{}", "{% if true %}".repeat(100), "{% end %}".repeat(100));
+    let ws = Workspace::load_text("ok.lmt", &ok, None, &FsLoader::default());
+    assert!(ws.diagnostics.is_empty(), "{:?}", ws.diagnostics);
+}

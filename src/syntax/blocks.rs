@@ -10,7 +10,7 @@ use crate::span::{FileId, Span};
 
 /// Builds the template tree from flat items.
 pub(crate) fn build(items: Vec<Item>, file: FileId, text_len: usize, diags: &mut Vec<Diagnostic>) -> Template {
-    let mut m = Matcher { file, root: Vec::new(), stack: Vec::new(), diags };
+    let mut m = Matcher { file, root: Vec::new(), stack: Vec::new(), diags, ignored: 0 };
     for item in items {
         m.item(item);
     }
@@ -47,6 +47,8 @@ struct Matcher<'d> {
     root: Vec<Node>,
     stack: Vec<Frame>,
     diags: &'d mut Vec<Diagnostic>,
+    /// Openers past the nesting limit, dropped with their separators and `end`s.
+    ignored: usize,
 }
 
 impl Matcher<'_> {
@@ -63,6 +65,23 @@ impl Matcher<'_> {
     }
 
     fn item(&mut self, item: Item) {
+        if self.ignored > 0 {
+            match item {
+                Item::Open(..) => self.ignored += 1,
+                Item::End(..) => self.ignored -= 1,
+                _ => {}
+            }
+            return;
+        }
+        if let Item::Open(_, open) = &item {
+            if self.stack.len() >= crate::syntax::MAX_NESTING {
+                let limit = crate::syntax::MAX_NESTING;
+                self.err(Code::TooDeep, *open, format!("blocks nest deeper than {limit} here"))
+                    .help = Some("flatten the template: move inner parts into a `{% def %}`".into());
+                self.ignored = 1;
+                return;
+            }
+        }
         match item {
             Item::Node(n) => self.push_node(n),
             Item::Open(opener, open) => {

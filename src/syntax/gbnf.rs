@@ -94,6 +94,16 @@ pub fn parse(src: &str, base: usize, file: FileId, diags: &mut Vec<Diagnostic>) 
     let mut rules = Vec::new();
     let mut pos = skip_blank(src, 0);
     while pos < src.len() {
+        if paren_depth(&src[pos..]) > crate::syntax::MAX_NESTING {
+            let end = next_rule_start(src, pos);
+            let message = format!("this rule nests groups deeper than {}", crate::syntax::MAX_NESTING);
+            diags.push(
+                Diagnostic::new(Code::TooDeep, file, Span::new(base + pos, base + end), message)
+                    .with_help("split the rule into smaller named rules"),
+            );
+            pos = skip_blank(src, end);
+            continue;
+        }
         match GbnfParser::parse(R::gbnf_rule, &src[pos..]) {
             Ok(mut pairs) => {
                 let p = pairs.next().expect("rule");
@@ -186,6 +196,24 @@ fn unclosed_paren(text: &str) -> Option<usize> {
         }
     }
     open.pop()
+}
+
+/// The deepest `(` nesting in the rule starting `text` (to its end), a
+/// cheap upper bound that ignores parentheses inside literals.
+fn paren_depth(text: &str) -> usize {
+    let end = next_rule_start(text, 0);
+    let (mut depth, mut max) = (0usize, 0usize);
+    for c in text[..end].chars() {
+        match c {
+            '(' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            ')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
 }
 
 /// Skips white space, newlines and `#` comments.

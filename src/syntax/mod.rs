@@ -13,6 +13,11 @@ mod parser;
 
 pub use parser::STATEMENTS;
 
+/// Deepest nesting of blocks, of expressions and of grammar groups. Deeper
+/// input is reported (E0109) and cut, so no later stage can overflow its
+/// stack on hostile input.
+pub const MAX_NESTING: usize = 128;
+
 use crate::diagnostic::Diagnostic;
 use crate::span::FileId;
 

@@ -82,7 +82,7 @@ const BLOCK_NAMES: &[&str] =
 
 /// Parses `text` into items, reporting problems to `diags`.
 pub(crate) fn parse_items(text: &str, file: FileId, diags: &mut Vec<Diagnostic>) -> Vec<Item> {
-    let b = Builder { text, file, diags: RefCell::new(Vec::new()) };
+    let b = Builder { text, file, diags: RefCell::new(Vec::new()), depth: std::cell::Cell::new(0) };
     let segs = b.scan();
     let items = b.items(&segs);
     diags.extend(b.diags.into_inner());
@@ -116,6 +116,8 @@ struct Builder<'t> {
     text: &'t str,
     file: FileId,
     diags: RefCell<Vec<Diagnostic>>,
+    /// Expression nesting depth while building (see [`super::MAX_NESTING`]).
+    depth: std::cell::Cell<usize>,
 }
 
 impl<'t> Builder<'t> {
@@ -547,7 +549,29 @@ impl<'t> Builder<'t> {
         }
     }
 
+    /// Builds an expression, cutting it (with one error) past the nesting limit.
     fn expr(&self, p: Pair<'_, Rule>, base: usize) -> Expr {
+        let depth = self.depth.get();
+        // Operator and postfix chains build one tree level per operator.
+        let width = match p.as_rule() {
+            Rule::binary | Rule::postfix => p.clone().into_inner().count(),
+            _ => 0,
+        };
+        if depth >= super::MAX_NESTING || width > 2 * super::MAX_NESTING {
+            let span = span_of(&p, base);
+            self.error(
+                self.diag(Code::TooDeep, span, format!("this expression nests deeper than {}", super::MAX_NESTING))
+                    .with_help("split it into several `{% set %}` steps"),
+            );
+            return Expr { kind: ExprKind::Error, span };
+        }
+        self.depth.set(depth + 1);
+        let e = self.expr_inner(p, base);
+        self.depth.set(depth);
+        e
+    }
+
+    fn expr_inner(&self, p: Pair<'_, Rule>, base: usize) -> Expr {
         match p.as_rule() {
             Rule::expr => {
                 let span = span_of(&p, base);
@@ -727,6 +751,12 @@ impl<'t> Builder<'t> {
     /// found and what could come there.
     fn pest_error(&self, e: pest::error::Error<Rule>, inner: Span, what: &str) -> Diagnostic {
         let content = &self.text[inner.range()];
+        // pest gives up on very deep brackets with a generic error.
+        if bracket_depth(content) > super::MAX_NESTING {
+            return self
+                .diag(Code::TooDeep, inner, format!("brackets nest deeper than {} in this tag", super::MAX_NESTING))
+                .with_help("split the expression into several `{% set %}` steps");
+        }
         let pos = match e.location {
             pest::error::InputLocation::Pos(p) => p,
             pest::error::InputLocation::Span((a, _)) => a,
@@ -963,6 +993,29 @@ fn join_or(items: &[String]) -> String {
         [one] => one.clone(),
         [init @ .., last] => format!("{} or {}", init.join(", "), last),
     }
+}
+
+/// The deepest nesting of `(`, `[` and `{` in `s`, outside string literals.
+fn bracket_depth(s: &str) -> usize {
+    let (mut depth, mut max, mut quote) = (0usize, 0usize, None);
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(_), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '(' | '[' | '{') => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            (None, ')' | ']' | '}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
 }
 
 /// The token at the start of `s` after white space: a word or one

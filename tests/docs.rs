@@ -1,0 +1,77 @@
+//! The reference in `docs/reference.md` and the implementation agree: every
+//! diagnostic code, option, filter and test is documented, and everything
+//! documented exists.
+
+use std::collections::BTreeSet;
+
+use lmt::check::options::{GEN_OPTIONS, SELECT_OPTIONS};
+use lmt::diagnostic::Code;
+
+fn reference() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference.md")).unwrap()
+}
+
+/// The text of the section headed `## {title}`, up to the next `## `.
+fn section<'a>(doc: &'a str, title: &str) -> &'a str {
+    let start = doc.find(&format!("## {title}\n")).unwrap_or_else(|| panic!("no section `{title}`"));
+    let rest = &doc[start + 3..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// The first-column names of the table rows in `text`: "| `name` | …".
+fn first_column(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`').map(|(name, _)| name.to_string()))
+        .collect()
+}
+
+#[test]
+fn every_code_is_documented_and_every_documented_code_exists() {
+    let doc = reference();
+    let documented = first_column(section(&doc, "Diagnostic codes"));
+    let implemented: BTreeSet<String> = Code::ALL.iter().map(|c| c.as_str().to_string()).collect();
+    assert_eq!(documented, implemented);
+    // Codes mentioned anywhere in the prose exist too.
+    for word in doc.split(|c: char| !c.is_ascii_alphanumeric()) {
+        let looks_like_code = word.len() == 5 && (word.starts_with('E') || word.starts_with('W')) && word[1..].chars().all(|c| c.is_ascii_digit());
+        if looks_like_code {
+            assert!(Code::parse(word).is_some(), "the reference mentions `{word}`, which does not exist");
+        }
+    }
+    for c in Code::ALL {
+        let row = doc.lines().find(|l| l.starts_with(&format!("| `{}` |", c.as_str()))).unwrap();
+        assert!(row.contains(c.name()), "row for {} lacks its name `{}`", c.as_str(), c.name());
+    }
+}
+
+#[test]
+fn options_filters_and_tests_match_the_tables() {
+    let doc = reference();
+    let names = |xs: &mut dyn Iterator<Item = &'static str>| xs.map(str::to_string).collect::<BTreeSet<_>>();
+    assert_eq!(first_column(section(&doc, "`gen` options")), names(&mut GEN_OPTIONS.iter().map(|o| o.name)));
+    assert_eq!(first_column(section(&doc, "`select` options")), names(&mut SELECT_OPTIONS.iter().map(|o| o.name)));
+    assert_eq!(first_column(section(&doc, "Filters")), names(&mut lmt::builtins::FILTERS.iter().map(|f| f.name)));
+    assert_eq!(first_column(section(&doc, "Tests")), names(&mut lmt::builtins::TESTS.iter().map(|f| f.name)));
+}
+
+#[test]
+fn every_statement_keyword_is_documented() {
+    let doc = reference();
+    let statements = section(&doc, "Statements");
+    for kw in lmt::syntax::STATEMENTS {
+        if matches!(*kw, "or" | "elif" | "else" | "end" | "raw") {
+            continue; // parts of other statements, shown with them
+        }
+        assert!(statements.contains(&format!("{{% {kw}")), "statement `{kw}` is not in the reference");
+    }
+}
+
+#[test]
+fn ci_runs_the_readme_test_command() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let ci = std::fs::read_to_string(format!("{root}/.ci/run")).unwrap();
+    assert!(readme.contains("```sh\ncargo test\n```"), "README shows the test command");
+    assert!(ci.lines().any(|l| l.trim() == "cargo test --locked"), ".ci/run runs it");
+}
