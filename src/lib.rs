@@ -6,6 +6,8 @@
 //! [`ir`] (AST → instructions). [`workspace`] ties them together across
 //! imported files. See `ARCHITECTURE.md` for the map and the invariants.
 
+#![warn(missing_docs)]
+
 pub mod builtins;
 pub mod check;
 pub mod cli;

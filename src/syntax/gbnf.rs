@@ -10,6 +10,7 @@ use crate::diagnostic::{Code, Diagnostic};
 use crate::span::{FileId, Span};
 
 mod pest_gbnf {
+    /// The pest parser generated from `grammar/gbnf.pest`.
     #[derive(pest_derive::Parser)]
     #[grammar = "grammar/gbnf.pest"]
     pub struct GbnfParser;
