@@ -12,6 +12,7 @@ pub mod builtins;
 pub mod check;
 pub mod cli;
 pub mod diagnostic;
+pub mod engine;
 pub mod ir;
 pub mod span;
 pub mod stdlib;

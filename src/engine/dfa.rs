@@ -1,0 +1,268 @@
+//! Regular constraints (regexes, literal choices) as anchored DFAs from
+//! regex-automata, with a liveness table (can a match still be reached from
+//! this state?) and token masks cached per DFA state: for a regex, the mask
+//! depends on the state alone, so the cache is exact.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use regex_automata::dfa::{dense, Automaton, StartKind};
+use regex_automata::nfa::thompson;
+use regex_automata::util::primitives::StateID;
+use regex_automata::util::start;
+use regex_automata::{Anchored, MatchKind};
+use regex_syntax::hir::Hir;
+
+use super::vocab::Vocab;
+use super::{EngineError, Limits, TokenMask};
+
+/// A state of a [`Dfa`].
+pub type DfaState = StateID;
+
+/// A compiled regular constraint: the value must match it in full.
+#[derive(Debug)]
+pub struct Dfa {
+    dfa: dense::DFA<Vec<u32>>,
+    start: StateID,
+    stride2: usize,
+    /// By state index: a match is still reachable.
+    live: Vec<bool>,
+    /// By state index: the bytes so far are a match.
+    accepting: Vec<bool>,
+    masks: Mutex<HashMap<StateID, Arc<TokenMask>>>,
+}
+
+impl Dfa {
+    /// Compiles `pattern` (Rust regex syntax), anchored at both ends.
+    pub fn regex(pattern: &str, limits: &Limits) -> Result<Dfa, EngineError> {
+        let hir = regex_syntax::ParserBuilder::new()
+            .nest_limit(limits.max_nesting as u32)
+            .build()
+            .parse(pattern)
+            .map_err(|e| EngineError::Regex(e.to_string()))?;
+        Dfa::from_hir(&hir, limits)
+    }
+
+    /// Compiles a list of literal options (matched as bytes, never as a regex).
+    pub fn choices<S: AsRef<[u8]>>(options: &[S], limits: &Limits) -> Result<Dfa, EngineError> {
+        if options.is_empty() {
+            return Err(EngineError::Unsatisfiable("there are no options to choose from".into()));
+        }
+        let alts = options.iter().map(|o| Hir::literal(o.as_ref().to_vec().into_boxed_slice())).collect();
+        Dfa::from_hir(&Hir::alternation(alts), limits)
+    }
+
+    fn from_hir(hir: &Hir, limits: &Limits) -> Result<Dfa, EngineError> {
+        let nfa = thompson::Compiler::new()
+            .configure(thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true))
+            .build_from_hir(hir)
+            .map_err(|e| EngineError::TooComplex(format!("regex: {e}")))?;
+        let config = dense::Config::new()
+            .start_kind(StartKind::Anchored)
+            .match_kind(MatchKind::All)
+            .dfa_size_limit(Some(limits.max_automaton_bytes))
+            .determinize_size_limit(Some(limits.max_automaton_bytes));
+        let dfa = dense::Builder::new().configure(config).build_from_nfa(&nfa).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("word boundary") {
+                EngineError::Regex("Unicode word boundaries (`\\b`) are not supported in constraints; use `(?-u:\\b)`".into())
+            } else {
+                EngineError::TooComplex(format!("regex: {msg}"))
+            }
+        })?;
+        let start = dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .map_err(|e| EngineError::Regex(e.to_string()))?;
+        let stride2 = dfa.stride2();
+        let (live, accepting) = analyse(&dfa, start, stride2, limits)?;
+        Ok(Dfa { dfa, start, stride2, live, accepting, masks: Mutex::new(HashMap::new()) })
+    }
+
+    fn index(&self, s: StateID) -> usize {
+        s.as_usize() >> self.stride2
+    }
+
+    /// The state before any byte.
+    pub fn start(&self) -> DfaState {
+        self.start
+    }
+
+    /// The state after `byte`, or `None` when no match can follow.
+    pub fn step(&self, s: DfaState, byte: u8) -> Option<DfaState> {
+        let next = self.dfa.next_state(s, byte);
+        self.live.get(self.index(next)).copied().unwrap_or(false).then_some(next)
+    }
+
+    /// The state after `bytes`, or `None` when no match can follow.
+    pub fn feed(&self, mut s: DfaState, bytes: &[u8]) -> Option<DfaState> {
+        for &b in bytes {
+            s = self.step(s, b)?;
+        }
+        Some(s)
+    }
+
+    /// True when the bytes so far match in full.
+    pub fn is_accepting(&self, s: DfaState) -> bool {
+        self.accepting[self.index(s)]
+    }
+
+    /// True when a match can still be reached.
+    pub fn is_live(&self, s: DfaState) -> bool {
+        self.live[self.index(s)]
+    }
+
+    /// True when the bytes so far match and nothing more can follow.
+    pub fn is_complete(&self, s: DfaState) -> bool {
+        self.is_accepting(s) && (0..=255u8).all(|b| self.step(s, b).is_none())
+    }
+
+    /// Bytes that must come next whatever is generated (at most `limit`):
+    /// while the state does not accept and exactly one byte keeps it alive.
+    pub fn forced_bytes(&self, mut s: DfaState, limit: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        while out.len() < limit && !self.is_accepting(s) {
+            let mut only = None;
+            for b in 0..=255u8 {
+                if let Some(n) = self.step(s, b) {
+                    if only.is_some() {
+                        return out;
+                    }
+                    only = Some((b, n));
+                }
+            }
+            match only {
+                Some((b, n)) => {
+                    out.push(b);
+                    s = n;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// Writes into `out` the tokens that keep a match reachable from `s`
+    /// (EOS where `s` accepts). `out` may be longer than the vocabulary:
+    /// ids past it are never allowed.
+    pub fn mask(&self, vocab: &Vocab, s: DfaState, out: &mut TokenMask) {
+        let cached = self.masks.lock().unwrap_or_else(|e| e.into_inner()).get(&s).cloned();
+        let mask = match cached {
+            Some(m) => m,
+            None => {
+                let mut m = TokenMask::new(vocab.len());
+                vocab.trie().walk(s, |st, b| self.step(st, b), |tok, _| m.set(tok));
+                let m = Arc::new(m);
+                self.masks.lock().unwrap_or_else(|e| e.into_inner()).insert(s, m.clone());
+                m
+            }
+        };
+        out.copy_prefix(&mask);
+        if self.is_accepting(s) {
+            for &e in vocab.eos() {
+                out.set(e);
+            }
+        }
+    }
+
+    /// Number of masks computed so far (for tests and statistics).
+    pub fn cached_masks(&self) -> usize {
+        self.masks.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// Explores the states reachable from `start` and works out which can still
+/// reach a match (backwards from the accepting ones).
+fn analyse(dfa: &dense::DFA<Vec<u32>>, start: StateID, stride2: usize, limits: &Limits) -> Result<(Vec<bool>, Vec<bool>), EngineError> {
+    let reps: Vec<u8> = dfa.byte_classes().representatives(0..=255).filter_map(|u| u.as_u8()).collect();
+    let idx = |s: StateID| s.as_usize() >> stride2;
+    let mut seen: HashMap<usize, StateID> = HashMap::new();
+    let mut edges: Vec<(usize, usize)> = Vec::new();
+    let mut todo = vec![start];
+    seen.insert(idx(start), start);
+    while let Some(s) = todo.pop() {
+        if seen.len() > limits.max_states {
+            return Err(EngineError::TooComplex(format!("the automaton has more than {} states", limits.max_states)));
+        }
+        for &b in &reps {
+            let n = dfa.next_state(s, b);
+            if dfa.is_dead_state(n) || dfa.is_quit_state(n) {
+                continue;
+            }
+            edges.push((idx(s), idx(n)));
+            if seen.insert(idx(n), n).is_none() {
+                todo.push(n);
+            }
+        }
+    }
+    let len = seen.keys().max().map_or(0, |m| m + 1);
+    let mut accepting = vec![false; len];
+    for (&i, &s) in &seen {
+        accepting[i] = dfa.is_match_state(dfa.next_eoi_state(s));
+    }
+    let mut reverse: Vec<Vec<usize>> = vec![Vec::new(); len];
+    for (from, to) in edges {
+        reverse[to].push(from);
+    }
+    let mut live = accepting.clone();
+    let mut queue: Vec<usize> = (0..len).filter(|&i| live[i]).collect();
+    while let Some(i) = queue.pop() {
+        for &p in &reverse[i] {
+            if !live[p] {
+                live[p] = true;
+                queue.push(p);
+            }
+        }
+    }
+    Ok((live, accepting))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toy_vocab() -> Vocab {
+        let words = ["a", "b", "ab", "ba", "abc", "1", "12", "123", "x", " "];
+        let bytes = words.iter().map(|w| w.as_bytes().to_vec()).chain([b"</s>".to_vec()]).collect();
+        let mut kinds = vec![super::super::vocab::TokenKind::Normal; words.len()];
+        kinds.push(super::super::vocab::TokenKind::Special);
+        Vocab::from_parts(bytes, kinds, super::super::vocab::Encoding::Plain, vec![words.len() as u32])
+    }
+
+    #[test]
+    fn regex_masks_steps_and_eos() {
+        let v = toy_vocab();
+        let d = Dfa::regex("ab?c?|[0-9]{2,3}", &Limits::default()).unwrap();
+        let mut m = TokenMask::new(v.len() + 5);
+        d.mask(&v, d.start(), &mut m);
+        let allowed: Vec<u32> = m.ones().collect();
+        // a, ab, abc, 1, 12, 123 — not b, ba, x, space, EOS.
+        assert_eq!(allowed, vec![0, 2, 4, 5, 6, 7]);
+        let s = d.feed(d.start(), b"1").unwrap();
+        assert!(!d.is_accepting(s));
+        let s2 = d.feed(s, b"2").unwrap();
+        assert!(d.is_accepting(s2) && !d.is_complete(s2));
+        d.mask(&v, s2, &mut m);
+        assert!(m.get(10), "EOS where the regex accepts");
+        assert!(m.get(5) && !m.get(6), "one more digit at most");
+        assert!(d.is_complete(d.feed(s2, b"3").unwrap()));
+        assert_eq!(d.cached_masks(), 2);
+    }
+
+    #[test]
+    fn choices_are_literal_and_forced_bytes_follow() {
+        let d = Dfa::choices(&["a.b", "a.c"], &Limits::default()).unwrap();
+        assert!(d.feed(d.start(), b"axb").is_none(), "`.` is literal");
+        assert_eq!(d.forced_bytes(d.start(), 10), b"a.");
+        let r = Dfa::regex("\\{\"name\": \"[a-z]+\"\\}", &Limits::default()).unwrap();
+        assert_eq!(r.forced_bytes(r.start(), 100), b"{\"name\": \"");
+        assert!(matches!(Dfa::choices::<&str>(&[], &Limits::default()), Err(EngineError::Unsatisfiable(_))));
+    }
+
+    #[test]
+    fn limits_bound_the_automaton() {
+        let small = Limits { max_states: 50, ..Limits::default() };
+        assert!(matches!(Dfa::regex("[a-z]{100}", &small), Err(EngineError::TooComplex(_))));
+        let tiny = Limits { max_automaton_bytes: 10_000, ..Limits::default() };
+        assert!(matches!(Dfa::regex("(\\w{1,20}\\s){1,20}", &tiny), Err(EngineError::TooComplex(_))));
+    }
+}

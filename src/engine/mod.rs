@@ -1,0 +1,150 @@
+//! The token-level grammar engine: which tokens may come next so that the
+//! generated value provably matches its constraint.
+//!
+//! It knows bytes and token ids, not tensors or templates: [`Vocab`] holds
+//! the exact bytes of every token and the token trie; constraints walk the
+//! trie with an automaton and write a [`TokenMask`] sized to the model's
+//! logit dimension. [`Dfa`] covers regexes and literal choices; [`StopMatcher`]
+//! finds stop strings and regexes across token boundaries; [`Bias`] is the
+//! soft regex bias.
+
+mod bias;
+mod dfa;
+mod stop;
+mod trie;
+mod vocab;
+
+pub use bias::Bias;
+pub use dfa::{Dfa, DfaState};
+pub use stop::{StopEvent, StopMatcher};
+pub use trie::{Node, TokenTrie};
+pub use vocab::{Encoding, TokenKind, Vocab};
+
+/// Why the engine refused something.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineError {
+    /// A regex that does not parse or uses what automata cannot do.
+    Regex(String),
+    /// A constraint past the limits (states, memory, nesting).
+    TooComplex(String),
+    /// Nothing can satisfy the constraint (from this point).
+    Unsatisfiable(String),
+    /// A token the constraint does not allow was committed.
+    Rejected(String),
+    /// The tokenizer could not be loaded.
+    Tokenizer(String),
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineError::Regex(m) => write!(f, "invalid regex: {m}"),
+            EngineError::TooComplex(m) => write!(f, "constraint too complex: {m}"),
+            EngineError::Unsatisfiable(m) => write!(f, "unsatisfiable constraint: {m}"),
+            EngineError::Rejected(m) => write!(f, "rejected: {m}"),
+            EngineError::Tokenizer(m) => write!(f, "tokenizer: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// Bounds on the work a constraint may cause, so hostile input is an error
+/// with a message, not a hang.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Most DFA states explored per constraint.
+    pub max_states: usize,
+    /// Most bytes for one automaton (NFA, DFA, determinization).
+    pub max_automaton_bytes: usize,
+    /// Deepest regex nesting.
+    pub max_nesting: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_states: 200_000, max_automaton_bytes: 64 << 20, max_nesting: 128 }
+    }
+}
+
+/// A set of token ids as a packed bitset, sized to a model's logit
+/// dimension (which may exceed the vocabulary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenMask {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl TokenMask {
+    /// An empty mask over `len` ids.
+    pub fn new(len: usize) -> TokenMask {
+        TokenMask { words: vec![0; len.div_ceil(64)], len }
+    }
+
+    /// Number of ids it covers.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when it covers no ids.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Allows `id` (ignored past the end).
+    pub fn set(&mut self, id: u32) {
+        let i = id as usize;
+        if i < self.len {
+            self.words[i / 64] |= 1 << (i % 64);
+        }
+    }
+
+    /// True when `id` is allowed.
+    pub fn get(&self, id: u32) -> bool {
+        let i = id as usize;
+        i < self.len && self.words[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Forbids everything.
+    pub fn clear(&mut self) {
+        self.words.fill(0);
+    }
+
+    /// Copies `other` into the front of `self` and forbids the rest.
+    pub fn copy_prefix(&mut self, other: &TokenMask) {
+        let n = other.words.len().min(self.words.len());
+        self.words[..n].copy_from_slice(&other.words[..n]);
+        self.words[n..].fill(0);
+        // `other` may have been longer: drop bits past our end.
+        if self.len % 64 != 0 {
+            if let Some(last) = self.words.last_mut() {
+                *last &= (1u64 << (self.len % 64)) - 1;
+            }
+        }
+    }
+
+    /// Number of allowed ids.
+    pub fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// The allowed ids, ascending.
+    pub fn ones(&self) -> impl Iterator<Item = u32> + '_ {
+        self.words.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut bits = bits;
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                Some((w * 64) as u32 + b)
+            })
+        })
+    }
+
+    /// The packed words (bit `i % 64` of word `i / 64` is id `i`).
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+}

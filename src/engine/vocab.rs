@@ -1,0 +1,218 @@
+//! The exact byte string of every token, read from a Hugging Face
+//! `tokenizer.json`, and the token trie over those bytes. Built once per
+//! tokenizer and shared by the grammar engine and the model runtime.
+//!
+//! Byte tables are built here rather than through the tokenizer's decoder:
+//! the ByteLevel decoder is lossy on partial UTF-8 and `decode_stream`
+//! withholds bytes until they form valid UTF-8.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::trie::TokenTrie;
+use super::EngineError;
+
+/// What kind of token an id is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// A piece of the model's vocabulary: text.
+    Normal,
+    /// An added token that is not special (e.g. runs of spaces): text too.
+    Added,
+    /// A special token (BOS, EOS, role markers): never produced from text
+    /// and never generated through a constraint.
+    Special,
+    /// An id the tokenizer does not define (holes, logits past the vocabulary).
+    Unused,
+}
+
+/// How a tokenizer spells bytes in its vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// GPT-2's byte-to-unicode map (GPT-2, Llama-3, Qwen).
+    ByteLevel,
+    /// `▁` for space and `<0xNN>` byte-fallback pieces (Llama-2, Mistral, Phi-3).
+    SentencePiece,
+    /// Pieces are their UTF-8 text.
+    Plain,
+}
+
+/// The vocabulary as bytes.
+#[derive(Debug, Clone)]
+pub struct Vocab {
+    bytes: Vec<Vec<u8>>,
+    kinds: Vec<TokenKind>,
+    encoding: Encoding,
+    trie: TokenTrie,
+    eos: Vec<u32>,
+}
+
+impl Vocab {
+    /// Reads `tokenizer.json` (a file, or a directory holding it) and the
+    /// `tokenizer_config.json` beside it, if any, for the EOS token.
+    pub fn load(path: &Path) -> Result<(Vocab, tokenizers::Tokenizer), EngineError> {
+        let file = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+        let tok = tokenizers::Tokenizer::from_file(&file)
+            .map_err(|e| EngineError::Tokenizer(format!("cannot load `{}`: {e}", file.display())))?;
+        let mut vocab = Vocab::from_tokenizer(&tok);
+        if let Some(dir) = file.parent() {
+            if let Ok(text) = std::fs::read_to_string(dir.join("tokenizer_config.json")) {
+                if let Ok(cfg) = serde_json::from_str::<serde_json::Value>(&text) {
+                    let name = match &cfg["eos_token"] {
+                        serde_json::Value::String(s) => Some(s.clone()),
+                        serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(str::to_string),
+                        _ => None,
+                    };
+                    if let Some(id) = name.and_then(|n| tok.token_to_id(&n)) {
+                        vocab.eos = vec![id];
+                    }
+                }
+            }
+        }
+        Ok((vocab, tok))
+    }
+
+    /// The byte table of a loaded tokenizer. EOS is taken from common names
+    /// (`</s>`, `<|endoftext|>`, …) until [`Vocab::set_eos`] says otherwise.
+    pub fn from_tokenizer(tok: &tokenizers::Tokenizer) -> Vocab {
+        let encoding = detect_encoding(tok);
+        let pieces = tok.get_vocab(false);
+        let added = tok.get_added_tokens_decoder();
+        let size = pieces.values().chain(added.keys()).map(|&i| i as usize + 1).max().unwrap_or(0);
+        let mut bytes = vec![Vec::new(); size];
+        let mut kinds = vec![TokenKind::Unused; size];
+        let byte_map = byte_level_decoder();
+        for (piece, &id) in &pieces {
+            bytes[id as usize] = piece_bytes(piece, encoding, &byte_map);
+            kinds[id as usize] = TokenKind::Normal;
+        }
+        for (&id, t) in &added {
+            bytes[id as usize] = t.content.as_bytes().to_vec();
+            kinds[id as usize] = if t.special { TokenKind::Special } else { TokenKind::Added };
+        }
+        let eos = ["</s>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "<eos>"]
+            .iter()
+            .filter_map(|n| tok.token_to_id(n))
+            .filter(|&id| kinds[id as usize] == TokenKind::Special)
+            .take(1)
+            .collect();
+        Vocab::from_parts(bytes, kinds, encoding, eos)
+    }
+
+    /// A vocabulary from explicit parts (tests, other tokenizer formats).
+    pub fn from_parts(bytes: Vec<Vec<u8>>, kinds: Vec<TokenKind>, encoding: Encoding, eos: Vec<u32>) -> Vocab {
+        let generable = bytes.iter().zip(&kinds).enumerate().filter_map(|(id, (b, k))| {
+            (matches!(k, TokenKind::Normal | TokenKind::Added) && !b.is_empty()).then_some((id as u32, b.as_slice()))
+        });
+        let trie = TokenTrie::build(generable);
+        Vocab { bytes, kinds, encoding, trie, eos }
+    }
+
+    /// Number of token ids the tokenizer defines (a model's logit dimension
+    /// may be larger).
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// True for an empty vocabulary.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The bytes of token `id` (empty for unknown ids).
+    pub fn bytes(&self, id: u32) -> &[u8] {
+        self.bytes.get(id as usize).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The kind of token `id`.
+    pub fn kind(&self, id: u32) -> TokenKind {
+        self.kinds.get(id as usize).copied().unwrap_or(TokenKind::Unused)
+    }
+
+    /// How the vocabulary spells bytes.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// The trie of tokens a constraint may produce (normal and non-special
+    /// added tokens with at least one byte).
+    pub fn trie(&self) -> &TokenTrie {
+        &self.trie
+    }
+
+    /// End-of-sequence ids (allowed where a constraint accepts).
+    pub fn eos(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Replaces the end-of-sequence ids (e.g. from `generation_config.json`).
+    pub fn set_eos(&mut self, ids: Vec<u32>) {
+        self.eos = ids;
+    }
+
+    /// True when a constraint may produce `id` as text.
+    pub fn is_generable(&self, id: u32) -> bool {
+        matches!(self.kind(id), TokenKind::Normal | TokenKind::Added) && !self.bytes(id).is_empty()
+    }
+
+    /// Concatenated bytes of a token sequence.
+    pub fn decode(&self, ids: &[u32]) -> Vec<u8> {
+        ids.iter().flat_map(|&i| self.bytes(i).iter().copied()).collect()
+    }
+}
+
+fn detect_encoding(tok: &tokenizers::Tokenizer) -> Encoding {
+    use tokenizers::DecoderWrapper as D;
+    fn of(d: &D) -> Option<Encoding> {
+        match d {
+            D::ByteLevel(_) => Some(Encoding::ByteLevel),
+            D::Metaspace(_) | D::ByteFallback(_) => Some(Encoding::SentencePiece),
+            D::Replace(r) if format!("{r:?}").contains('▁') => Some(Encoding::SentencePiece),
+            D::Sequence(s) => s.get_decoders().iter().find_map(of),
+            _ => None,
+        }
+    }
+    tok.get_decoder().and_then(of).unwrap_or(Encoding::Plain)
+}
+
+/// GPT-2's unicode-to-byte map: printable bytes stand for themselves, the
+/// others were shifted to U+0100 and up.
+fn byte_level_decoder() -> HashMap<char, u8> {
+    let mut printable: Vec<u8> = (b'!'..=b'~').chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut map: HashMap<char, u8> = printable.iter().map(|&b| (b as char, b)).collect();
+    let mut n = 0u32;
+    for b in 0..=255u8 {
+        if !printable.contains(&b) {
+            map.insert(char::from_u32(256 + n).expect("valid"), b);
+            printable.push(b);
+            n += 1;
+        }
+    }
+    map
+}
+
+fn piece_bytes(piece: &str, encoding: Encoding, byte_map: &HashMap<char, u8>) -> Vec<u8> {
+    match encoding {
+        Encoding::ByteLevel => {
+            let mut out = Vec::with_capacity(piece.len());
+            for c in piece.chars() {
+                match byte_map.get(&c) {
+                    Some(&b) => out.push(b),
+                    None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                }
+            }
+            out
+        }
+        Encoding::SentencePiece => {
+            if let Some(hex) = piece.strip_prefix("<0x").and_then(|r| r.strip_suffix('>')) {
+                if hex.len() == 2 {
+                    if let Ok(b) = u8::from_str_radix(hex, 16) {
+                        return vec![b];
+                    }
+                }
+            }
+            piece.replace('▁', " ").into_bytes()
+        }
+        Encoding::Plain => piece.as_bytes().to_vec(),
+    }
+}

@@ -1,0 +1,64 @@
+//! Shared test helpers: where the shared data lives, and tokenizers the tests
+//! train themselves so nothing depends on `../shared` being there.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// `../shared/data` (or `$LMT_SHARED_DATA`), if it exists. Prints a loud
+/// note when it does not: tests that need it must say they skipped.
+pub fn shared_data() -> Option<PathBuf> {
+    let dir = std::env::var_os("LMT_SHARED_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data")));
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("SKIPPED: shared test data not found at {} (set LMT_SHARED_DATA)", dir.display());
+        None
+    }
+}
+
+/// The real tokenizers in the shared data: (name, tokenizer directory).
+pub fn real_tokenizers() -> Vec<(String, PathBuf)> {
+    let Some(data) = shared_data() else { return Vec::new() };
+    ["gpt2", "llama2", "phi3", "llama3"]
+        .iter()
+        .map(|n| (n.to_string(), data.join("tokenizers").join(n)))
+        .filter(|(n, p)| {
+            let ok = p.join("tokenizer.json").is_file();
+            if !ok {
+                eprintln!("SKIPPED: tokenizer {n} missing at {}", p.display());
+            }
+            ok
+        })
+        .collect()
+}
+
+/// A small byte-level BPE tokenizer trained in process, with `</s>` as a
+/// special token and a non-special added token.
+pub fn trained_byte_level() -> tokenizers::Tokenizer {
+    use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use tokenizers::{AddedToken, Tokenizer};
+    let mut tok = Tokenizer::new(BPE::default());
+    tok.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+    tok.with_decoder(Some(ByteLevel::default()));
+    let mut trainer: tokenizers::models::TrainerWrapper = BpeTrainerBuilder::new()
+        .vocab_size(600)
+        .min_frequency(1)
+        .show_progress(false)
+        .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+        .special_tokens(vec![AddedToken::from("</s>", true)])
+        .build()
+        .into();
+    let corpus = [
+        "The quick brown fox jumps over the lazy dog. {\"name\": \"Ada\", \"age\": 36}",
+        "Knowledge triples: (Marie Curie, discovered, polonium)<|>(Curie, born in, Warsaw)",
+        "1. e4 e5 2. Nf3 Nc6 3. Bb5 a6 — chess, 日本語, emoji 😀, café, naïve.",
+        "SELECT name FROM users WHERE age > 30; 2024-01-15 12:30:00 user@example.com",
+    ];
+    let lines: Vec<String> = (0..20).flat_map(|_| corpus.iter().map(|s| s.to_string())).collect();
+    tok.train(&mut trainer, lines.into_iter()).expect("training works");
+    tok.add_tokens([AddedToken::from("<tool>", false)]).expect("added token");
+    tok
+}
