@@ -17,4 +17,5 @@ pub mod ir;
 pub mod span;
 pub mod stdlib;
 pub mod syntax;
+pub mod tokenizer;
 pub mod workspace;

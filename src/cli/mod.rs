@@ -2,6 +2,7 @@
 //! here is an edge: it reads files, renders diagnostics and sets the exit
 //! code; the work is done by the library's stages.
 
+pub mod matching;
 pub mod report;
 
 use std::io::{IsTerminal, Read, Write};
@@ -31,6 +32,8 @@ pub struct Cli {
 pub enum Command {
     /// Check templates for errors without loading a model.
     Check(CheckArgs),
+    /// Check a text against a constraint token by token, with no model.
+    Match(matching::MatchArgs),
     /// Explain a diagnostic code, e.g. `lmt explain E0201`.
     Explain {
         /// The code (`E0201`) or its name (`unclosed-block`); all codes when omitted.
@@ -81,6 +84,7 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Check(args) => check(&args),
+        Command::Match(args) => matching::run(&args),
         Command::Explain { code } => explain(code.as_deref()),
     }
 }

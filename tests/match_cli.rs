@@ -1,0 +1,59 @@
+//! `lmt match` as a user runs it, on a real tokenizer when the shared data is
+//! there and on a trained one always.
+
+mod common;
+
+use std::process::Command;
+
+fn lmt(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lmt")).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn tokenizer_paths() -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!("lmt-match-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trained = dir.join("tokenizer.json");
+    common::trained_byte_level().save(&trained, false).unwrap();
+    let mut paths: Vec<String> = common::real_tokenizers().into_iter().map(|(_, p)| p.display().to_string()).collect();
+    paths.push(trained.display().to_string());
+    paths
+}
+
+#[test]
+fn accepts_matching_text_and_rejects_with_the_place() {
+    for tok in tokenizer_paths() {
+        let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--regex", "[12][0-9]{3}-[0-9]{2}", "--text", "2024-07"]);
+        assert_eq!(code, 0, "{tok}: {out}{err}");
+        assert!(out.starts_with("accepted: 7 bytes"), "{out}");
+
+        let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--regex", "[12][0-9]{3}-[0-9]{2}", "--text", "2024-7x", "--json"]);
+        assert_eq!(code, 1);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["accepted"], false);
+        assert_eq!(v["reject"]["byte_offset"], 6, "{tok}: {out}");
+        assert_eq!(v["reject"]["expected"], "[0-9]");
+
+        let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--choices", "yes,no,maybe", "--text", "may"]);
+        assert_eq!(code, 1);
+        assert!(out.contains("ends before the constraint is satisfied") && out.contains("\"b\""), "{out}");
+
+        // Special-token text is matched as text, never as a special token.
+        let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--regex", "<\\|[a-z_]+\\|>", "--text", "<|endoftext|>"]);
+        assert_eq!(code, 0, "{tok}: {out}");
+    }
+}
+
+#[test]
+fn bad_arguments_exit_2_with_a_message() {
+    let tok = tokenizer_paths().pop().unwrap();
+    let (code, _, err) = lmt(&["match", "--tokenizer", &tok, "--regex", "(", "--text", "a"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid regex"), "{err}");
+    let (code, _, err) = lmt(&["match", "--tokenizer", "/no/such/dir", "--regex", "a", "--text", "a"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot load"), "{err}");
+    let (code, _, err) = lmt(&["match", "--tokenizer", &tok, "--text", "a"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("exactly one constraint"), "{err}");
+}
