@@ -52,7 +52,8 @@ impl Dfa {
         Dfa::from_hir(&Hir::alternation(alts), limits)
     }
 
-    fn from_hir(hir: &Hir, limits: &Limits) -> Result<Dfa, EngineError> {
+    /// Compiles a regex syntax tree, anchored at both ends.
+    pub(crate) fn from_hir(hir: &Hir, limits: &Limits) -> Result<Dfa, EngineError> {
         let nfa = thompson::Compiler::new()
             .configure(thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true))
             .build_from_hir(hir)

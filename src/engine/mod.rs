@@ -9,12 +9,16 @@
 //! soft regex bias.
 
 mod bias;
+mod cfg;
 mod dfa;
+mod earley;
 mod stop;
 mod trie;
 mod vocab;
 
 pub use bias::Bias;
+pub use cfg::{Cfg, Production, Sym};
+pub use earley::{Parser, Tables};
 pub use dfa::{Dfa, DfaState};
 pub use stop::{StopEvent, StopMatcher};
 pub use trie::{Node, TokenTrie};

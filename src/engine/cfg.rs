@@ -1,0 +1,420 @@
+//! Compiles a GBNF grammar into the lexer/parser split the Earley recognizer
+//! runs: every regular part (a rule that is not recursive, a run of adjacent
+//! regular items) becomes one lexeme, an anchored DFA; what remains is a
+//! context-free grammar over lexemes. Lexeme boundaries stay ambiguous (a
+//! lexeme may end at any accepting byte), so the language is exactly the
+//! grammar's — no maximal munch.
+
+use std::collections::HashMap;
+
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
+
+use super::dfa::Dfa;
+use super::{EngineError, Limits};
+use crate::syntax::gbnf::{GExpr, GKind, Grammar};
+
+/// A grammar symbol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sym {
+    /// A nonterminal.
+    Nt(u32),
+    /// A lexeme (an index into [`Cfg::lexemes`]).
+    Lex(u32),
+}
+
+/// `lhs ::= rhs`.
+#[derive(Debug, Clone)]
+pub struct Production {
+    /// The nonterminal it defines.
+    pub lhs: u32,
+    /// The symbols.
+    pub rhs: Vec<Sym>,
+}
+
+/// A compiled context-free grammar over regular lexemes.
+#[derive(Debug)]
+pub struct Cfg {
+    /// Lexeme automata.
+    pub lexemes: Vec<Dfa>,
+    /// Each lexeme as a regex (for messages and tests).
+    pub lexeme_regex: Vec<String>,
+    /// Lexemes that match the empty string.
+    pub lexeme_nullable: Vec<bool>,
+    /// Productions.
+    pub productions: Vec<Production>,
+    /// Productions of each nonterminal.
+    pub by_lhs: Vec<Vec<u32>>,
+    /// Names of nonterminals (helpers are named after their rule).
+    pub names: Vec<String>,
+    /// Nonterminals that derive the empty string.
+    pub nullable: Vec<bool>,
+    /// The start nonterminal.
+    pub start: u32,
+}
+
+/// Largest number of copies `{m,n}` may make of a recursive part.
+const MAX_EXPANSION: u32 = 1_000;
+
+impl Cfg {
+    /// Compiles `g` starting at rule `start`.
+    pub fn from_gbnf(g: &Grammar, start: &str, limits: &Limits) -> Result<Cfg, EngineError> {
+        let mut b = Builder::new(g, limits)?;
+        let root = b.rule_nt(start).ok_or_else(|| EngineError::Unsatisfiable(format!("the grammar has no rule `{start}`")))?;
+        b.finish(root)
+    }
+
+    /// The single-nonterminal grammar of one regex (mostly for tests).
+    pub fn from_regex(pattern: &str, limits: &Limits) -> Result<Cfg, EngineError> {
+        let g = Grammar {
+            rules: vec![crate::syntax::gbnf::GrammarRule {
+                name: "root".into(),
+                name_span: Default::default(),
+                body: GExpr { kind: GKind::Regex(pattern.into()), span: Default::default() },
+                span: Default::default(),
+            }],
+        };
+        Cfg::from_gbnf(&g, "root", limits)
+    }
+}
+
+struct Builder<'g> {
+    g: &'g Grammar,
+    limits: &'g Limits,
+    rules: HashMap<&'g str, &'g GExpr>,
+    /// Rules that take part in a cycle of references, or reference one.
+    non_regular: HashMap<&'g str, bool>,
+    hir_cache: HashMap<&'g str, Hir>,
+    lexeme_ids: HashMap<String, u32>,
+    lexemes: Vec<Dfa>,
+    lexeme_regex: Vec<String>,
+    productions: Vec<Production>,
+    names: Vec<String>,
+    rule_nts: HashMap<&'g str, u32>,
+}
+
+impl<'g> Builder<'g> {
+    fn new(g: &'g Grammar, limits: &'g Limits) -> Result<Builder<'g>, EngineError> {
+        let mut rules = HashMap::new();
+        for r in &g.rules {
+            rules.entry(r.name.as_str()).or_insert(&r.body);
+        }
+        let mut b = Builder {
+            g,
+            limits,
+            rules,
+            non_regular: HashMap::new(),
+            hir_cache: HashMap::new(),
+            lexeme_ids: HashMap::new(),
+            lexemes: Vec::new(),
+            lexeme_regex: Vec::new(),
+            productions: Vec::new(),
+            names: Vec::new(),
+            rule_nts: HashMap::new(),
+        };
+        b.classify()?;
+        Ok(b)
+    }
+
+    /// Marks rules that are recursive or reach a recursive rule.
+    fn classify(&mut self) -> Result<(), EngineError> {
+        let refs: HashMap<&str, Vec<&str>> = self
+            .g
+            .rules
+            .iter()
+            .map(|r| {
+                let mut out = Vec::new();
+                collect_refs(&r.body, &mut out);
+                (r.name.as_str(), out)
+            })
+            .collect();
+        for r in refs.values().flatten() {
+            if !self.rules.contains_key(r) {
+                return Err(EngineError::Unsatisfiable(format!("rule `{r}` is not defined")));
+            }
+        }
+        // A rule is non-regular if it can reach itself, or reaches one that can.
+        let names: Vec<&str> = self.g.rules.iter().map(|r| r.name.as_str()).collect();
+        let reach = |from: &str| -> std::collections::HashSet<&str> {
+            let mut seen = std::collections::HashSet::new();
+            let mut todo: Vec<&str> = refs.get(from).cloned().unwrap_or_default();
+            while let Some(n) = todo.pop() {
+                if seen.insert(n) {
+                    todo.extend(refs.get(n).cloned().unwrap_or_default());
+                }
+            }
+            seen
+        };
+        let reaches: HashMap<&str, std::collections::HashSet<&str>> = names.iter().map(|n| (*n, reach(n))).collect();
+        let cyclic: std::collections::HashSet<&str> = names.iter().copied().filter(|n| reaches[n].contains(n)).collect();
+        for n in names {
+            let nr = cyclic.contains(n) || reaches[n].iter().any(|m| cyclic.contains(m));
+            self.non_regular.insert(n, nr);
+        }
+        Ok(())
+    }
+
+    fn is_regular(&self, e: &GExpr) -> bool {
+        match &e.kind {
+            GKind::Ref(r) => !self.non_regular.get(r.as_str()).copied().unwrap_or(true),
+            GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.is_regular(x)),
+            GKind::Repeat { inner, .. } => self.is_regular(inner),
+            _ => true,
+        }
+    }
+
+    /// The regex of a regular expression (rule references inlined).
+    fn hir(&mut self, e: &'g GExpr) -> Result<Hir, EngineError> {
+        Ok(match &e.kind {
+            GKind::Literal(s) => Hir::literal(s.as_bytes().to_vec().into_boxed_slice()),
+            GKind::Class { negated, ranges } => {
+                let mut class = ClassUnicode::new(ranges.iter().map(|(a, b)| ClassUnicodeRange::new(*a, *b)));
+                if *negated {
+                    class.negate();
+                }
+                Hir::class(Class::Unicode(class))
+            }
+            GKind::Any => Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new('\0', char::MAX)]))),
+            GKind::Regex(r) => regex_syntax::ParserBuilder::new()
+                .nest_limit(self.limits.max_nesting as u32)
+                .build()
+                .parse(r)
+                .map_err(|err| EngineError::Regex(format!("/{r}/: {err}")))?,
+            GKind::Ref(name) => {
+                if let Some(h) = self.hir_cache.get(name.as_str()) {
+                    return Ok(h.clone());
+                }
+                let body = self.rules[name.as_str()];
+                let h = self.hir(body)?;
+                let key: &'g str = self.g.rules.iter().find(|r| r.name == *name).map(|r| r.name.as_str()).expect("rule");
+                self.hir_cache.insert(key, h.clone());
+                h
+            }
+            GKind::Seq(v) => Hir::concat(v.iter().map(|x| self.hir(x)).collect::<Result<_, _>>()?),
+            GKind::Alt(v) => Hir::alternation(v.iter().map(|x| self.hir(x)).collect::<Result<_, _>>()?),
+            GKind::Repeat { inner, min, max } => {
+                let sub = self.hir(inner)?;
+                Hir::repetition(Repetition { min: *min, max: *max, greedy: true, sub: Box::new(sub) })
+            }
+        })
+    }
+
+    fn lexeme(&mut self, h: Hir) -> Result<Sym, EngineError> {
+        let key = h.to_string();
+        if let Some(&id) = self.lexeme_ids.get(&key) {
+            return Ok(Sym::Lex(id));
+        }
+        let dfa = Dfa::from_hir(&h, self.limits)?;
+        let id = self.lexemes.len() as u32;
+        self.lexemes.push(dfa);
+        self.lexeme_regex.push(key.clone());
+        self.lexeme_ids.insert(key, id);
+        Ok(Sym::Lex(id))
+    }
+
+    fn new_nt(&mut self, name: String) -> u32 {
+        self.names.push(name);
+        self.names.len() as u32 - 1
+    }
+
+    fn add(&mut self, lhs: u32, rhs: Vec<Sym>) -> Result<(), EngineError> {
+        if self.productions.len() > self.limits.max_states {
+            return Err(EngineError::TooComplex("the grammar expands to too many productions".into()));
+        }
+        self.productions.push(Production { lhs, rhs });
+        Ok(())
+    }
+
+    /// The nonterminal of a rule, compiling it on first use.
+    fn rule_nt(&mut self, name: &str) -> Option<u32> {
+        let (key, body) = self.rules.get_key_value(name).map(|(k, v)| (*k, *v))?;
+        if let Some(&nt) = self.rule_nts.get(key) {
+            return Some(nt);
+        }
+        let nt = self.new_nt(key.to_string());
+        self.rule_nts.insert(key, nt);
+        self.define(nt, body, key).ok()?;
+        Some(nt)
+    }
+
+    fn define(&mut self, nt: u32, body: &'g GExpr, name: &str) -> Result<(), EngineError> {
+        let alts = match &body.kind {
+            GKind::Alt(v) if !self.is_regular(body) => v.iter().collect::<Vec<_>>(),
+            _ => vec![body],
+        };
+        for alt in alts {
+            let rhs = self.sequence(alt, name)?;
+            self.add(nt, rhs)?;
+        }
+        Ok(())
+    }
+
+    /// The symbols of one alternative; adjacent regular items merge into one lexeme.
+    fn sequence(&mut self, e: &'g GExpr, name: &str) -> Result<Vec<Sym>, EngineError> {
+        let items: Vec<&'g GExpr> = match &e.kind {
+            GKind::Seq(v) => v.iter().collect(),
+            _ => vec![e],
+        };
+        let mut out = Vec::new();
+        let mut run: Vec<Hir> = Vec::new();
+        for item in items {
+            if self.is_regular(item) {
+                run.push(self.hir(item)?);
+                continue;
+            }
+            if !run.is_empty() {
+                out.push(self.lexeme(Hir::concat(std::mem::take(&mut run)))?);
+            }
+            out.push(self.symbol(item, name)?);
+        }
+        if !run.is_empty() {
+            out.push(self.lexeme(Hir::concat(run))?);
+        }
+        Ok(out)
+    }
+
+    /// One symbol for a non-regular item.
+    fn symbol(&mut self, e: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
+        match &e.kind {
+            GKind::Ref(r) => self
+                .rule_nt(r)
+                .map(Sym::Nt)
+                .ok_or_else(|| EngineError::Unsatisfiable(format!("rule `{r}` is not defined"))),
+            GKind::Repeat { inner, min, max } => {
+                let item = self.symbol_any(inner, name)?;
+                let (min, max) = (*min, *max);
+                if min > MAX_EXPANSION || max.is_some_and(|m| m > MAX_EXPANSION) {
+                    return Err(EngineError::TooComplex(format!("`{{{min},…}}` on a recursive part of `{name}` expands too far")));
+                }
+                let nt = self.new_nt(format!("{name}~rep"));
+                // `item{min}` then either `item*` or up to `max - min` optional items.
+                let mut rhs = vec![item; min as usize];
+                match max {
+                    None => {
+                        let star = self.new_nt(format!("{name}~star"));
+                        self.add(star, vec![])?;
+                        self.add(star, vec![Sym::Nt(star), item])?;
+                        rhs.push(Sym::Nt(star));
+                    }
+                    Some(m) => {
+                        // opt_k ::= ε | item opt_{k-1}
+                        let mut tail: Option<u32> = None;
+                        for _ in min..m {
+                            let opt = self.new_nt(format!("{name}~opt"));
+                            self.add(opt, vec![])?;
+                            let mut r = vec![item];
+                            if let Some(t) = tail {
+                                r.push(Sym::Nt(t));
+                            }
+                            self.add(opt, r)?;
+                            tail = Some(opt);
+                        }
+                        if let Some(t) = tail {
+                            rhs.push(Sym::Nt(t));
+                        }
+                    }
+                }
+                self.add(nt, rhs)?;
+                Ok(Sym::Nt(nt))
+            }
+            _ => {
+                let nt = self.new_nt(format!("{name}~group"));
+                self.define(nt, e, name)?;
+                Ok(Sym::Nt(nt))
+            }
+        }
+    }
+
+    /// A symbol for any expression (regular ones become a lexeme).
+    fn symbol_any(&mut self, e: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
+        if self.is_regular(e) {
+            let h = self.hir(e)?;
+            self.lexeme(h)
+        } else {
+            self.symbol(e, name)
+        }
+    }
+
+    fn finish(mut self, root: u32) -> Result<Cfg, EngineError> {
+        // An augmented start `S' ::= root` so acceptance is one item.
+        let start = self.new_nt("<start>".into());
+        self.add(start, vec![Sym::Nt(root)])?;
+        let n = self.names.len();
+        let lexeme_nullable: Vec<bool> = self.lexemes.iter().map(|d| d.is_accepting(d.start())).collect();
+        let lexeme_empty: Vec<bool> = self.lexemes.iter().map(|d| !d.is_live(d.start())).collect();
+        // Productive nonterminals (derive some string), then drop productions that cannot.
+        let mut productive = vec![false; n];
+        loop {
+            let mut changed = false;
+            for p in &self.productions {
+                if !productive[p.lhs as usize]
+                    && p.rhs.iter().all(|s| match s {
+                        Sym::Nt(x) => productive[*x as usize],
+                        Sym::Lex(l) => !lexeme_empty[*l as usize],
+                    })
+                {
+                    productive[p.lhs as usize] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        if !productive[start as usize] {
+            return Err(EngineError::Unsatisfiable("the grammar matches no string at all".into()));
+        }
+        self.productions.retain(|p| {
+            productive[p.lhs as usize]
+                && p.rhs.iter().all(|s| match s {
+                    Sym::Nt(x) => productive[*x as usize],
+                    Sym::Lex(l) => !lexeme_empty[*l as usize],
+                })
+        });
+        // Lexemes that match only the empty string consume nothing: drop them.
+        let only_empty: Vec<bool> = self.lexemes.iter().map(|d| d.is_complete(d.start())).collect();
+        for p in &mut self.productions {
+            p.rhs.retain(|s| !matches!(s, Sym::Lex(l) if only_empty[*l as usize]));
+        }
+        let mut nullable = vec![false; n];
+        loop {
+            let mut changed = false;
+            for p in &self.productions {
+                if !nullable[p.lhs as usize]
+                    && p.rhs.iter().all(|s| match s {
+                        Sym::Nt(x) => nullable[*x as usize],
+                        Sym::Lex(l) => lexeme_nullable[*l as usize],
+                    })
+                {
+                    nullable[p.lhs as usize] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let mut by_lhs = vec![Vec::new(); n];
+        for (i, p) in self.productions.iter().enumerate() {
+            by_lhs[p.lhs as usize].push(i as u32);
+        }
+        Ok(Cfg {
+            lexemes: self.lexemes,
+            lexeme_regex: self.lexeme_regex,
+            lexeme_nullable,
+            productions: self.productions,
+            by_lhs,
+            names: self.names,
+            nullable,
+            start,
+        })
+    }
+}
+
+fn collect_refs<'a>(e: &'a GExpr, out: &mut Vec<&'a str>) {
+    match &e.kind {
+        GKind::Ref(r) => out.push(r),
+        GKind::Alt(v) | GKind::Seq(v) => v.iter().for_each(|x| collect_refs(x, out)),
+        GKind::Repeat { inner, .. } => collect_refs(inner, out),
+        _ => {}
+    }
+}

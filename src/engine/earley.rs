@@ -1,0 +1,316 @@
+//! An Earley recognizer over lexemes, fed one byte at a time. A row is the
+//! parse state after some number of bytes: Earley items, and the lexeme
+//! scans in progress. Scans are grouped by (lexeme, start row) — every item
+//! of a row that expects the same lexeme shares one automaton state — and a
+//! scan that reaches an accepting state completes its lexeme *and* goes on,
+//! so no lexeme boundary is ever chosen too early.
+//!
+//! Rows live in two arenas (items, scans) with a row table, so a mask's trie
+//! walk pushes a row per byte and truncates on the way back up without
+//! allocating. Nullable symbols follow Aycock and Horspool: predicting one
+//! also advances past it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::cfg::{Cfg, Sym};
+use super::dfa::DfaState;
+use super::vocab::Vocab;
+use super::{EngineError, TokenMask};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Item {
+    /// Dotted rule id: production's base + dot position.
+    dotted: u32,
+    /// The row where the production started.
+    origin: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Scan {
+    lexeme: u32,
+    origin: u32,
+    state: DfaState,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    items: u32,
+    scans: u32,
+    accepting: bool,
+}
+
+/// Dotted-rule tables for a grammar, built once.
+#[derive(Debug)]
+pub struct Tables {
+    cfg: Cfg,
+    /// First dotted id of each production.
+    base: Vec<u32>,
+    /// The symbol after the dot, `None` at the end.
+    next: Vec<Option<Sym>>,
+    /// The production of each dotted id.
+    prod: Vec<u32>,
+}
+
+impl Tables {
+    /// Builds the tables of `cfg`.
+    pub fn new(cfg: Cfg) -> Tables {
+        let mut base = Vec::new();
+        let mut next = Vec::new();
+        let mut prod = Vec::new();
+        for (i, p) in cfg.productions.iter().enumerate() {
+            base.push(next.len() as u32);
+            for k in 0..=p.rhs.len() {
+                next.push(p.rhs.get(k).copied());
+                prod.push(i as u32);
+            }
+        }
+        Tables { cfg, base, next, prod }
+    }
+
+    /// The grammar.
+    pub fn cfg(&self) -> &Cfg {
+        &self.cfg
+    }
+}
+
+/// A recognizer for one generated value.
+#[derive(Debug, Clone)]
+pub struct Parser {
+    t: Arc<Tables>,
+    items: Vec<Item>,
+    scans: Vec<Scan>,
+    rows: Vec<Row>,
+    /// Stamps for "already predicted / started in this row".
+    generation: u32,
+    predicted: Vec<u32>,
+    started: Vec<u32>,
+    seen: HashSet<Item>,
+    completed: Vec<(u32, u32)>,
+    max_row_items: usize,
+}
+
+impl Parser {
+    /// A parser at the start of the grammar.
+    pub fn new(t: Arc<Tables>, max_row_items: usize) -> Parser {
+        let n_nt = t.cfg.names.len();
+        let n_lex = t.cfg.lexemes.len();
+        let mut p = Parser {
+            t,
+            items: Vec::new(),
+            scans: Vec::new(),
+            rows: Vec::new(),
+            generation: 0,
+            predicted: vec![0; n_nt],
+            started: vec![0; n_lex],
+            seen: HashSet::new(),
+            completed: Vec::new(),
+            max_row_items,
+        };
+        p.begin_row();
+        let start = p.t.cfg.start;
+        for &prod in &p.t.cfg.by_lhs[start as usize].clone() {
+            let d = p.t.base[prod as usize];
+            p.add(Item { dotted: d, origin: 0 });
+        }
+        p.predicted[start as usize] = p.generation;
+        p.closure();
+        p
+    }
+
+    /// Number of rows: bytes consumed plus one.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Always false: there is at least the first row.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// True when the bytes so far form a whole sentence of the grammar.
+    pub fn is_accepting(&self) -> bool {
+        self.rows.last().is_some_and(|r| r.accepting)
+    }
+
+    /// True when more bytes can still be consumed.
+    pub fn can_continue(&self) -> bool {
+        let r = self.rows.len() - 1;
+        self.scan_range(r).start < self.scan_range(r).end
+    }
+
+    /// Forgets everything after the first `rows` rows (a rewind).
+    pub fn truncate(&mut self, rows: usize) {
+        if rows < self.rows.len() && rows > 0 {
+            let r = self.rows[rows];
+            self.items.truncate(r.items as usize);
+            self.scans.truncate(r.scans as usize);
+            self.rows.truncate(rows);
+        }
+    }
+
+    /// Consumes one byte; on `false` nothing was consumed (the byte cannot
+    /// come next).
+    pub fn step(&mut self, byte: u8) -> Result<bool, EngineError> {
+        let before = self.rows.len();
+        let r = before - 1;
+        self.begin_row();
+        self.completed.clear();
+        let range = self.scan_range(r);
+        for k in range {
+            let sc = self.scans[k];
+            let dfa = &self.t.cfg.lexemes[sc.lexeme as usize];
+            if let Some(s) = dfa.step(sc.state, byte) {
+                if dfa.is_accepting(s) {
+                    self.completed.push((sc.lexeme, sc.origin));
+                }
+                self.scans.push(Scan { state: s, ..sc });
+            }
+        }
+        let here = self.rows.len() as u32 - 1;
+        if self.scans.len() as u32 == self.rows[here as usize].scans {
+            // No scan survived: the byte is refused.
+            self.truncate(before);
+            return Ok(false);
+        }
+        let completed = std::mem::take(&mut self.completed);
+        for &(lex, origin) in &completed {
+            for k in self.item_range(origin as usize) {
+                let it = self.items[k];
+                if self.t.next[it.dotted as usize] == Some(Sym::Lex(lex)) {
+                    self.add(Item { dotted: it.dotted + 1, origin: it.origin });
+                }
+            }
+        }
+        self.completed = completed;
+        self.closure();
+        if self.item_range(here as usize).len() > self.max_row_items {
+            self.truncate(before);
+            return Err(EngineError::TooComplex(format!("a parse state grew past {} items", self.max_row_items)));
+        }
+        Ok(true)
+    }
+
+    /// Consumes `bytes`, or nothing at all if one of them cannot come next.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<bool, EngineError> {
+        let before = self.rows.len();
+        for &b in bytes {
+            if !self.step(b)? {
+                self.truncate(before);
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The tokens that can come next (EOS where the grammar accepts), into `out`.
+    pub fn mask(&mut self, vocab: &Vocab, out: &mut TokenMask) -> Result<(), EngineError> {
+        out.clear();
+        let base = self.rows.len();
+        let mut error = None;
+        vocab.trie().walk(
+            base as u32 - 1,
+            |parent, b| {
+                if error.is_some() {
+                    return None;
+                }
+                self.truncate(parent as usize + 1);
+                match self.step(b) {
+                    Ok(true) => Some(self.rows.len() as u32 - 1),
+                    Ok(false) => None,
+                    Err(e) => {
+                        error = Some(e);
+                        None
+                    }
+                }
+            },
+            |tok, _| out.set(tok),
+        );
+        self.truncate(base);
+        if let Some(e) = error {
+            return Err(e);
+        }
+        if self.is_accepting() {
+            vocab.eos().iter().for_each(|&e| out.set(e));
+        }
+        Ok(())
+    }
+
+    fn begin_row(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.predicted.fill(0);
+            self.started.fill(0);
+            self.generation = 1;
+        }
+        self.seen.clear();
+        self.rows.push(Row { items: self.items.len() as u32, scans: self.scans.len() as u32, accepting: false });
+    }
+
+    fn item_range(&self, r: usize) -> std::ops::Range<usize> {
+        let start = self.rows[r].items as usize;
+        let end = self.rows.get(r + 1).map_or(self.items.len(), |n| n.items as usize);
+        start..end
+    }
+
+    fn scan_range(&self, r: usize) -> std::ops::Range<usize> {
+        let start = self.rows[r].scans as usize;
+        let end = self.rows.get(r + 1).map_or(self.scans.len(), |n| n.scans as usize);
+        start..end
+    }
+
+    fn add(&mut self, it: Item) {
+        if self.seen.insert(it) {
+            self.items.push(it);
+        }
+    }
+
+    /// Completes and predicts until the current row is closed.
+    fn closure(&mut self) {
+        let here = self.rows.len() - 1;
+        let mut k = self.rows[here].items as usize;
+        let cfg_start = self.t.cfg.start;
+        while k < self.items.len() {
+            let it = self.items[k];
+            k += 1;
+            match self.t.next[it.dotted as usize] {
+                None => {
+                    let lhs = self.t.cfg.productions[self.t.prod[it.dotted as usize] as usize].lhs;
+                    if lhs == cfg_start && it.origin == 0 {
+                        self.rows[here].accepting = true;
+                    }
+                    for j in self.item_range(it.origin as usize) {
+                        let parent = self.items[j];
+                        if self.t.next[parent.dotted as usize] == Some(Sym::Nt(lhs)) {
+                            self.add(Item { dotted: parent.dotted + 1, origin: parent.origin });
+                        }
+                    }
+                }
+                Some(Sym::Nt(b)) => {
+                    if self.predicted[b as usize] != self.generation {
+                        self.predicted[b as usize] = self.generation;
+                        for i in 0..self.t.cfg.by_lhs[b as usize].len() {
+                            let prod = self.t.cfg.by_lhs[b as usize][i];
+                            self.add(Item { dotted: self.t.base[prod as usize], origin: here as u32 });
+                        }
+                    }
+                    if self.t.cfg.nullable[b as usize] {
+                        self.add(Item { dotted: it.dotted + 1, origin: it.origin });
+                    }
+                }
+                Some(Sym::Lex(l)) => {
+                    if self.started[l as usize] != self.generation {
+                        self.started[l as usize] = self.generation;
+                        let dfa = &self.t.cfg.lexemes[l as usize];
+                        if dfa.is_live(dfa.start()) {
+                            self.scans.push(Scan { lexeme: l, origin: here as u32, state: dfa.start() });
+                        }
+                    }
+                    if self.t.cfg.lexeme_nullable[l as usize] {
+                        self.add(Item { dotted: it.dotted + 1, origin: it.origin });
+                    }
+                }
+            }
+        }
+    }
+}
