@@ -1,9 +1,11 @@
 //! `lmt match`: a dry run of a constraint over a text with no model, token
-//! by token through the real tokenizer and the real masks.
+//! by token through the real tokenizer and the real masks; and `--bench`,
+//! the same over a directory of JSONSchemaBench files with timings.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use crate::engine::{Dfa, Limits, TokenMask, Vocab};
+use crate::engine::{Constraint, Limits, Matcher, TokenMask, Vocab, Whitespace};
 use crate::tokenizer::TextEncoder;
 
 /// Arguments of `lmt match`.
@@ -18,7 +20,7 @@ pub struct MatchArgs {
     /// The value must be one of these comma-separated options.
     #[arg(long, value_delimiter = ',')]
     pub choices: Option<Vec<String>>,
-    /// A grammar block, as `FILE.lmt#NAME`.
+    /// A grammar block, as `FILE.lmt#NAME` (or `FILE.lmt#NAME.rule`).
     #[arg(long)]
     pub grammar: Option<String>,
     /// A JSON Schema file.
@@ -30,13 +32,32 @@ pub struct MatchArgs {
     /// A file holding the text to check.
     #[arg(long)]
     pub input: Option<PathBuf>,
-    /// Print one JSON object instead of a sentence.
+    /// Run every JSONSchemaBench-format file in this directory and print a summary.
+    #[arg(long)]
+    pub bench: Option<PathBuf>,
+    /// Print one JSON object instead of sentences.
     #[arg(long)]
     pub json: bool,
 }
 
 /// Runs `lmt match`: 0 accepted, 1 rejected, 2 for bad arguments or files.
 pub fn run(args: &MatchArgs) -> i32 {
+    if let Some(dir) = &args.bench {
+        return match bench(dir, args) {
+            Ok((summary, text)) => {
+                if args.json {
+                    println!("{summary}");
+                } else {
+                    print!("{text}");
+                }
+                0
+            }
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                super::EXIT_USAGE
+            }
+        };
+    }
     match check(args) {
         Ok(outcome) => {
             if args.json {
@@ -63,6 +84,84 @@ struct Outcome {
     json: serde_json::Value,
 }
 
+/// The constraint the arguments name.
+fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
+    let given = [args.regex.is_some(), args.choices.is_some(), args.grammar.is_some(), args.json_schema.is_some()];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err("give exactly one constraint: --regex, --choices, --grammar or --json-schema".into());
+    }
+    if let Some(r) = &args.regex {
+        return Constraint::regex(r, limits).map_err(|e| e.to_string());
+    }
+    if let Some(c) = &args.choices {
+        return Constraint::choices(c, limits).map_err(|e| e.to_string());
+    }
+    if let Some(path) = &args.json_schema {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+        let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
+        return Constraint::json_schema(&schema, Whitespace::Flexible(20), limits).map_err(|e| e.to_string());
+    }
+    let spec = args.grammar.as_deref().unwrap_or_default();
+    let (file, name) = spec.split_once('#').ok_or("--grammar takes FILE.lmt#NAME")?;
+    let ws = crate::workspace::Workspace::load_file(Path::new(file), &crate::workspace::FsLoader::default())
+        .map_err(|e| format!("cannot read `{file}`: {e}"))?;
+    if ws.has_errors() {
+        return Err(format!("`{file}` has errors; `lmt check {file}` shows them"));
+    }
+    let (block, rule) = name.split_once('.').map_or((name, None), |(b, r)| (b, Some(r)));
+    let g = ws
+        .module(ws.root)
+        .template
+        .body
+        .iter()
+        .find_map(|n| match n {
+            crate::syntax::ast::Node::Grammar(g) if g.name.name == block => Some(g),
+            _ => None,
+        })
+        .ok_or_else(|| format!("`{file}` has no `{{% grammar {block} %}}`"))?;
+    let start = match rule {
+        Some(r) => r.to_string(),
+        None => crate::check::start_rule(block, &g.grammar).ok_or_else(|| format!("grammar `{block}` has no start rule"))?,
+    };
+    Constraint::grammar(&g.grammar, &start, limits).map_err(|e| e.to_string())
+}
+
+/// How a text fared: accepted, or refused at a token.
+enum Walk {
+    Accepted { complete: bool },
+    Refused { token_index: usize, byte_offset: usize, expected: String },
+    Incomplete { expected: String },
+}
+
+/// Walks `ids` through `m`, timing each mask into `times` (µs).
+fn walk(m: &mut Matcher, vocab: &Vocab, ids: &[u32], times: &mut Vec<f64>) -> Result<Walk, String> {
+    let mut mask = TokenMask::new(vocab.len());
+    let mut offset = 0;
+    for (i, &id) in ids.iter().enumerate() {
+        let t0 = Instant::now();
+        m.mask(vocab, &mut mask).map_err(|e| e.to_string())?;
+        times.push(t0.elapsed().as_secs_f64() * 1e6);
+        let bytes = vocab.bytes(id);
+        if !mask.get(id) {
+            // The first byte of the token the constraint refuses.
+            let mut at = 0;
+            while at < bytes.len() && m.feed(&bytes[at..at + 1]).map_err(|e| e.to_string())? {
+                at += 1;
+            }
+            return Ok(Walk::Refused { token_index: i, byte_offset: offset + at, expected: expected_bytes(m) });
+        }
+        if !m.feed(bytes).map_err(|e| e.to_string())? {
+            return Err("internal: an allowed token was refused".into());
+        }
+        offset += bytes.len();
+    }
+    if m.is_accepting() {
+        Ok(Walk::Accepted { complete: m.is_complete() })
+    } else {
+        Ok(Walk::Incomplete { expected: expected_bytes(m) })
+    }
+}
+
 fn check(args: &MatchArgs) -> Result<Outcome, String> {
     let text = match (&args.text, &args.input) {
         (Some(t), None) => t.clone(),
@@ -70,74 +169,57 @@ fn check(args: &MatchArgs) -> Result<Outcome, String> {
         _ => return Err("give the text with exactly one of --text or --input".into()),
     };
     let limits = Limits::default();
-    let given = [args.regex.is_some(), args.choices.is_some(), args.grammar.is_some(), args.json_schema.is_some()];
-    if given.iter().filter(|g| **g).count() != 1 {
-        return Err("give exactly one constraint: --regex, --choices, --grammar or --json-schema".into());
-    }
-    let dfa = if let Some(r) = &args.regex {
-        Dfa::regex(r, &limits).map_err(|e| e.to_string())?
-    } else if let Some(c) = &args.choices {
-        Dfa::choices(c, &limits).map_err(|e| e.to_string())?
-    } else {
-        return Err("--grammar and --json-schema are not supported by the engine yet; use --regex or --choices".into());
-    };
+    let c = constraint(args, &limits)?;
     let (vocab, tok) = Vocab::load(&args.tokenizer).map_err(|e| e.to_string())?;
     let ids = TextEncoder::new(&tok).encode(&text)?;
-    let mut mask = TokenMask::new(vocab.len());
-    let mut state = dfa.start();
-    let mut offset = 0usize;
-    for (i, &id) in ids.iter().enumerate() {
-        dfa.mask(&vocab, state, &mut mask);
-        let bytes = vocab.bytes(id);
-        if mask.get(id) {
-            state = dfa.feed(state, bytes).ok_or("internal: an allowed token did not advance the automaton")?;
-            offset += bytes.len();
-            continue;
+    let mut m = c.matcher(&limits);
+    let n = ids.len();
+    let outcome = match walk(&mut m, &vocab, &ids, &mut Vec::new())? {
+        Walk::Accepted { complete } => Outcome {
+            accepted: true,
+            message: format!(
+                "accepted: {} bytes in {n} tokens; {}",
+                text.len(),
+                if complete { "nothing more can follow" } else { "more could follow" }
+            ),
+            json: serde_json::json!({"accepted": true, "tokens": n, "bytes": text.len(), "complete": complete}),
+        },
+        Walk::Refused { token_index, byte_offset, expected } => {
+            let id = ids[token_index];
+            let shown = String::from_utf8_lossy(vocab.bytes(id)).into_owned();
+            let bad = String::from_utf8_lossy(&text.as_bytes()[byte_offset.min(text.len())..(byte_offset + 1).min(text.len())]).into_owned();
+            let before = String::from_utf8_lossy(&text.as_bytes()[..byte_offset.min(text.len())]).into_owned();
+            Outcome {
+                accepted: false,
+                message: format!("rejected at byte {byte_offset} (token {token_index}, id {id}, {shown:?}): {bad:?} cannot come after {before:?}; expected {expected}"),
+                json: serde_json::json!({
+                    "accepted": false, "tokens": n, "bytes": text.len(),
+                    "reject": {"byte_offset": byte_offset, "token_index": token_index, "token_id": id, "token": shown, "expected": expected},
+                }),
+            }
         }
-        // Find the first byte of the token the automaton refuses.
-        let mut s = state;
-        let mut at = 0;
-        while let Some(n) = dfa.step(s, bytes[at]) {
-            s = n;
-            at += 1;
-        }
-        let byte_offset = offset + at;
-        let expected = expected_bytes(&dfa, s);
-        let shown = String::from_utf8_lossy(bytes);
-        let message = format!(
-            "rejected at byte {byte_offset} (token {i}, id {id}, {shown:?}): {:?} cannot come after {:?}; expected {expected}",
-            String::from_utf8_lossy(&bytes[at..at + 1]),
-            String::from_utf8_lossy(&text.as_bytes()[..byte_offset.min(text.len())]),
-        );
-        let json = serde_json::json!({
-            "accepted": false, "tokens": ids.len(), "bytes": text.len(),
-            "reject": {"byte_offset": byte_offset, "token_index": i, "token_id": id, "token": shown, "expected": expected},
-        });
-        return Ok(Outcome { accepted: false, message, json });
-    }
-    if !dfa.is_accepting(state) {
-        let expected = expected_bytes(&dfa, state);
-        let message = format!("rejected: the text ends before the constraint is satisfied; it could continue with {expected}");
-        let json = serde_json::json!({
-            "accepted": false, "tokens": ids.len(), "bytes": text.len(),
-            "reject": {"byte_offset": text.len(), "token_index": ids.len(), "expected": expected},
-        });
-        return Ok(Outcome { accepted: false, message, json });
-    }
-    let complete = dfa.is_complete(state);
-    let message = format!(
-        "accepted: {} bytes in {} tokens; {}",
-        text.len(),
-        ids.len(),
-        if complete { "nothing more can follow" } else { "more could follow" }
-    );
-    let json = serde_json::json!({"accepted": true, "tokens": ids.len(), "bytes": text.len(), "complete": complete});
-    Ok(Outcome { accepted: true, message, json })
+        Walk::Incomplete { expected } => Outcome {
+            accepted: false,
+            message: format!("rejected: the text ends before the constraint is satisfied; it could continue with {expected}"),
+            json: serde_json::json!({
+                "accepted": false, "tokens": n, "bytes": text.len(),
+                "reject": {"byte_offset": text.len(), "token_index": n, "expected": expected},
+            }),
+        },
+    };
+    Ok(outcome)
 }
 
 /// The bytes that may come next, as character ranges: `[0-9] or "-"`.
-fn expected_bytes(dfa: &Dfa, s: crate::engine::DfaState) -> String {
-    let ok: Vec<u8> = (0..=255u8).filter(|b| dfa.step(s, *b).is_some()).collect();
+fn expected_bytes(m: &mut Matcher) -> String {
+    let pos = m.position();
+    let mut ok = Vec::new();
+    for b in 0..=255u8 {
+        if m.feed(&[b]).unwrap_or(false) {
+            ok.push(b);
+            m.rewind(pos);
+        }
+    }
     let show = |b: u8| match b {
         b' '..=b'~' => (b as char).to_string(),
         b'\n' => "\\n".into(),
@@ -151,19 +233,142 @@ fn expected_bytes(dfa: &Dfa, s: crate::engine::DfaState) -> String {
         while j + 1 < ok.len() && ok[j + 1] == ok[j] + 1 {
             j += 1;
         }
-        parts.push(if j - i >= 2 { format!("[{}-{}]", show(ok[i]), show(ok[j])) } else if j > i {
+        parts.push(if j - i >= 2 {
+            format!("[{}-{}]", show(ok[i]), show(ok[j]))
+        } else if j > i {
             format!("{:?} or {:?}", show(ok[i]), show(ok[j]))
         } else {
             format!("{:?}", show(ok[i]))
         });
         i = j + 1;
     }
-    if dfa.is_accepting(s) {
+    if m.is_accepting() {
         parts.push("the end".into());
     }
     if parts.is_empty() {
         "nothing".into()
     } else {
         parts.join(", ")
+    }
+}
+
+/// `lmt match --bench DIR`: every schema file, compiled and walked with
+/// its valid and invalid instances; one summary.
+fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read `{}`: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let limits = Limits::default();
+    let (vocab, tok) = Vocab::load(&args.tokenizer).map_err(|e| e.to_string())?;
+    let enc = TextEncoder::new(&tok);
+    let (mut compiled, mut compile_ms, mut mask_us) = (0usize, Vec::new(), Vec::new());
+    let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
+    let (mut valid_ok, mut valid_n, mut invalid_ok, mut invalid_n) = (0, 0, 0, 0);
+    let mut failures: Vec<String> = Vec::new();
+    for f in &files {
+        let doc: serde_json::Value = match std::fs::read_to_string(f).ok().and_then(|t| serde_json::from_str(&t).ok()) {
+            Some(d) => d,
+            None => {
+                *reasons.entry("file is not JSON".into()).or_default() += 1;
+                continue;
+            }
+        };
+        let t0 = Instant::now();
+        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Compact, &limits) {
+            Ok(c) => c,
+            Err(e) => {
+                let reason = e.to_string();
+                let key = reason.split(':').take(2).collect::<Vec<_>>().join(":");
+                *reasons.entry(key).or_default() += 1;
+                continue;
+            }
+        };
+        compile_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        compiled += 1;
+        for t in doc["tests"].as_array().into_iter().flatten() {
+            let valid = t["valid"].as_bool().unwrap_or(false);
+            let text = serde_json::to_string(&t["data"]).map_err(|e| e.to_string())?;
+            let ids = enc.encode(&text)?;
+            let mut m = c.matcher(&limits);
+            let accepted = match walk(&mut m, &vocab, &ids, &mut mask_us) {
+                Ok(Walk::Accepted { .. }) => true,
+                Ok(_) => false,
+                Err(e) => {
+                    failures.push(format!("{}: {e}", f.display()));
+                    false
+                }
+            };
+            if valid {
+                valid_n += 1;
+                valid_ok += accepted as usize;
+                if !accepted && failures.len() < 20 {
+                    failures.push(format!("{}: valid instance refused: {}", f.display(), truncate(&text, 120)));
+                }
+            } else {
+                invalid_n += 1;
+                invalid_ok += !accepted as usize;
+                if accepted && failures.len() < 20 {
+                    failures.push(format!("{}: invalid instance accepted: {}", f.display(), truncate(&text, 120)));
+                }
+            }
+        }
+    }
+    let pct = |v: &mut Vec<f64>, p: f64| {
+        if v.is_empty() {
+            return 0.0;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    };
+    let summary = serde_json::json!({
+        "schemas": files.len(),
+        "compiled": compiled,
+        "compile_errors": files.len() - compiled,
+        "compile_ms_p50": round(pct(&mut compile_ms, 0.5)),
+        "compile_ms_p99": round(pct(&mut compile_ms, 0.99)),
+        "mask_count": mask_us.len(),
+        "mask_us_p50": round(pct(&mut mask_us, 0.5)),
+        "mask_us_p90": round(pct(&mut mask_us, 0.9)),
+        "mask_us_p99": round(pct(&mut mask_us, 0.99)),
+        "mask_us_max": round(pct(&mut mask_us, 1.0)),
+        "valid_accepted": valid_ok,
+        "valid_total": valid_n,
+        "invalid_rejected": invalid_ok,
+        "invalid_total": invalid_n,
+    });
+    let mut text = String::new();
+    let s = &summary;
+    text.push_str(&format!(
+        "schemas {}: compiled {}, compile errors {}\ncompile ms p50 {} p99 {}\nmasks {}: µs p50 {} p90 {} p99 {} max {}\nvalid accepted {}/{}, invalid rejected {}/{}\n",
+        s["schemas"], s["compiled"], s["compile_errors"], s["compile_ms_p50"], s["compile_ms_p99"], s["mask_count"],
+        s["mask_us_p50"], s["mask_us_p90"], s["mask_us_p99"], s["mask_us_max"], valid_ok, valid_n, invalid_ok, invalid_n
+    ));
+    if !reasons.is_empty() {
+        text.push_str("compile errors by reason:\n");
+        let mut by: Vec<_> = reasons.into_iter().collect();
+        by.sort_by(|a, b| b.1.cmp(&a.1));
+        for (r, n) in by {
+            text.push_str(&format!("  {n:4}  {r}\n"));
+        }
+    }
+    for f in failures {
+        text.push_str(&format!("  {f}\n"));
+    }
+    Ok((summary, text))
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    let cut = crate::span::floor_char_boundary(s, n);
+    if cut < s.len() {
+        format!("{}…", &s[..cut])
+    } else {
+        s.to_string()
     }
 }

@@ -12,6 +12,8 @@ mod bias;
 mod cfg;
 mod dfa;
 mod earley;
+mod json_schema;
+mod matcher;
 mod stop;
 mod trie;
 mod vocab;
@@ -19,6 +21,8 @@ mod vocab;
 pub use bias::Bias;
 pub use cfg::{Cfg, Production, Sym};
 pub use earley::{Parser, Tables};
+pub use json_schema::{schema_grammar, Whitespace};
+pub use matcher::{Constraint, Matcher};
 pub use dfa::{Dfa, DfaState};
 pub use stop::{StopEvent, StopMatcher};
 pub use trie::{Node, TokenTrie};
@@ -29,6 +33,8 @@ pub use vocab::{Encoding, TokenKind, Vocab};
 pub enum EngineError {
     /// A regex that does not parse or uses what automata cannot do.
     Regex(String),
+    /// A feature the engine cannot enforce exactly (named in the message).
+    Unsupported(String),
     /// A constraint past the limits (states, memory, nesting).
     TooComplex(String),
     /// Nothing can satisfy the constraint (from this point).
@@ -43,6 +49,7 @@ impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             EngineError::Regex(m) => write!(f, "invalid regex: {m}"),
+            EngineError::Unsupported(m) => write!(f, "unsupported: {m}"),
             EngineError::TooComplex(m) => write!(f, "constraint too complex: {m}"),
             EngineError::Unsatisfiable(m) => write!(f, "unsatisfiable constraint: {m}"),
             EngineError::Rejected(m) => write!(f, "rejected: {m}"),
@@ -63,11 +70,13 @@ pub struct Limits {
     pub max_automaton_bytes: usize,
     /// Deepest regex nesting.
     pub max_nesting: usize,
+    /// Most Earley items in one parse state.
+    pub max_row_items: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_states: 200_000, max_automaton_bytes: 64 << 20, max_nesting: 128 }
+        Limits { max_states: 200_000, max_automaton_bytes: 64 << 20, max_nesting: 128, max_row_items: 100_000 }
     }
 }
 

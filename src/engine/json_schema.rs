@@ -1,0 +1,684 @@
+//! JSON Schema to a grammar (the GBNF AST), compiled by [`super::Cfg`].
+//!
+//! Exact where it claims support; anything it cannot enforce is an error
+//! naming the keyword (never silently ignored): `oneOf` (exclusivity),
+//! `not`, `uniqueItems: true`, `multipleOf`, non-integer bounds other than
+//! `minimum: 0`, unknown `format`s, remote `$ref`s. Properties are generated
+//! in the schema's order; additional properties (allowed by default, as the
+//! spec says) come after the known ones.
+
+use std::collections::HashMap;
+
+use regex_syntax::hir::{self, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look};
+use serde_json::Value;
+
+use super::EngineError;
+use crate::syntax::gbnf::{GExpr, GKind, Grammar, GrammarRule};
+
+/// White space the generated JSON may contain between tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whitespace {
+    /// None at all: `{"a":1}`.
+    Compact,
+    /// Up to this many spaces, tabs or newlines at each place JSON allows them.
+    Flexible(u32),
+}
+
+/// Compiles `schema` to a grammar whose start rule is `root`.
+pub fn schema_grammar(schema: &Value, ws: Whitespace) -> Result<Grammar, EngineError> {
+    let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, depth: 0 };
+    let body = c.schema(schema)?;
+    c.rules.insert(0, GrammarRule { name: "root".into(), name_span: Default::default(), body, span: Default::default() });
+    Ok(Grammar { rules: c.rules })
+}
+
+fn e(kind: GKind) -> GExpr {
+    GExpr { kind, span: Default::default() }
+}
+fn lit(s: &str) -> GExpr {
+    e(GKind::Literal(s.to_string()))
+}
+fn seq(v: Vec<GExpr>) -> GExpr {
+    e(GKind::Seq(v))
+}
+fn alt(v: Vec<GExpr>) -> GExpr {
+    if v.len() == 1 {
+        return v.into_iter().next().expect("one");
+    }
+    e(GKind::Alt(v))
+}
+fn rx(r: &str) -> GExpr {
+    e(GKind::Regex(r.to_string()))
+}
+fn rep(x: GExpr, min: u32, max: Option<u32>) -> GExpr {
+    e(GKind::Repeat { inner: Box::new(x), min, max })
+}
+fn reference(name: &str) -> GExpr {
+    e(GKind::Ref(name.to_string()))
+}
+
+const STRING_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))"#;
+const INTEGER: &str = "-?(?:0|[1-9][0-9]*)";
+const NUMBER: &str = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?";
+
+/// Keywords that only annotate.
+const ANNOTATIONS: &[&str] = &[
+    "title", "description", "default", "examples", "$schema", "$id", "id", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$defs", "definitions", "$anchor", "contentMediaType", "contentEncoding",
+];
+
+struct Conv<'s> {
+    root: &'s Value,
+    rules: Vec<GrammarRule>,
+    refs: HashMap<String, String>,
+    ws: Whitespace,
+    depth: usize,
+}
+
+fn unsupported(k: &str, why: &str) -> EngineError {
+    EngineError::Unsupported(format!("JSON Schema keyword `{k}`: {why}"))
+}
+
+impl<'s> Conv<'s> {
+    fn ws(&self) -> GExpr {
+        match self.ws {
+            Whitespace::Compact => seq(vec![]),
+            Whitespace::Flexible(n) => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n')] }), 0, Some(n)),
+        }
+    }
+
+    fn add_rule(&mut self, name: String, body: GExpr) {
+        self.rules.push(GrammarRule { name, name_span: Default::default(), body, span: Default::default() });
+    }
+
+    fn schema(&mut self, s: &Value) -> Result<GExpr, EngineError> {
+        self.depth += 1;
+        if self.depth > 200 {
+            return Err(EngineError::TooComplex("the schema nests deeper than 200".into()));
+        }
+        let out = self.schema_inner(s);
+        self.depth -= 1;
+        out
+    }
+
+    fn schema_inner(&mut self, s: &Value) -> Result<GExpr, EngineError> {
+        let obj = match s {
+            Value::Bool(true) => return Ok(self.any_value()),
+            Value::Bool(false) => return Err(EngineError::Unsatisfiable("the schema `false` matches nothing".into())),
+            Value::Object(o) => o,
+            _ => return Err(EngineError::Unsupported("a schema must be an object or a boolean".into())),
+        };
+        if let Some(r) = obj.get("$ref") {
+            let others: Vec<&String> = obj.keys().filter(|k| *k != "$ref" && !ANNOTATIONS.contains(&k.as_str())).collect();
+            if !others.is_empty() {
+                return Err(unsupported(others[0], "next to `$ref`"));
+            }
+            return self.reference(r.as_str().unwrap_or_default());
+        }
+        for k in obj.keys() {
+            let known = ANNOTATIONS.contains(&k.as_str())
+                || k.starts_with("x-")
+                || matches!(
+                    k.as_str(),
+                    "type" | "enum" | "const" | "anyOf" | "allOf" | "nullable" | "properties" | "required"
+                        | "additionalProperties" | "patternProperties" | "minProperties" | "maxProperties" | "items"
+                        | "prefixItems" | "minItems" | "maxItems" | "uniqueItems" | "additionalItems" | "minLength"
+                        | "maxLength" | "pattern" | "format" | "minimum" | "maximum" | "exclusiveMinimum"
+                        | "exclusiveMaximum"
+                );
+            if !known {
+                let why = match k.as_str() {
+                    "oneOf" => "exactly-one-of cannot be enforced while generating",
+                    "not" => "negation cannot be enforced while generating",
+                    "if" | "then" | "else" => "conditional schemas are not supported",
+                    "multipleOf" => "multiples are not supported",
+                    "contains" | "minContains" | "maxContains" => "`contains` is not supported",
+                    "propertyNames" | "dependencies" | "dependentRequired" | "dependentSchemas" => "not supported",
+                    "unevaluatedProperties" | "unevaluatedItems" => "not supported",
+                    _ => "unknown keyword",
+                };
+                return Err(unsupported(k, why));
+            }
+        }
+        if let Some(v) = obj.get("const") {
+            return Ok(lit(&json_text(v)));
+        }
+        if let Some(v) = obj.get("enum") {
+            let opts = v.as_array().ok_or_else(|| unsupported("enum", "must be a list"))?;
+            if opts.is_empty() {
+                return Err(EngineError::Unsatisfiable("`enum` is empty".into()));
+            }
+            return Ok(alt(opts.iter().map(|o| lit(&json_text(o))).collect()));
+        }
+        if let Some(all) = obj.get("allOf") {
+            let merged = merge_all_of(obj, all)?;
+            return self.schema(&merged);
+        }
+        if let Some(any) = obj.get("anyOf") {
+            let list = any.as_array().ok_or_else(|| unsupported("anyOf", "must be a list"))?;
+            let base: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| *k != "anyOf").map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut alts = Vec::new();
+            for sub in list {
+                // Keywords beside anyOf apply to every branch.
+                let combined = if base.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) {
+                    sub.clone()
+                } else {
+                    merge_all_of(&serde_json::Map::new(), &Value::Array(vec![Value::Object(base.clone()), sub.clone()]))?
+                };
+                alts.push(self.schema(&combined)?);
+            }
+            return Ok(alt(alts));
+        }
+        let mut types: Vec<String> = match obj.get("type") {
+            Some(Value::String(t)) => vec![t.clone()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
+            Some(_) => return Err(unsupported("type", "must be a string or a list")),
+            None => infer_types(obj),
+        };
+        if obj.get("nullable") == Some(&Value::Bool(true)) && !types.iter().any(|t| t == "null") {
+            types.push("null".into());
+        }
+        let mut alts = Vec::new();
+        for t in &types {
+            alts.push(match t.as_str() {
+                "null" => lit("null"),
+                "boolean" => alt(vec![lit("true"), lit("false")]),
+                "integer" => rx(&integer_regex(obj)?),
+                "number" => rx(&number_regex(obj)?),
+                "string" => self.string(obj)?,
+                "array" => self.array(obj)?,
+                "object" => self.object(obj)?,
+                other => return Err(unsupported("type", &format!("unknown type `{other}`"))),
+            });
+        }
+        Ok(alt(alts))
+    }
+
+    fn any_value(&mut self) -> GExpr {
+        if !self.refs.contains_key("<any>") {
+            self.refs.insert("<any>".into(), "any".into());
+            let ws = self.ws();
+            let member = seq(vec![rx(&format!("\"{STRING_CHAR}*\"")), ws.clone(), lit(":"), ws.clone(), reference("any")]);
+            let object = seq(vec![
+                lit("{"),
+                ws.clone(),
+                rep(seq(vec![member.clone(), ws.clone(), rep(seq(vec![lit(","), ws.clone(), member, ws.clone()]), 0, None)]), 0, Some(1)),
+                lit("}"),
+            ]);
+            let item = seq(vec![reference("any"), ws.clone()]);
+            let array = seq(vec![
+                lit("["),
+                ws.clone(),
+                rep(seq(vec![item.clone(), rep(seq(vec![lit(","), ws, item]), 0, None)]), 0, Some(1)),
+                lit("]"),
+            ]);
+            let body = alt(vec![object, array, rx(&format!("\"{STRING_CHAR}*\"")), rx(NUMBER), lit("true"), lit("false"), lit("null")]);
+            self.add_rule("any".into(), body);
+        }
+        reference("any")
+    }
+
+    fn reference(&mut self, r: &str) -> Result<GExpr, EngineError> {
+        if let Some(name) = self.refs.get(r) {
+            return Ok(reference(name));
+        }
+        let Some(pointer) = r.strip_prefix('#') else {
+            return Err(unsupported("$ref", &format!("only local references (`#/...`) are supported, not `{r}`")));
+        };
+        let target = if pointer.is_empty() { Some(self.root) } else { self.root.pointer(pointer) };
+        let target = target.ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
+        let name = format!("ref{}", self.refs.len());
+        self.refs.insert(r.to_string(), name.clone());
+        let body = self.schema(target)?;
+        self.add_rule(name.clone(), body);
+        Ok(reference(&name))
+    }
+
+    fn string(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
+        if let Some(f) = obj.get("format").and_then(Value::as_str) {
+            let r = format_regex(f).ok_or_else(|| unsupported("format", &format!("unknown format `{f}`")))?;
+            return Ok(rx(&format!("\"{r}\"")));
+        }
+        let min = obj.get("minLength").and_then(Value::as_u64).unwrap_or(0) as u32;
+        let max = obj.get("maxLength").and_then(Value::as_u64).map(|m| m as u32);
+        if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
+            if min > 0 || max.is_some() {
+                return Err(unsupported("pattern", "together with minLength/maxLength is not supported"));
+            }
+            return Ok(e(GKind::Regex(format!("\"{}\"", pattern_in_string(p)?))));
+        }
+        let body = match max {
+            Some(m) => format!("{STRING_CHAR}{{{min},{m}}}"),
+            None => format!("{STRING_CHAR}{{{min},}}"),
+        };
+        Ok(rx(&format!("\"{body}\"")))
+    }
+
+    fn array(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
+        if obj.get("uniqueItems") == Some(&Value::Bool(true)) {
+            return Err(unsupported("uniqueItems", "uniqueness cannot be enforced while generating"));
+        }
+        let ws = self.ws();
+        let prefix: Vec<&Value> = obj.get("prefixItems").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+        let items = match obj.get("items") {
+            Some(Value::Array(a)) if prefix.is_empty() => {
+                // Draft-4 tuples: `items` as a list, `additionalItems` after.
+                let tuple: Vec<&Value> = a.iter().collect();
+                return self.tuple(obj, tuple, obj.get("additionalItems"));
+            }
+            other => other,
+        };
+        if !prefix.is_empty() {
+            return self.tuple(obj, prefix, items);
+        }
+        let item = match items {
+            Some(s) => self.schema(s)?,
+            None => self.any_value(),
+        };
+        let min = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0) as u32;
+        let max = obj.get("maxItems").and_then(Value::as_u64).map(|m| m as u32);
+        let one = seq(vec![item.clone(), ws.clone()]);
+        let more = seq(vec![lit(","), ws.clone(), item, ws.clone()]);
+        let list = match (min, max) {
+            (_, Some(0)) => seq(vec![]),
+            (0, m) => rep(seq(vec![one, rep(more, 0, m.map(|m| m - 1))]), 0, Some(1)),
+            (n, m) => seq(vec![one, rep(more, n - 1, m.map(|m| m - 1))]),
+        };
+        Ok(seq(vec![lit("["), ws, list, lit("]")]))
+    }
+
+    fn tuple(&mut self, obj: &serde_json::Map<String, Value>, items: Vec<&Value>, rest: Option<&Value>) -> Result<GExpr, EngineError> {
+        let ws = self.ws();
+        let min = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0) as usize;
+        if obj.contains_key("maxItems") {
+            return Err(unsupported("maxItems", "with a tuple (`prefixItems`) is not supported"));
+        }
+        let rest = match rest {
+            None | Some(Value::Bool(true)) => Some(self.any_value()),
+            Some(Value::Bool(false)) => None,
+            Some(s) => Some(self.schema(s)?),
+        };
+        // Items i.. as a comma-separated tail; item i may be absent only when
+        // fewer than `min` are required and nothing follows it.
+        let mut tail = rest.map(|r| rep(seq(vec![lit(","), ws.clone(), r, ws.clone()]), 0, None)).unwrap_or(seq(vec![]));
+        let compiled: Vec<GExpr> = items.iter().map(|s| self.schema(s)).collect::<Result<_, _>>()?;
+        for (i, it) in compiled.into_iter().enumerate().rev() {
+            let sep = if i == 0 { seq(vec![]) } else { seq(vec![lit(","), ws.clone()]) };
+            let present = seq(vec![sep, it, ws.clone(), tail]);
+            tail = if i >= min { rep(present, 0, Some(1)) } else { present };
+        }
+        Ok(seq(vec![lit("["), ws, tail, lit("]")]))
+    }
+
+    fn object(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
+        let ws = self.ws();
+        let props: Vec<(&String, &Value)> = obj.get("properties").and_then(Value::as_object).map(|p| p.iter().collect()).unwrap_or_default();
+        let required: Vec<&str> = obj.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        for r in &required {
+            if !props.iter().any(|(k, _)| k == r) {
+                return Err(unsupported("required", &format!("`{r}` is required but has no schema in `properties`")));
+            }
+        }
+        if let Some(n) = obj.get("minProperties").and_then(Value::as_u64) {
+            if n as usize > required.len() {
+                return Err(unsupported("minProperties", "more than the required properties is not supported"));
+            }
+        }
+        if obj.contains_key("maxProperties") {
+            return Err(unsupported("maxProperties", "not supported"));
+        }
+        let mut extra_keys: Vec<GExpr> = Vec::new();
+        if let Some(pp) = obj.get("patternProperties").and_then(Value::as_object) {
+            for (pat, sub) in pp {
+                let key = e(GKind::Regex(format!("\"{}\"", pattern_in_string(pat)?)));
+                let value = self.schema(sub)?;
+                extra_keys.push(seq(vec![key, ws.clone(), lit(":"), ws.clone(), value]));
+            }
+        }
+        match obj.get("additionalProperties") {
+            Some(Value::Bool(false)) => {}
+            None | Some(Value::Bool(true)) => {
+                let any = self.any_value();
+                extra_keys.push(seq(vec![rx(&format!("\"{STRING_CHAR}*\"")), ws.clone(), lit(":"), ws.clone(), any]));
+            }
+            Some(s) => {
+                let value = self.schema(s)?;
+                extra_keys.push(seq(vec![rx(&format!("\"{STRING_CHAR}*\"")), ws.clone(), lit(":"), ws.clone(), value]));
+            }
+        }
+        let extra = (!extra_keys.is_empty()).then(|| alt(extra_keys));
+        let members: Vec<(GExpr, bool)> = props
+            .iter()
+            .map(|(k, s)| {
+                let value = self.schema(s)?;
+                let key = lit(&json_text(&Value::String((*k).clone())));
+                Ok((seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), required.contains(&k.as_str())))
+            })
+            .collect::<Result<_, EngineError>>()?;
+        // tail(i, first): members i.. in order, then extras; `first` when no
+        // member has been written yet (so no comma before the next one).
+        let sep = |first: bool, ws: &GExpr| if first { seq(vec![]) } else { seq(vec![lit(","), ws.clone()]) };
+        let extras = |first: bool, ws: &GExpr| match &extra {
+            None => seq(vec![]),
+            Some(x) => {
+                let item = seq(vec![x.clone(), ws.clone()]);
+                let more = rep(seq(vec![lit(","), ws.clone(), item.clone()]), 0, None);
+                if first {
+                    rep(seq(vec![item, more]), 0, Some(1))
+                } else {
+                    more
+                }
+            }
+        };
+        let mut after_some = extras(false, &ws);
+        let mut after_none = extras(true, &ws);
+        for (m, req) in members.into_iter().rev() {
+            let with_some = seq(vec![sep(false, &ws), m.clone(), after_some.clone()]);
+            let with_none = seq(vec![m, after_some.clone()]);
+            if req {
+                after_some = with_some;
+                after_none = with_none;
+            } else {
+                after_some = alt(vec![with_some, after_some]);
+                after_none = alt(vec![with_none, after_none]);
+            }
+        }
+        Ok(seq(vec![lit("{"), ws, after_none, lit("}")]))
+    }
+}
+
+/// The types a schema without `type` can have, judged by its keywords.
+fn infer_types(obj: &serde_json::Map<String, Value>) -> Vec<String> {
+    let has = |ks: &[&str]| ks.iter().any(|k| obj.contains_key(*k));
+    let mut t = Vec::new();
+    if has(&["properties", "additionalProperties", "patternProperties", "required", "minProperties", "maxProperties"]) {
+        t.push("object");
+    }
+    if has(&["items", "prefixItems", "minItems", "maxItems", "uniqueItems", "additionalItems"]) {
+        t.push("array");
+    }
+    if has(&["minLength", "maxLength", "pattern", "format"]) {
+        t.push("string");
+    }
+    if has(&["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]) {
+        t.push("number");
+    }
+    if t.is_empty() {
+        t = vec!["null", "boolean", "object", "array", "string", "number"];
+    }
+    t.into_iter().map(str::to_string).collect()
+}
+
+/// Compact JSON text of a value (as literals in the grammar).
+fn json_text(v: &Value) -> String {
+    serde_json::to_string(v).expect("JSON serialises")
+}
+
+/// `allOf` merged into one schema: object keywords combine, everything else
+/// must agree.
+fn merge_all_of(base: &serde_json::Map<String, Value>, all: &Value) -> Result<Value, EngineError> {
+    let list = all.as_array().ok_or_else(|| unsupported("allOf", "must be a list"))?;
+    let mut out: serde_json::Map<String, Value> = base.iter().filter(|(k, _)| *k != "allOf").map(|(k, v)| (k.clone(), v.clone())).collect();
+    for sub in list {
+        let Some(o) = sub.as_object() else { return Err(unsupported("allOf", "branches must be objects")) };
+        for (k, v) in o {
+            match (k.as_str(), out.get_mut(k)) {
+                (_, None) => {
+                    out.insert(k.clone(), v.clone());
+                }
+                ("properties", Some(Value::Object(p))) => {
+                    for (name, s) in v.as_object().into_iter().flatten() {
+                        if p.get(name).is_some_and(|old| old != s) {
+                            return Err(unsupported("allOf", &format!("property `{name}` has two different schemas")));
+                        }
+                        p.insert(name.clone(), s.clone());
+                    }
+                }
+                ("required", Some(Value::Array(r))) => {
+                    for x in v.as_array().into_iter().flatten() {
+                        if !r.contains(x) {
+                            r.push(x.clone());
+                        }
+                    }
+                }
+                (_, Some(old)) if old == v => {}
+                (_, Some(_)) if ANNOTATIONS.contains(&k.as_str()) => {}
+                _ => return Err(unsupported("allOf", &format!("branches disagree on `{k}`"))),
+            }
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+fn format_regex(f: &str) -> Option<&'static str> {
+    Some(match f {
+        "date-time" => r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])",
+        "date" => r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])",
+        "time" => r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?",
+        "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+",
+        "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+        "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
+        "hostname" => r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
+        "uri" | "uri-reference" | "iri" => r#"[A-Za-z][A-Za-z0-9+.-]*:[^\x00-\x20"\\<>^`{|}]*"#,
+        _ => return None,
+    })
+}
+
+/// An integer regex honouring integer bounds (exact).
+fn integer_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineError> {
+    let bound = |k: &str| obj.get(k).and_then(Value::as_f64);
+    let mut lo = bound("minimum").map(|x| x.ceil() as i64);
+    let mut hi = bound("maximum").map(|x| x.floor() as i64);
+    match obj.get("exclusiveMinimum") {
+        Some(Value::Bool(true)) => lo = lo.map(|x| x + 1),
+        Some(v) if v.is_number() => lo = Some(v.as_f64().expect("number").floor() as i64 + 1),
+        _ => {}
+    }
+    match obj.get("exclusiveMaximum") {
+        Some(Value::Bool(true)) => hi = hi.map(|x| x - 1),
+        Some(v) if v.is_number() => hi = Some(v.as_f64().expect("number").ceil() as i64 - 1),
+        _ => {}
+    }
+    if let (Some(a), Some(b)) = (lo, hi) {
+        if a > b {
+            return Err(EngineError::Unsatisfiable(format!("no integer lies between {a} and {b}")));
+        }
+    }
+    if lo.is_none() && hi.is_none() {
+        return Ok(INTEGER.into());
+    }
+    Ok(int_range(lo, hi))
+}
+
+fn number_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineError> {
+    for k in ["maximum", "exclusiveMinimum", "exclusiveMaximum"] {
+        if obj.get(k).is_some_and(|v| !matches!(v, Value::Bool(false))) {
+            return Err(unsupported(k, "bounds on non-integer numbers are not supported"));
+        }
+    }
+    match obj.get("minimum").and_then(Value::as_f64) {
+        None => Ok(NUMBER.into()),
+        Some(m) if m == 0.0 => Ok("(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?".into()),
+        Some(_) => Err(unsupported("minimum", "on non-integer numbers only `0` is supported")),
+    }
+}
+
+/// Regex for the integers in `[lo, hi]` (either end open).
+fn int_range(lo: Option<i64>, hi: Option<i64>) -> String {
+    let mut parts = Vec::new();
+    // Negative part: -(|hi'|..=|lo|).
+    if lo.is_none_or(|l| l < 0) {
+        let neg_hi = hi.map(|h| h.min(-1));
+        if neg_hi.is_none_or(|h| h <= -1) {
+            let a = neg_hi.map(|h| (-h) as u64).unwrap_or(1);
+            let b = lo.map(|l| l.unsigned_abs());
+            parts.push(format!("-(?:{})", nonneg_range(a, b)));
+        }
+    }
+    // Non-negative part.
+    if hi.is_none_or(|h| h >= 0) {
+        let a = lo.map(|l| l.max(0) as u64).unwrap_or(0);
+        let b = hi.map(|h| h as u64);
+        parts.push(nonneg_range(a, b));
+    }
+    format!("(?:{})", parts.join("|"))
+}
+
+/// Regex for the non-negative integers in `[a, b]` (b open when `None`), no leading zeros.
+fn nonneg_range(a: u64, b: Option<u64>) -> String {
+    match b {
+        Some(b) => bounded(a, b),
+        None => {
+            let digits = a.to_string().len();
+            let top = 10u64.saturating_pow(digits as u32).saturating_sub(1);
+            format!("{}|[1-9][0-9]{{{},}}", bounded(a, top.max(a)), digits)
+        }
+    }
+}
+
+fn bounded(a: u64, b: u64) -> String {
+    // Split by number of digits, then by common prefix.
+    let mut alts = Vec::new();
+    let mut lo = a;
+    while lo <= b {
+        let digits = lo.to_string().len() as u32;
+        let top = 10u64.saturating_pow(digits).saturating_sub(1).min(b);
+        same_len(&lo.to_string(), &top.to_string(), &mut alts);
+        if top == u64::MAX || top >= b {
+            break;
+        }
+        lo = top + 1;
+    }
+    alts.join("|")
+}
+
+/// Numbers between two equal-length decimal strings.
+fn same_len(lo: &str, hi: &str, out: &mut Vec<String>) {
+    if lo == hi {
+        out.push(lo.to_string());
+        return;
+    }
+    let (l, h) = (lo.as_bytes(), hi.as_bytes());
+    let common = l.iter().zip(h).take_while(|(x, y)| x == y).count();
+    let prefix = &lo[..common];
+    let rest = lo.len() - common - 1;
+    let (ld, hd) = (l[common], h[common]);
+    let lo_tail = &lo[common + 1..];
+    let hi_tail = &hi[common + 1..];
+    let all_zero = lo_tail.bytes().all(|c| c == b'0');
+    let all_nine = hi_tail.bytes().all(|c| c == b'9');
+    let any = |n: usize| if n == 0 { String::new() } else { format!("[0-9]{{{n}}}") };
+    if all_zero && all_nine {
+        out.push(format!("{prefix}[{}-{}]{}", ld as char, hd as char, any(rest)));
+        return;
+    }
+    // lo's first digit with the rest of lo..=99…
+    if all_zero {
+        out.push(format!("{prefix}{}{}", ld as char, any(rest)));
+    } else {
+        let nines: String = "9".repeat(rest);
+        let mut sub = Vec::new();
+        same_len(lo_tail, &nines, &mut sub);
+        out.extend(sub.into_iter().map(|s| format!("{prefix}{}{s}", ld as char)));
+    }
+    if hd > ld + 1 {
+        out.push(format!("{prefix}[{}-{}]{}", (ld + 1) as char, (hd - 1) as char, any(rest)));
+    }
+    if all_nine {
+        out.push(format!("{prefix}{}{}", hd as char, any(rest)));
+    } else {
+        let zeros: String = "0".repeat(rest);
+        let mut sub = Vec::new();
+        same_len(&zeros, hi_tail, &mut sub);
+        out.extend(sub.into_iter().map(|s| format!("{prefix}{}{s}", hd as char)));
+    }
+}
+
+/// The regex for a JSON string's content whose decoded text matches the
+/// schema `pattern` (an unanchored search unless `^…$`). The pattern is
+/// limited to characters that need no escape in JSON.
+fn pattern_in_string(p: &str) -> Result<String, EngineError> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .build()
+        .parse(p)
+        .map_err(|e| EngineError::Regex(format!("`pattern` {p:?}: {e}")))?;
+    let (starts, ends, core) = strip_anchors(hir);
+    let core = no_escapes(&core)?;
+    let plain = r#"[^"\\\x00-\x1F]*"#;
+    let mut out = String::new();
+    if !starts {
+        out.push_str(plain);
+    }
+    out.push_str(&format!("(?:{core})"));
+    if !ends {
+        out.push_str(plain);
+    }
+    Ok(out)
+}
+
+/// Removes a leading `^` and trailing `$`; reports which were there.
+fn strip_anchors(h: Hir) -> (bool, bool, Hir) {
+    let is = |x: &Hir, l: Look| matches!(x.kind(), HirKind::Look(k) if *k == l || (l == Look::Start && *k == Look::StartLF) || (l == Look::End && *k == Look::EndLF));
+    match h.kind() {
+        HirKind::Concat(v) => {
+            let mut v = v.clone();
+            let starts = v.first().is_some_and(|x| is(x, Look::Start));
+            if starts {
+                v.remove(0);
+            }
+            let ends = v.last().is_some_and(|x| is(x, Look::End));
+            if ends {
+                v.pop();
+            }
+            (starts, ends, Hir::concat(v))
+        }
+        _ if is(&h, Look::Start) || is(&h, Look::End) => (true, true, Hir::empty()),
+        _ => (false, false, h),
+    }
+}
+
+/// The regex text of `h` with quote, backslash and control characters
+/// removed from every class; a literal holding one is refused.
+fn no_escapes(h: &Hir) -> Result<String, EngineError> {
+    let bad = ClassUnicode::new([ClassUnicodeRange::new('\0', '\x1F'), ClassUnicodeRange::new('"', '"'), ClassUnicodeRange::new('\\', '\\')]);
+    fn fix(h: &Hir, bad: &ClassUnicode) -> Result<Hir, EngineError> {
+        Ok(match h.kind() {
+            HirKind::Class(Class::Unicode(c)) => {
+                let mut c = c.clone();
+                c.difference(bad);
+                Hir::class(Class::Unicode(c))
+            }
+            HirKind::Class(Class::Bytes(_)) => return Err(unsupported("pattern", "byte classes are not supported")),
+            HirKind::Literal(hir::Literal(bytes)) => {
+                if bytes.iter().any(|b| *b < 0x20 || *b == b'"' || *b == b'\\') {
+                    return Err(unsupported("pattern", "literal quotes, backslashes or control characters are not supported"));
+                }
+                h.clone()
+            }
+            HirKind::Look(_) => return Err(unsupported("pattern", "anchors or word boundaries inside the pattern are not supported")),
+            HirKind::Repetition(r) => Hir::repetition(hir::Repetition { sub: Box::new(fix(&r.sub, bad)?), ..r.clone() }),
+            HirKind::Capture(c) => fix(&c.sub, bad)?,
+            HirKind::Concat(v) => Hir::concat(v.iter().map(|x| fix(x, bad)).collect::<Result<_, _>>()?),
+            HirKind::Alternation(v) => Hir::alternation(v.iter().map(|x| fix(x, bad)).collect::<Result<_, _>>()?),
+            HirKind::Empty => h.clone(),
+        })
+    }
+    Ok(fix(h, &bad)?.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_ranges_are_exact() {
+        for (lo, hi) in [(Some(0), Some(150)), (Some(-20), Some(7)), (Some(5), None), (None, Some(-3)), (Some(123), Some(4567)), (Some(-5), Some(-5))] {
+            let re = regex_automata::meta::Regex::new(&format!("^{}$", int_range(lo, hi))).unwrap();
+            for n in -300i64..5000 {
+                let inside = lo.is_none_or(|l| n >= l) && hi.is_none_or(|h| n <= h);
+                assert_eq!(re.is_match(&n.to_string()), inside, "{n} in {lo:?}..={hi:?}: {}", int_range(lo, hi));
+            }
+            assert!(!re.is_match("007") && !re.is_match("-0"));
+        }
+    }
+}

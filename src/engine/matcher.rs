@@ -1,0 +1,131 @@
+//! One interface over every constraint: compile once ([`Constraint`]),
+//! then run a [`Matcher`] per generated value — masks, feeding bytes,
+//! acceptance, and checkpoints to rewind to.
+
+use std::sync::Arc;
+
+use super::cfg::Cfg;
+use super::dfa::{Dfa, DfaState};
+use super::earley::{Parser, Tables};
+use super::json_schema::{schema_grammar, Whitespace};
+use super::vocab::Vocab;
+use super::{EngineError, Limits, TokenMask};
+use crate::syntax::gbnf::Grammar;
+
+/// A compiled constraint, shareable between generations.
+#[derive(Debug, Clone)]
+pub enum Constraint {
+    /// A regex or a list of literal choices.
+    Regular(Arc<Dfa>),
+    /// A context-free grammar (GBNF, JSON Schema).
+    ContextFree(Arc<Tables>),
+}
+
+impl Constraint {
+    /// A regex the value must match in full.
+    pub fn regex(pattern: &str, limits: &Limits) -> Result<Constraint, EngineError> {
+        Ok(Constraint::Regular(Arc::new(Dfa::regex(pattern, limits)?)))
+    }
+
+    /// Literal options, one of which the value must be.
+    pub fn choices<S: AsRef<[u8]>>(options: &[S], limits: &Limits) -> Result<Constraint, EngineError> {
+        Ok(Constraint::Regular(Arc::new(Dfa::choices(options, limits)?)))
+    }
+
+    /// A GBNF grammar starting at rule `start`.
+    pub fn grammar(g: &Grammar, start: &str, limits: &Limits) -> Result<Constraint, EngineError> {
+        Ok(Constraint::ContextFree(Arc::new(Tables::new(Cfg::from_gbnf(g, start, limits)?))))
+    }
+
+    /// JSON valid against `schema`.
+    pub fn json_schema(schema: &serde_json::Value, ws: Whitespace, limits: &Limits) -> Result<Constraint, EngineError> {
+        let g = schema_grammar(schema, ws)?;
+        Constraint::grammar(&g, "root", limits)
+    }
+
+    /// A matcher at the start of the value.
+    pub fn matcher(&self, limits: &Limits) -> Matcher {
+        match self {
+            Constraint::Regular(d) => Matcher::Regular { dfa: d.clone(), states: vec![d.start()] },
+            Constraint::ContextFree(t) => Matcher::ContextFree(Parser::new(t.clone(), limits.max_row_items)),
+        }
+    }
+}
+
+/// The progress of one value through its constraint.
+#[derive(Debug, Clone)]
+pub enum Matcher {
+    /// Through a DFA: the state after each byte.
+    Regular {
+        /// The automaton.
+        dfa: Arc<Dfa>,
+        /// States after 0, 1, … bytes.
+        states: Vec<DfaState>,
+    },
+    /// Through the Earley parser.
+    ContextFree(Parser),
+}
+
+impl Matcher {
+    /// Writes the allowed next tokens (EOS where the value may end) into `out`.
+    pub fn mask(&mut self, vocab: &Vocab, out: &mut TokenMask) -> Result<(), EngineError> {
+        match self {
+            Matcher::Regular { dfa, states } => {
+                dfa.mask(vocab, *states.last().expect("start state"), out);
+                Ok(())
+            }
+            Matcher::ContextFree(p) => p.mask(vocab, out),
+        }
+    }
+
+    /// Consumes `bytes` if they can come next; otherwise consumes nothing
+    /// and returns `false`.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<bool, EngineError> {
+        match self {
+            Matcher::Regular { dfa, states } => match dfa.feed(*states.last().expect("state"), bytes) {
+                None => Ok(false),
+                Some(_) => {
+                    let mut s = *states.last().expect("state");
+                    for &b in bytes {
+                        s = dfa.step(s, b).expect("checked");
+                        states.push(s);
+                    }
+                    Ok(true)
+                }
+            },
+            Matcher::ContextFree(p) => p.feed(bytes),
+        }
+    }
+
+    /// True when the bytes so far are a whole value.
+    pub fn is_accepting(&self) -> bool {
+        match self {
+            Matcher::Regular { dfa, states } => dfa.is_accepting(*states.last().expect("state")),
+            Matcher::ContextFree(p) => p.is_accepting(),
+        }
+    }
+
+    /// True when the value is accepted and nothing more can follow.
+    pub fn is_complete(&self) -> bool {
+        match self {
+            Matcher::Regular { dfa, states } => dfa.is_complete(*states.last().expect("state")),
+            Matcher::ContextFree(p) => p.is_accepting() && !p.can_continue(),
+        }
+    }
+
+    /// Bytes consumed so far: a checkpoint for [`Matcher::rewind`].
+    pub fn position(&self) -> usize {
+        match self {
+            Matcher::Regular { states, .. } => states.len() - 1,
+            Matcher::ContextFree(p) => p.len() - 1,
+        }
+    }
+
+    /// Forgets every byte after the first `position` (O(1) for both engines).
+    pub fn rewind(&mut self, position: usize) {
+        match self {
+            Matcher::Regular { states, .. } => states.truncate(position + 1),
+            Matcher::ContextFree(p) => p.truncate(position + 1),
+        }
+    }
+}
