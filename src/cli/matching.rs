@@ -265,14 +265,14 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
     let (vocab, tok) = Vocab::load(&args.tokenizer).map_err(|e| e.to_string())?;
     let enc = TextEncoder::new(&tok);
     let (mut compiled, mut compile_ms, mut mask_us) = (0usize, Vec::new(), Vec::new());
-    let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut reasons: std::collections::BTreeMap<String, (usize, String)> = Default::default();
     let (mut valid_ok, mut valid_n, mut invalid_ok, mut invalid_n) = (0, 0, 0, 0);
     let mut failures: Vec<String> = Vec::new();
     for f in &files {
         let doc: serde_json::Value = match std::fs::read_to_string(f).ok().and_then(|t| serde_json::from_str(&t).ok()) {
             Some(d) => d,
             None => {
-                *reasons.entry("file is not JSON".into()).or_default() += 1;
+                reasons.entry("file is not JSON".into()).or_insert((0, f.display().to_string())).0 += 1;
                 continue;
             }
         };
@@ -282,7 +282,8 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             Err(e) => {
                 let reason = e.to_string();
                 let key = reason.split(':').take(2).collect::<Vec<_>>().join(":");
-                *reasons.entry(key).or_default() += 1;
+                let example = format!("{}: {}", f.file_name().unwrap_or_default().to_string_lossy(), truncate(&reason, 160));
+                reasons.entry(key).or_insert((0, example)).0 += 1;
                 continue;
             }
         };
@@ -349,9 +350,9 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
     if !reasons.is_empty() {
         text.push_str("compile errors by reason:\n");
         let mut by: Vec<_> = reasons.into_iter().collect();
-        by.sort_by(|a, b| b.1.cmp(&a.1));
-        for (r, n) in by {
-            text.push_str(&format!("  {n:4}  {r}\n"));
+        by.sort_by_key(|e| std::cmp::Reverse(e.1 .0));
+        for (r, (n, example)) in by {
+            text.push_str(&format!("  {n:4}  {r}\n        e.g. {example}\n"));
         }
     }
     for f in failures {

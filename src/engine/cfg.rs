@@ -6,6 +6,7 @@
 //! grammar's — no maximal munch.
 
 use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
 
@@ -34,8 +35,8 @@ pub struct Production {
 /// A compiled context-free grammar over regular lexemes.
 #[derive(Debug)]
 pub struct Cfg {
-    /// Lexeme automata.
-    pub lexemes: Vec<Dfa>,
+    /// Lexeme automata (shared process-wide: see [`intern_lexeme`]).
+    pub lexemes: Vec<Arc<Dfa>>,
     /// Each lexeme as a regex (for messages and tests).
     pub lexeme_regex: Vec<String>,
     /// Lexemes that match the empty string.
@@ -52,6 +53,9 @@ pub struct Cfg {
     pub start: u32,
 }
 
+/// Largest inlined size of a regular rule before it is kept as a nonterminal.
+const MAX_INLINE: usize = 4_000;
+
 /// Largest number of copies `{m,n}` may make of a recursive part.
 const MAX_EXPANSION: u32 = 1_000;
 
@@ -59,7 +63,7 @@ impl Cfg {
     /// Compiles `g` starting at rule `start`.
     pub fn from_gbnf(g: &Grammar, start: &str, limits: &Limits) -> Result<Cfg, EngineError> {
         let mut b = Builder::new(g, limits)?;
-        let root = b.rule_nt(start).ok_or_else(|| EngineError::Unsatisfiable(format!("the grammar has no rule `{start}`")))?;
+        let root = b.rule_nt(start)?.ok_or_else(|| EngineError::Unsatisfiable(format!("the grammar has no rule `{start}`")))?;
         b.finish(root)
     }
 
@@ -85,7 +89,7 @@ struct Builder<'g> {
     non_regular: HashMap<&'g str, bool>,
     hir_cache: HashMap<&'g str, Hir>,
     lexeme_ids: HashMap<String, u32>,
-    lexemes: Vec<Dfa>,
+    lexemes: Vec<Arc<Dfa>>,
     lexeme_regex: Vec<String>,
     productions: Vec<Production>,
     names: Vec<String>,
@@ -146,11 +150,58 @@ impl<'g> Builder<'g> {
         };
         let reaches: HashMap<&str, std::collections::HashSet<&str>> = names.iter().map(|n| (*n, reach(n))).collect();
         let cyclic: std::collections::HashSet<&str> = names.iter().copied().filter(|n| reaches[n].contains(n)).collect();
-        for n in names {
+        for n in &names {
             let nr = cyclic.contains(n) || reaches[n].iter().any(|m| cyclic.contains(m));
             self.non_regular.insert(n, nr);
         }
+        // A regular rule too big to inline everywhere it is used stays a
+        // nonterminal: lexeme automata stay small however large the grammar.
+        let mut cost: HashMap<&str, usize> = HashMap::new();
+        for n in names {
+            self.inline_cost(n, &mut cost);
+        }
         Ok(())
+    }
+
+    /// The size of rule `name` with its regular references inlined; marks
+    /// the rule non-regular when that passes [`MAX_INLINE`].
+    fn inline_cost(&mut self, name: &'g str, cost: &mut HashMap<&'g str, usize>) -> usize {
+        if let Some(&c) = cost.get(name) {
+            return c;
+        }
+        if self.non_regular[name] {
+            cost.insert(name, 1);
+            return 1;
+        }
+        cost.insert(name, 1); // no cycles here, but be safe against re-entry
+        let body = self.rules[name];
+        let c = self.expr_cost(body, cost);
+        let c = if c > MAX_INLINE {
+            self.non_regular.insert(name, true);
+            1
+        } else {
+            c
+        };
+        cost.insert(name, c);
+        c
+    }
+
+    fn expr_cost(&mut self, e: &'g GExpr, cost: &mut HashMap<&'g str, usize>) -> usize {
+        match &e.kind {
+            GKind::Ref(r) => {
+                let key = self.rules.get_key_value(r.as_str()).map(|(k, _)| *k).expect("checked");
+                self.inline_cost(key, cost)
+            }
+            GKind::Alt(v) | GKind::Seq(v) => v.iter().map(|x| self.expr_cost(x, cost)).fold(1usize, usize::saturating_add),
+            GKind::Repeat { inner, min, max } => {
+                // Counted repeats copy their body in the automaton.
+                let copies = max.unwrap_or(*min).max(1) as usize;
+                self.expr_cost(inner, cost).saturating_mul(copies.min(64)).saturating_add(1)
+            }
+            GKind::Literal(s) => s.len().max(1),
+            GKind::Regex(r) => r.len().max(1),
+            _ => 1,
+        }
     }
 
     fn is_regular(&self, e: &GExpr) -> bool {
@@ -203,7 +254,7 @@ impl<'g> Builder<'g> {
         if let Some(&id) = self.lexeme_ids.get(&key) {
             return Ok(Sym::Lex(id));
         }
-        let dfa = Dfa::from_hir(&h, self.limits)?;
+        let dfa = intern_lexeme(&key, &h, self.limits)?;
         let id = self.lexemes.len() as u32;
         self.lexemes.push(dfa);
         self.lexeme_regex.push(key.clone());
@@ -224,16 +275,17 @@ impl<'g> Builder<'g> {
         Ok(())
     }
 
-    /// The nonterminal of a rule, compiling it on first use.
-    fn rule_nt(&mut self, name: &str) -> Option<u32> {
-        let (key, body) = self.rules.get_key_value(name).map(|(k, v)| (*k, *v))?;
+    /// The nonterminal of a rule (`None` if there is no such rule),
+    /// compiling it on first use.
+    fn rule_nt(&mut self, name: &str) -> Result<Option<u32>, EngineError> {
+        let Some((key, body)) = self.rules.get_key_value(name).map(|(k, v)| (*k, *v)) else { return Ok(None) };
         if let Some(&nt) = self.rule_nts.get(key) {
-            return Some(nt);
+            return Ok(Some(nt));
         }
         let nt = self.new_nt(key.to_string());
         self.rule_nts.insert(key, nt);
-        self.define(nt, body, key).ok()?;
-        Some(nt)
+        self.define(nt, body, key)?;
+        Ok(Some(nt))
     }
 
     fn define(&mut self, nt: u32, body: &'g GExpr, name: &str) -> Result<(), EngineError> {
@@ -276,7 +328,7 @@ impl<'g> Builder<'g> {
     fn symbol(&mut self, e: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
         match &e.kind {
             GKind::Ref(r) => self
-                .rule_nt(r)
+                .rule_nt(r)?
                 .map(Sym::Nt)
                 .ok_or_else(|| EngineError::Unsatisfiable(format!("rule `{r}` is not defined"))),
             GKind::Repeat { inner, min, max } => {
@@ -408,6 +460,24 @@ impl<'g> Builder<'g> {
             start,
         })
     }
+}
+
+/// Lexeme automata by regex, shared by every grammar in the process: the
+/// JSON string body of one schema is the same automaton, with the same
+/// cached masks, as every other schema's.
+fn intern_lexeme(key: &str, h: &Hir, limits: &Limits) -> Result<Arc<Dfa>, EngineError> {
+    static LEXEMES: LazyLock<Mutex<HashMap<String, Arc<Dfa>>>> = LazyLock::new(Default::default);
+    if let Some(d) = LEXEMES.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(Dfa::from_hir(h, limits)?);
+    let mut table = LEXEMES.lock().unwrap_or_else(|e| e.into_inner());
+    // Bounded: past 512 lexemes the table starts over (grammars keep their own Arcs).
+    if table.len() >= 512 {
+        table.clear();
+    }
+    table.insert(key.to_string(), d.clone());
+    Ok(d)
 }
 
 fn collect_refs<'a>(e: &'a GExpr, out: &mut Vec<&'a str>) {

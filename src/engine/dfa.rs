@@ -4,7 +4,7 @@
 //! depends on the state alone, so the cache is exact.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson;
@@ -29,7 +29,61 @@ pub struct Dfa {
     live: Vec<bool>,
     /// By state index: the bytes so far are a match.
     accepting: Vec<bool>,
-    masks: Mutex<HashMap<StateID, Arc<TokenMask>>>,
+    /// Per (vocabulary, state): the tokens that keep a match reachable.
+    masks: StateCache<Arc<TokenMask>>,
+    /// Per (vocabulary, state): trie nodes with children where a match ends
+    /// (see [`Dfa::exits`]).
+    exits: StateCache<Arc<Vec<u32>>>,
+    /// Per state: its canonical key, if small enough to have one.
+    canonical: Mutex<HashMap<StateID, Option<Arc<[u8]>>>>,
+}
+
+/// A cache keyed by (vocabulary id, state).
+type StateCache<V> = Mutex<HashMap<(u64, StateID), V>>;
+
+/// Most cached entries per automaton and cache; past it the cache starts
+/// over (a 128k-token mask is 16 KiB: this bounds one automaton to 16 MiB).
+const MAX_CACHED: usize = 1024;
+
+/// Bytes that must continue from a state for its masks to be shared.
+const MIN_SHARED_FANOUT: usize = 32;
+
+/// States reachable from a state, at most, for it to get a canonical key.
+const MAX_CANONICAL_STATES: usize = 48;
+
+/// Token sets and exits keyed by (vocabulary, canonical future language):
+/// the "inside a JSON string" state of every property lexeme of every
+/// schema shares one entry.
+type SharedKey = (u64, Arc<[u8]>);
+static SHARED_SETS: LazyLock<Mutex<HashMap<SharedKey, Arc<TokenMask>>>> = LazyLock::new(Default::default);
+static SHARED_EXITS: LazyLock<Mutex<HashMap<SharedKey, Arc<Vec<u32>>>>> = LazyLock::new(Default::default);
+/// Entries in each shared table before it starts over (32 MiB of masks at 128k tokens).
+const MAX_SHARED: usize = 2048;
+
+fn shared<V: Clone>(table: &Mutex<HashMap<SharedKey, V>>, key: SharedKey, make: impl FnOnce() -> V) -> V {
+    if let Some(v) = table.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return v.clone();
+    }
+    let v = make();
+    let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+    if t.len() >= MAX_SHARED {
+        t.clear();
+    }
+    t.insert(key, v.clone());
+    v
+}
+
+fn cached<V: Clone>(cache: &StateCache<V>, key: (u64, StateID), make: impl FnOnce() -> V) -> V {
+    if let Some(v) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return v.clone();
+    }
+    let v = make();
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if c.len() >= MAX_CACHED {
+        c.clear();
+    }
+    c.insert(key, v.clone());
+    v
 }
 
 impl Dfa {
@@ -76,7 +130,7 @@ impl Dfa {
             .map_err(|e| EngineError::Regex(e.to_string()))?;
         let stride2 = dfa.stride2();
         let (live, accepting) = analyse(&dfa, start, stride2, limits)?;
-        Ok(Dfa { dfa, start, stride2, live, accepting, masks: Mutex::new(HashMap::new()) })
+        Ok(Dfa { dfa, start, stride2, live, accepting, masks: Mutex::new(HashMap::new()), exits: Mutex::new(HashMap::new()), canonical: Mutex::new(HashMap::new()) })
     }
 
     fn index(&self, s: StateID) -> usize {
@@ -142,22 +196,96 @@ impl Dfa {
         out
     }
 
+    /// A canonical description of the language accepted from `s`: the
+    /// automaton reachable from it, states numbered in breadth-first order,
+    /// transitions over real bytes. Equal keys mean equal futures (in any
+    /// automaton), so masks can be shared. `None` past a few dozen states.
+    fn canonical(&self, s: DfaState) -> Option<Arc<[u8]>> {
+        if let Some(k) = self.canonical.lock().unwrap_or_else(|e| e.into_inner()).get(&s) {
+            return k.clone();
+        }
+        // Only dense states are worth sharing: where few bytes continue,
+        // the trie walk is cheaper than the key.
+        if (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() < MIN_SHARED_FANOUT {
+            self.canonical.lock().unwrap_or_else(|e| e.into_inner()).insert(s, None);
+            return None;
+        }
+        let mut order = vec![s];
+        let mut ids: HashMap<StateID, u32> = HashMap::from([(s, 0)]);
+        let mut out: Vec<u8> = Vec::new();
+        let mut i = 0;
+        while i < order.len() && order.len() <= MAX_CANONICAL_STATES {
+            let st = order[i];
+            i += 1;
+            out.push(self.is_accepting(st) as u8);
+            let targets: Vec<u32> = (0..=255u8)
+                .map(|b| match self.step(st, b) {
+                    None => u32::MAX,
+                    Some(n) => {
+                        let next = ids.len() as u32;
+                        *ids.entry(n).or_insert_with(|| {
+                            order.push(n);
+                            next
+                        })
+                    }
+                })
+                .collect();
+            // Runs of bytes with the same target: (first, last, target).
+            let mut b = 0;
+            while b < 256 {
+                let mut e = b;
+                while e + 1 < 256 && targets[e + 1] == targets[b] {
+                    e += 1;
+                }
+                out.extend_from_slice(&[b as u8, e as u8]);
+                out.extend_from_slice(&targets[b].to_le_bytes());
+                b = e + 1;
+            }
+        }
+        let key: Option<Arc<[u8]>> = (order.len() <= MAX_CANONICAL_STATES).then(|| Arc::from(out.into_boxed_slice()));
+        self.canonical.lock().unwrap_or_else(|e| e.into_inner()).insert(s, key.clone());
+        key
+    }
+
+    /// The tokens that keep a match reachable from `s` (no EOS), computed
+    /// once per state (and once per future language, across automata).
+    pub fn token_set(&self, vocab: &Vocab, s: DfaState) -> Arc<TokenMask> {
+        let make = || {
+            let mut m = TokenMask::new(vocab.len());
+            vocab.trie().walk(s, |st, b| self.step(st, b), |tok, _| m.set(tok));
+            Arc::new(m)
+        };
+        cached(&self.masks, (vocab.id(), s), || match self.canonical(s) {
+            Some(k) => shared(&SHARED_SETS, (vocab.id(), k), make),
+            None => make(),
+        })
+    }
+
+    /// The trie nodes, reached from `s`, where the bytes so far make a
+    /// match and longer tokens continue below: where a lexeme may end in
+    /// the middle of a token. Computed once per state.
+    pub fn exits(&self, vocab: &Vocab, s: DfaState) -> Arc<Vec<u32>> {
+        let make = || {
+            let trie = vocab.trie();
+            let mut out = Vec::new();
+            trie.walk_nodes(0, s, |st, b| self.step(st, b), |i, st| {
+                if self.is_accepting(st) && trie.nodes[i].subtree > 1 {
+                    out.push(i as u32);
+                }
+            });
+            Arc::new(out)
+        };
+        cached(&self.exits, (vocab.id(), s), || match self.canonical(s) {
+            Some(k) => shared(&SHARED_EXITS, (vocab.id(), k), make),
+            None => make(),
+        })
+    }
+
     /// Writes into `out` the tokens that keep a match reachable from `s`
     /// (EOS where `s` accepts). `out` may be longer than the vocabulary:
     /// ids past it are never allowed.
     pub fn mask(&self, vocab: &Vocab, s: DfaState, out: &mut TokenMask) {
-        let cached = self.masks.lock().unwrap_or_else(|e| e.into_inner()).get(&s).cloned();
-        let mask = match cached {
-            Some(m) => m,
-            None => {
-                let mut m = TokenMask::new(vocab.len());
-                vocab.trie().walk(s, |st, b| self.step(st, b), |tok, _| m.set(tok));
-                let m = Arc::new(m);
-                self.masks.lock().unwrap_or_else(|e| e.into_inner()).insert(s, m.clone());
-                m
-            }
-        };
-        out.copy_prefix(&mask);
+        out.copy_prefix(&self.token_set(vocab, s));
         if self.is_accepting(s) {
             for &e in vocab.eos() {
                 out.set(e);

@@ -204,7 +204,63 @@ impl Parser {
     }
 
     /// The tokens that can come next (EOS where the grammar accepts), into `out`.
+    ///
+    /// A token either stays inside one of the row's lexeme scans to its
+    /// last byte — that set depends on the lexeme's automaton state alone
+    /// and is cached — or ends the lexeme at some byte and continues with
+    /// what the grammar allows after it. The row after the lexeme ends is the
+    /// same wherever in a token that happens, so it is built once per scan
+    /// and only the trie below each exit is walked through the parser.
     pub fn mask(&mut self, vocab: &Vocab, out: &mut TokenMask) -> Result<(), EngineError> {
+        out.clear();
+        let here = self.rows.len() - 1;
+        let scans: Vec<Scan> = self.scans[self.scan_range(here)].to_vec();
+        let trie = vocab.trie();
+        for sc in scans {
+            let dfa = &self.t.cfg.lexemes[sc.lexeme as usize];
+            out.union_with(&dfa.token_set(vocab, sc.state));
+            let exits = dfa.exits(vocab, sc.state);
+            if exits.is_empty() || !self.push_completion(sc.lexeme, sc.origin)? {
+                self.truncate(here + 1);
+                continue;
+            }
+            let after = self.rows.len() as u32 - 1;
+            let mut error = None;
+            for &node in exits.iter() {
+                trie.walk_nodes(
+                    node as usize,
+                    after,
+                    |parent, b| {
+                        if error.is_some() {
+                            return None;
+                        }
+                        self.truncate(parent as usize + 1);
+                        match self.step(b) {
+                            Ok(true) => Some(self.rows.len() as u32 - 1),
+                            Ok(false) => None,
+                            Err(e) => {
+                                error = Some(e);
+                                None
+                            }
+                        }
+                    },
+                    |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)),
+                );
+            }
+            self.truncate(here + 1);
+            if let Some(e) = error {
+                return Err(e);
+            }
+        }
+        if self.is_accepting() {
+            vocab.eos().iter().for_each(|&e| out.set(e));
+        }
+        Ok(())
+    }
+
+    /// The same as [`Parser::mask`] by walking the whole trie through the
+    /// parser byte by byte: slow, the reference the fast path is tested against.
+    pub fn mask_by_walk(&mut self, vocab: &Vocab, out: &mut TokenMask) -> Result<(), EngineError> {
         out.clear();
         let base = self.rows.len();
         let mut error = None;
@@ -234,6 +290,25 @@ impl Parser {
             vocab.eos().iter().for_each(|&e| out.set(e));
         }
         Ok(())
+    }
+
+    /// Pushes the row reached when lexeme `lex`, scanned from row `origin`,
+    /// ends here — without the other scans of the current row. Returns
+    /// whether anything can follow in it.
+    fn push_completion(&mut self, lex: u32, origin: u32) -> Result<bool, EngineError> {
+        self.begin_row();
+        for k in self.item_range(origin as usize) {
+            let it = self.items[k];
+            if self.t.next[it.dotted as usize] == Some(Sym::Lex(lex)) {
+                self.add(Item { dotted: it.dotted + 1, origin: it.origin });
+            }
+        }
+        self.closure();
+        let here = self.rows.len() - 1;
+        if self.item_range(here).len() > self.max_row_items {
+            return Err(EngineError::TooComplex(format!("a parse state grew past {} items", self.max_row_items)));
+        }
+        Ok(!self.scan_range(here).is_empty())
     }
 
     fn begin_row(&mut self) {

@@ -61,6 +61,36 @@ const STRING_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}
 const INTEGER: &str = "-?(?:0|[1-9][0-9]*)";
 const NUMBER: &str = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?";
 
+/// Validation keywords the engine cannot enforce, with the reason.
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("oneOf", "exactly-one-of cannot be enforced while generating"),
+    ("not", "negation cannot be enforced while generating"),
+    ("if", "conditional schemas are not supported"),
+    ("then", "conditional schemas are not supported"),
+    ("else", "conditional schemas are not supported"),
+    ("multipleOf", "multiples are not supported"),
+    ("contains", "not supported"),
+    ("minContains", "not supported"),
+    ("maxContains", "not supported"),
+    ("propertyNames", "not supported"),
+    ("dependencies", "not supported"),
+    ("dependentRequired", "not supported"),
+    ("dependentSchemas", "not supported"),
+    ("unevaluatedProperties", "not supported"),
+    ("unevaluatedItems", "not supported"),
+    ("$dynamicRef", "not supported"),
+    ("$recursiveRef", "not supported"),
+];
+
+/// Keywords that constrain values (the others annotate).
+const VALIDATION: &[&str] = &[
+    "type", "enum", "const", "anyOf", "allOf", "oneOf", "not", "nullable", "properties", "required",
+    "additionalProperties", "patternProperties", "minProperties", "maxProperties", "items", "prefixItems",
+    "minItems", "maxItems", "uniqueItems", "additionalItems", "minLength", "maxLength", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "$ref", "contains",
+    "propertyNames", "dependencies", "if", "then", "else",
+];
+
 /// Keywords that only annotate.
 const ANNOTATIONS: &[&str] = &[
     "title", "description", "default", "examples", "$schema", "$id", "id", "$comment", "deprecated", "readOnly",
@@ -109,49 +139,56 @@ impl<'s> Conv<'s> {
             _ => return Err(EngineError::Unsupported("a schema must be an object or a boolean".into())),
         };
         if let Some(r) = obj.get("$ref") {
-            let others: Vec<&String> = obj.keys().filter(|k| *k != "$ref" && !ANNOTATIONS.contains(&k.as_str())).collect();
-            if !others.is_empty() {
-                return Err(unsupported(others[0], "next to `$ref`"));
+            // Drafts 4 to 7 ignore every keyword beside `$ref`; later drafts
+            // apply them too, which is not supported.
+            let others: Vec<&String> = obj.keys().filter(|k| *k != "$ref" && VALIDATION.contains(&k.as_str())).collect();
+            if !others.is_empty() && !self.siblings_ignored() {
+                return Err(unsupported(others[0], "beside `$ref` (draft 2019-09 and later) is not supported"));
             }
             return self.reference(r.as_str().unwrap_or_default());
         }
+        // Known validation keywords that cannot be enforced are refused by
+        // name; keywords JSON Schema does not define are annotations and
+        // are ignored, as the specification says.
         for k in obj.keys() {
-            let known = ANNOTATIONS.contains(&k.as_str())
-                || k.starts_with("x-")
-                || matches!(
-                    k.as_str(),
-                    "type" | "enum" | "const" | "anyOf" | "allOf" | "nullable" | "properties" | "required"
-                        | "additionalProperties" | "patternProperties" | "minProperties" | "maxProperties" | "items"
-                        | "prefixItems" | "minItems" | "maxItems" | "uniqueItems" | "additionalItems" | "minLength"
-                        | "maxLength" | "pattern" | "format" | "minimum" | "maximum" | "exclusiveMinimum"
-                        | "exclusiveMaximum"
-                );
-            if !known {
-                let why = match k.as_str() {
-                    "oneOf" => "exactly-one-of cannot be enforced while generating",
-                    "not" => "negation cannot be enforced while generating",
-                    "if" | "then" | "else" => "conditional schemas are not supported",
-                    "multipleOf" => "multiples are not supported",
-                    "contains" | "minContains" | "maxContains" => "`contains` is not supported",
-                    "propertyNames" | "dependencies" | "dependentRequired" | "dependentSchemas" => "not supported",
-                    "unevaluatedProperties" | "unevaluatedItems" => "not supported",
-                    _ => "unknown keyword",
-                };
+            if let Some((_, why)) = UNSUPPORTED.iter().find(|(name, _)| name == k) {
+                if k == "multipleOf" && obj.get(k).and_then(Value::as_f64) == Some(1.0) && obj.get("type").and_then(Value::as_str) == Some("integer") {
+                    continue;
+                }
                 return Err(unsupported(k, why));
             }
         }
-        if let Some(v) = obj.get("const") {
-            return Ok(lit(&json_text(v)));
-        }
-        if let Some(v) = obj.get("enum") {
-            let opts = v.as_array().ok_or_else(|| unsupported("enum", "must be a list"))?;
-            if opts.is_empty() {
-                return Err(EngineError::Unsatisfiable("`enum` is empty".into()));
+        // `const` and `enum` list the values; a `type` beside them filters them.
+        let listed: Option<Vec<&Value>> = match (obj.get("const"), obj.get("enum")) {
+            (Some(c), _) => Some(vec![c]),
+            (None, Some(Value::Array(opts))) => Some(opts.iter().collect()),
+            (None, Some(_)) => return Err(unsupported("enum", "must be a list")),
+            (None, None) => None,
+        };
+        if let Some(values) = listed {
+            let types: Option<Vec<&str>> = match obj.get("type") {
+                Some(Value::String(t)) => Some(vec![t.as_str()]),
+                Some(Value::Array(ts)) => Some(ts.iter().filter_map(Value::as_str).collect()),
+                _ => None,
+            };
+            let fits = |v: &Value| match &types {
+                None => true,
+                Some(ts) => ts.iter().any(|t| match (*t, v) {
+                    ("null", Value::Null) | ("boolean", Value::Bool(_)) | ("string", Value::String(_)) => true,
+                    ("object", Value::Object(_)) | ("array", Value::Array(_)) | ("number", Value::Number(_)) => true,
+                    ("integer", Value::Number(n)) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
+                    _ => false,
+                }),
+            };
+            let kept: Vec<GExpr> = values.into_iter().filter(|v| fits(v)).map(|v| lit(&json_text(v))).collect();
+            if kept.is_empty() {
+                return Err(EngineError::Unsatisfiable("no value of `enum`/`const` has the schema's `type`".into()));
             }
-            return Ok(alt(opts.iter().map(|o| lit(&json_text(o))).collect()));
+            return Ok(alt(kept));
         }
         if let Some(all) = obj.get("allOf") {
-            let merged = merge_all_of(obj, all)?;
+            let resolved = self.resolve_refs(all)?;
+            let merged = merge_all_of(obj, &resolved)?;
             return self.schema(&merged);
         }
         if let Some(any) = obj.get("anyOf") {
@@ -192,6 +229,35 @@ impl<'s> Conv<'s> {
             });
         }
         Ok(alt(alts))
+    }
+
+    /// True when the schema's draft ignores keywords beside `$ref`
+    /// (drafts 4 to 7, or no `$schema` at all).
+    fn siblings_ignored(&self) -> bool {
+        match self.root.get("$schema").and_then(Value::as_str) {
+            None => true,
+            Some(s) => ["draft-03", "draft-04", "draft-05", "draft-06", "draft-07"].iter().any(|d| s.contains(d)),
+        }
+    }
+
+    /// The `allOf` branches with `$ref`-only branches replaced by their targets.
+    fn resolve_refs(&self, all: &Value) -> Result<Value, EngineError> {
+        let list = all.as_array().ok_or_else(|| unsupported("allOf", "must be a list"))?;
+        let mut out = Vec::new();
+        for b in list {
+            let mut b = b.clone();
+            for _ in 0..16 {
+                let Some(r) = b.get("$ref").and_then(Value::as_str).map(str::to_string) else { break };
+                let pointer = r.strip_prefix('#').ok_or_else(|| unsupported("$ref", &format!("only local references are supported, not `{r}`")))?;
+                let target = if pointer.is_empty() { Some(self.root) } else { self.root.pointer(pointer) };
+                b = target.cloned().ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
+            }
+            if b.get("$ref").is_some() {
+                return Err(unsupported("allOf", "references nest too deep"));
+            }
+            out.push(b);
+        }
+        Ok(Value::Array(out))
     }
 
     fn any_value(&mut self) -> GExpr {
@@ -235,8 +301,9 @@ impl<'s> Conv<'s> {
     }
 
     fn string(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
-        if let Some(f) = obj.get("format").and_then(Value::as_str) {
-            let r = format_regex(f).ok_or_else(|| unsupported("format", &format!("unknown format `{f}`")))?;
+        // Known formats are enforced; others are annotations, as the
+        // specification says of formats a validator does not know.
+        if let Some(r) = obj.get("format").and_then(Value::as_str).and_then(format_regex) {
             return Ok(rx(&format!("\"{r}\"")));
         }
         let min = obj.get("minLength").and_then(Value::as_u64).unwrap_or(0) as u32;
@@ -312,13 +379,22 @@ impl<'s> Conv<'s> {
 
     fn object(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
         let ws = self.ws();
-        let props: Vec<(&String, &Value)> = obj.get("properties").and_then(Value::as_object).map(|p| p.iter().collect()).unwrap_or_default();
+        let mut props: Vec<(String, &Value)> =
+            obj.get("properties").and_then(Value::as_object).map(|p| p.iter().map(|(k, v)| (k.clone(), v)).collect()).unwrap_or_default();
         let required: Vec<&str> = obj.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        // A required name without a schema may hold any value, unless
+        // nothing but the listed properties is allowed.
+        static ANY: Value = Value::Bool(true);
+        let listed: Vec<String> = props.iter().map(|(k, _)| k.clone()).collect();
         for r in &required {
-            if !props.iter().any(|(k, _)| k == r) {
-                return Err(unsupported("required", &format!("`{r}` is required but has no schema in `properties`")));
+            if !listed.iter().any(|k| k == r) {
+                if obj.get("additionalProperties") == Some(&Value::Bool(false)) {
+                    return Err(EngineError::Unsatisfiable(format!("`{r}` is required but no property of that name is allowed")));
+                }
+                props.push((r.to_string(), &ANY));
             }
         }
+        let names: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
         if let Some(n) = obj.get("minProperties").and_then(Value::as_u64) {
             if n as usize > required.len() {
                 return Err(unsupported("minProperties", "more than the required properties is not supported"));
@@ -328,6 +404,11 @@ impl<'s> Conv<'s> {
             return Err(unsupported("maxProperties", "not supported"));
         }
         let mut extra_keys: Vec<GExpr> = Vec::new();
+        if obj.contains_key("patternProperties") && obj.get("additionalProperties") != Some(&Value::Bool(false)) {
+            return Err(unsupported("patternProperties", "with additional properties allowed is not supported (their keys cannot be excluded)"));
+        }
+        // Extra keys are any key but the listed ones.
+        let other_key = rx(&format!("\"{}\"", not_names(&names)));
         if let Some(pp) = obj.get("patternProperties").and_then(Value::as_object) {
             for (pat, sub) in pp {
                 let key = e(GKind::Regex(format!("\"{}\"", pattern_in_string(pat)?)));
@@ -339,11 +420,11 @@ impl<'s> Conv<'s> {
             Some(Value::Bool(false)) => {}
             None | Some(Value::Bool(true)) => {
                 let any = self.any_value();
-                extra_keys.push(seq(vec![rx(&format!("\"{STRING_CHAR}*\"")), ws.clone(), lit(":"), ws.clone(), any]));
+                extra_keys.push(seq(vec![other_key.clone(), ws.clone(), lit(":"), ws.clone(), any]));
             }
             Some(s) => {
                 let value = self.schema(s)?;
-                extra_keys.push(seq(vec![rx(&format!("\"{STRING_CHAR}*\"")), ws.clone(), lit(":"), ws.clone(), value]));
+                extra_keys.push(seq(vec![other_key.clone(), ws.clone(), lit(":"), ws.clone(), value]));
             }
         }
         let extra = (!extra_keys.is_empty()).then(|| alt(extra_keys));
@@ -351,62 +432,89 @@ impl<'s> Conv<'s> {
             .iter()
             .map(|(k, s)| {
                 let value = self.schema(s)?;
-                let key = lit(&json_text(&Value::String((*k).clone())));
+                let key = lit(&json_text(&Value::String(k.clone())));
                 Ok((seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), required.contains(&k.as_str())))
             })
             .collect::<Result<_, EngineError>>()?;
-        // tail(i, first): members i.. in order, then extras; `first` when no
-        // member has been written yet (so no comma before the next one).
-        let sep = |first: bool, ws: &GExpr| if first { seq(vec![]) } else { seq(vec![lit(","), ws.clone()]) };
-        let extras = |first: bool, ws: &GExpr| match &extra {
+        // Rules, so that nothing is copied. `some_i`: members i.. in order
+        // after something was written, each behind a comma, with extra
+        // properties allowed before each and at the end. `none_i`: the same
+        // before anything was written.
+        let id = self.rules.len();
+        let name = |kind: &str, i: usize| format!("obj{id}_{kind}{i}");
+        let n = members.len();
+        // One rule for the extra member: written once, referenced everywhere.
+        let extra = extra.map(|x| {
+            let rule = format!("obj{id}_extra");
+            self.add_rule(rule.clone(), x);
+            reference(&rule)
+        });
+        let comma = seq(vec![lit(","), ws.clone()]);
+        let extras = match &extra {
             None => seq(vec![]),
-            Some(x) => {
-                let item = seq(vec![x.clone(), ws.clone()]);
-                let more = rep(seq(vec![lit(","), ws.clone(), item.clone()]), 0, None);
-                if first {
-                    rep(seq(vec![item, more]), 0, Some(1))
-                } else {
-                    more
-                }
-            }
+            Some(x) => rep(seq(vec![comma.clone(), x.clone(), ws.clone()]), 0, None),
         };
-        let mut after_some = extras(false, &ws);
-        let mut after_none = extras(true, &ws);
-        for (m, req) in members.into_iter().rev() {
-            let with_some = seq(vec![sep(false, &ws), m.clone(), after_some.clone()]);
-            let with_none = seq(vec![m, after_some.clone()]);
-            if req {
-                after_some = with_some;
-                after_none = with_none;
-            } else {
-                after_some = alt(vec![with_some, after_some]);
-                after_none = alt(vec![with_none, after_none]);
+        self.add_rule(name("some", n), extras.clone());
+        let none_end = match &extra {
+            None => seq(vec![]),
+            Some(x) => rep(seq(vec![x.clone(), ws.clone(), extras.clone()]), 0, Some(1)),
+        };
+        self.add_rule(name("none", n), none_end);
+        for (i, (m, req)) in members.into_iter().enumerate().rev() {
+            let with = seq(vec![comma.clone(), m.clone()]);
+            let some = seq(vec![extras.clone(), if req { with } else { rep(with, 0, Some(1)) }, reference(&name("some", i + 1))]);
+            let mut none = vec![seq(vec![m, reference(&name("some", i + 1))])];
+            if let Some(x) = &extra {
+                none.push(seq(vec![x.clone(), ws.clone(), reference(&name("some", i))]));
             }
+            if !req {
+                none.push(reference(&name("none", i + 1)));
+            }
+            self.add_rule(name("some", i), some);
+            self.add_rule(name("none", i), alt(none));
         }
+        let after_none = reference(&name("none", 0));
         Ok(seq(vec![lit("{"), ws, after_none, lit("}")]))
     }
 }
 
-/// The types a schema without `type` can have, judged by its keywords.
-fn infer_types(obj: &serde_json::Map<String, Value>) -> Vec<String> {
-    let has = |ks: &[&str]| ks.iter().any(|k| obj.contains_key(*k));
-    let mut t = Vec::new();
-    if has(&["properties", "additionalProperties", "patternProperties", "required", "minProperties", "maxProperties"]) {
-        t.push("object");
+/// The content of a JSON string (between the quotes) that is none of
+/// `names`. Flat, so it nests no deeper for long names: for every node of
+/// the trie of the names, its path, then either the end (where the path is
+/// no name) or a character no name continues with, then anything.
+fn not_names(names: &[&str]) -> String {
+    #[derive(Default)]
+    struct T {
+        end: bool,
+        kids: std::collections::BTreeMap<char, T>,
     }
-    if has(&["items", "prefixItems", "minItems", "maxItems", "uniqueItems", "additionalItems"]) {
-        t.push("array");
+    let mut root = T::default();
+    for n in names {
+        let mut t = &mut root;
+        for c in n.chars() {
+            t = t.kids.entry(c).or_default();
+        }
+        t.end = true;
     }
-    if has(&["minLength", "maxLength", "pattern", "format"]) {
-        t.push("string");
+    fn go(t: &T, path: &str, out: &mut Vec<String>) {
+        if !t.end {
+            out.push(path.to_string());
+        }
+        let excluded: String = t.kids.keys().map(|c| regex_syntax::escape(&c.to_string())).collect();
+        out.push(format!(r#"{path}(?:[^"\\\x00-\x1F{excluded}]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{{4}})){STRING_CHAR}*"#));
+        for (c, kid) in &t.kids {
+            go(kid, &format!("{path}{}", regex_syntax::escape(&c.to_string())), out);
+        }
     }
-    if has(&["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]) {
-        t.push("number");
-    }
-    if t.is_empty() {
-        t = vec!["null", "boolean", "object", "array", "string", "number"];
-    }
-    t.into_iter().map(str::to_string).collect()
+    let mut alts = Vec::new();
+    go(&root, "", &mut alts);
+    format!("(?:{})", alts.join("|"))
+}
+
+/// Without `type`, a schema allows every type; each keyword constrains
+/// only values of its own type (`items` applies to arrays, and so on).
+fn infer_types(_obj: &serde_json::Map<String, Value>) -> Vec<String> {
+    ["null", "boolean", "object", "array", "string", "number"].iter().map(|t| t.to_string()).collect()
 }
 
 /// Compact JSON text of a value (as literals in the grammar).
@@ -442,7 +550,8 @@ fn merge_all_of(base: &serde_json::Map<String, Value>, all: &Value) -> Result<Va
                     }
                 }
                 (_, Some(old)) if old == v => {}
-                (_, Some(_)) if ANNOTATIONS.contains(&k.as_str()) => {}
+                // Only validation keywords can disagree; the rest annotate.
+                (_, Some(_)) if !VALIDATION.contains(&k.as_str()) => {}
                 _ => return Err(unsupported("allOf", &format!("branches disagree on `{k}`"))),
             }
         }
@@ -450,10 +559,18 @@ fn merge_all_of(base: &serde_json::Map<String, Value>, all: &Value) -> Result<Va
     Ok(Value::Object(out))
 }
 
+/// A calendar date: month lengths exact, February 29 only in leap years.
+macro_rules! date {
+    () => {
+        r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+    };
+}
+const DATE: &str = date!();
+
 fn format_regex(f: &str) -> Option<&'static str> {
     Some(match f {
-        "date-time" => r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])",
-        "date" => r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])",
+        "date-time" => concat!(date!(), r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"),
+        "date" => DATE,
         "time" => r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?",
         "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+",
         "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
@@ -498,7 +615,7 @@ fn number_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineEr
     }
     match obj.get("minimum").and_then(Value::as_f64) {
         None => Ok(NUMBER.into()),
-        Some(m) if m == 0.0 => Ok("(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?".into()),
+        Some(0.0) => Ok("(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?".into()),
         Some(_) => Err(unsupported("minimum", "on non-integer numbers only `0` is supported")),
     }
 }
@@ -679,6 +796,23 @@ mod tests {
                 assert_eq!(re.is_match(&n.to_string()), inside, "{n} in {lo:?}..={hi:?}: {}", int_range(lo, hi));
             }
             assert!(!re.is_match("007") && !re.is_match("-0"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn other_keys_exclude_exactly_the_listed_names() {
+        let names = ["feature", "feat", "comment", "a-b", "x.y", "t", "tab"];
+        let re = regex_automata::meta::Regex::new(&format!("^(?:{})$", not_names(&names))).unwrap();
+        for n in names {
+            assert!(!re.is_match(n), "{n} must be excluded");
+        }
+        for other in ["", "f", "fea", "feature2", "features", "comments", "a", "a-", "a-bc", "xy", "x.yz", "ta", "tabs", "z", "\\u0074"] {
+            assert!(re.is_match(other), "{other:?} must be allowed");
         }
     }
 }

@@ -76,7 +76,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_states: 200_000, max_automaton_bytes: 64 << 20, max_nesting: 128, max_row_items: 100_000 }
+        Limits { max_states: 200_000, max_automaton_bytes: 16 << 20, max_nesting: 128, max_row_items: 100_000 }
     }
 }
 
@@ -134,6 +134,11 @@ impl TokenMask {
                 *last &= (1u64 << (self.len % 64)) - 1;
             }
         }
+    }
+
+    /// Allows every id `other` allows (over the shorter length).
+    pub fn union_with(&mut self, other: &TokenMask) {
+        self.words.iter_mut().zip(&other.words).for_each(|(a, b)| *a |= b);
     }
 
     /// Number of allowed ids.

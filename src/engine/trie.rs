@@ -75,19 +75,29 @@ impl TokenTrie {
     /// Walks every node, feeding each edge byte to `step` with the parent's
     /// state. `step` returns the child's state, or `None` to skip the whole
     /// subtree; `visit` sees every token of every node reached.
-    pub fn walk<S: Copy>(&self, root: S, mut step: impl FnMut(S, u8) -> Option<S>, mut visit: impl FnMut(u32, S)) {
-        let mut stack: Vec<S> = vec![root; self.max_depth + 1];
-        let mut i = 1;
-        while i < self.nodes.len() {
+    pub fn walk<S: Copy>(&self, root: S, step: impl FnMut(S, u8) -> Option<S>, mut visit: impl FnMut(u32, S)) {
+        self.walk_nodes(0, root, step, |i, s| {
+            for &t in self.tokens_at(i) {
+                visit(t, s);
+            }
+        });
+    }
+
+    /// Like [`TokenTrie::walk`], over the descendants of node `start` only
+    /// (`root` is the state at `start`); `on_node` sees each node reached.
+    pub fn walk_nodes<S: Copy>(&self, start: usize, root: S, mut step: impl FnMut(S, u8) -> Option<S>, mut on_node: impl FnMut(usize, S)) {
+        let base = self.nodes[start].depth as usize;
+        let end = start + self.nodes[start].subtree as usize;
+        let mut stack: Vec<S> = vec![root; self.max_depth + 1 - base];
+        let mut i = start + 1;
+        while i < end {
             let n = self.nodes[i];
-            let parent = stack[n.depth as usize - 1];
-            match step(parent, n.byte) {
+            let d = n.depth as usize - base;
+            match step(stack[d - 1], n.byte) {
                 None => i += n.subtree as usize,
                 Some(s) => {
-                    stack[n.depth as usize] = s;
-                    for &t in &self.tokens[n.tok_start as usize..n.tok_end as usize] {
-                        visit(t, s);
-                    }
+                    stack[d] = s;
+                    on_node(i, s);
                     i += 1;
                 }
             }

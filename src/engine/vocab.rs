@@ -40,6 +40,8 @@ pub enum Encoding {
 /// The vocabulary as bytes.
 #[derive(Debug, Clone)]
 pub struct Vocab {
+    /// Unique per vocabulary built: keys the mask caches of shared automata.
+    id: u64,
     bytes: Vec<Vec<u8>>,
     kinds: Vec<TokenKind>,
     encoding: Encoding,
@@ -105,7 +107,14 @@ impl Vocab {
             (matches!(k, TokenKind::Normal | TokenKind::Added) && !b.is_empty()).then_some((id as u32, b.as_slice()))
         });
         let trie = TokenTrie::build(generable);
-        Vocab { bytes, kinds, encoding, trie, eos }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Vocab { id, bytes, kinds, encoding, trie, eos }
+    }
+
+    /// A number unique to this vocabulary (caches are keyed by it).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Number of token ids the tokenizer defines (a model's logit dimension

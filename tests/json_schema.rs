@@ -1,0 +1,130 @@
+//! JSON Schema to grammar: hand-written cases that always run, and a sample
+//! of JSONSchemaBench (`../shared/data/jsonschema`) when it is there.
+
+mod common;
+
+use lmt::engine::{Constraint, EngineError, Limits, Whitespace};
+use serde_json::{json, Value};
+
+fn accepts(c: &Constraint, text: &str) -> bool {
+    let mut m = c.matcher(&Limits::default());
+    m.feed(text.as_bytes()).unwrap() && m.is_accepting()
+}
+
+fn compile(schema: Value) -> Constraint {
+    Constraint::json_schema(&schema, Whitespace::Compact, &Limits::default()).unwrap()
+}
+
+#[test]
+fn objects_arrays_numbers_and_references() {
+    let c = compile(json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 5},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+            "kind": {"const": "person"}
+        },
+        "required": ["name", "age"],
+        "additionalProperties": false
+    }));
+    for ok in [r#"{"name":"Ada","age":36}"#, r#"{"name":"Ada","age":0,"tags":["a","b"]}"#, r#"{"name":"é","age":150,"kind":"person"}"#] {
+        assert!(accepts(&c, ok), "{ok}");
+    }
+    for bad in [r#"{"age":36}"#, r#"{"name":"","age":1}"#, r#"{"name":"Ada","age":151}"#, r#"{"name":"Ada","age":-1}"#,
+        r#"{"name":"Ada","age":1,"x":1}"#, r#"{"name":"Ada","age":1,"tags":["a","b","a"]}"#, r#"{"name":"toolong","age":1}"#,
+        r#"{"name":"Ada","age":1,"kind":"cat"}"#, r#"{"name":"Ada","age":01}"#] {
+        assert!(!accepts(&c, bad), "{bad}");
+    }
+    // Recursion through $ref, anyOf, and extra properties that cannot
+    // stand in for a listed one.
+    let tree = compile(json!({
+        "$ref": "#/$defs/node",
+        "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}
+    }));
+    assert!(accepts(&tree, r#"{"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]}"#));
+    assert!(accepts(&tree, r#"{"v":1,"note":"extra ok"}"#));
+    assert!(!accepts(&tree, r#"{"v":"1"}"#));
+    assert!(!accepts(&tree, r#"{"v":1,"kids":[{"w":2}]}"#), "a kid needs v");
+    let open = compile(json!({"properties": {"n": {"type": "integer"}}}));
+    assert!(accepts(&open, r#"{"m":"x","n":3}"#) && accepts(&open, "[1]") && accepts(&open, "\"s\""));
+    assert!(!accepts(&open, r#"{"n":"3"}"#), "`n` cannot hide as an extra property");
+    let any = compile(json!({"anyOf": [{"type": "null"}, {"type": "string", "format": "date"}]}));
+    assert!(accepts(&any, "null") && accepts(&any, "\"2024-02-29\"") && accepts(&any, "\"2023-12-31\""));
+    assert!(!accepts(&any, "\"2023-02-29\"") && !accepts(&any, "\"2024-04-31\""));
+    let all = compile(json!({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"b": {"type": "boolean"}}}]}));
+    assert!(accepts(&all, r#"{"a":1,"b":true}"#) && !accepts(&all, r#"{"b":true}"#));
+}
+
+#[test]
+fn unsupported_keywords_are_named_errors() {
+    for (schema, keyword) in [
+        (json!({"oneOf": [{"type": "string"}, {"type": "integer"}]}), "oneOf"),
+        (json!({"not": {"type": "string"}}), "not"),
+        (json!({"type": "array", "uniqueItems": true}), "uniqueItems"),
+        (json!({"type": "number", "maximum": 2.5}), "maximum"),
+        (json!({"type": "integer", "multipleOf": 3}), "multipleOf"),
+    ] {
+        match Constraint::json_schema(&schema, Whitespace::Compact, &Limits::default()) {
+            Err(EngineError::Unsupported(m)) => assert!(m.contains(&format!("`{keyword}`")), "{m}"),
+            other => panic!("{schema}: {other:?}"),
+        }
+    }
+    // Keywords JSON Schema does not define are annotations.
+    assert!(Constraint::json_schema(&json!({"type": "string", "x-whatever": 1, "readonly": true}), Whitespace::Compact, &Limits::default()).is_ok());
+}
+
+#[test]
+fn flexible_whitespace_is_bounded() {
+    let c = Constraint::json_schema(&json!({"type": "array", "items": {"type": "integer"}}), Whitespace::Flexible(2), &Limits::default()).unwrap();
+    assert!(accepts(&c, "[ 1,\n 2 ]"));
+    assert!(!accepts(&c, "[   1]"), "three spaces is past the bound");
+}
+
+#[test]
+fn jsonschemabench_sample() {
+    let Some(data) = common::shared_data() else { return };
+    let mut files: Vec<_> = std::fs::read_dir(data.join("jsonschema")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let limits = Limits::default();
+    let (mut compiled, mut total, mut valid_ok, mut valid_n, mut invalid_ok, mut invalid_n) = (0, 0, 0, 0, 0, 0);
+    let mut refused = Vec::new();
+    // Every 8th file keeps the debug-build run short; `lmt match --bench`
+    // runs all of them (see BENCHMARKS.md).
+    for f in files.iter().step_by(8) {
+        total += 1;
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Compact, &limits) {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(
+                    ["keyword `", "too complex", "invalid regex", "unsatisfiable"].iter().any(|k| msg.contains(k)),
+                    "{}: an error must name its reason: {msg}",
+                    f.display()
+                );
+                continue;
+            }
+        };
+        compiled += 1;
+        for t in doc["tests"].as_array().unwrap() {
+            let text = serde_json::to_string(&t["data"]).unwrap();
+            let ok = accepts(&c, &text);
+            if t["valid"].as_bool().unwrap() {
+                valid_n += 1;
+                valid_ok += ok as usize;
+                if !ok {
+                    refused.push(format!("{}: {text}", f.display()));
+                }
+            } else {
+                invalid_n += 1;
+                invalid_ok += !ok as usize;
+                assert!(!ok, "{}: invalid instance accepted: {text}", f.display());
+            }
+        }
+    }
+    eprintln!("JSONSchemaBench sample: {compiled}/{total} compiled; valid {valid_ok}/{valid_n}; invalid rejected {invalid_ok}/{invalid_n}");
+    assert!(compiled * 10 >= total * 6, "at least 60% compile");
+    // Known misses: properties out of the schema's order (see BENCHMARKS.md).
+    assert!(valid_ok * 100 >= valid_n * 98, "{refused:#?}");
+}
