@@ -277,7 +277,7 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             }
         };
         let t0 = Instant::now();
-        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Compact, &limits) {
+        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Any, &limits) {
             Ok(c) => c,
             Err(e) => {
                 let reason = e.to_string();

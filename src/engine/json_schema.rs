@@ -22,6 +22,8 @@ pub enum Whitespace {
     Compact,
     /// Up to this many spaces, tabs or newlines at each place JSON allows them.
     Flexible(u32),
+    /// Any amount of white space (llguidance's default; bound it with `max_tokens`).
+    Any,
 }
 
 /// Compiles `schema` to a grammar whose start rule is `root`.
@@ -114,6 +116,7 @@ impl<'s> Conv<'s> {
         match self.ws {
             Whitespace::Compact => seq(vec![]),
             Whitespace::Flexible(n) => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n')] }), 0, Some(n)),
+            Whitespace::Any => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n'), ('\r', '\r')] }), 0, None),
         }
     }
 
