@@ -309,6 +309,19 @@ impl<'g> Builder<'g> {
         let mut out = Vec::new();
         let mut run: Vec<Hir> = Vec::new();
         for item in items {
+            // `%`-named rules (only the JSON Schema compiler makes them; GBNF
+            // names cannot start with `%`) are lexemes of their own, so equal
+            // values share one automaton and its cached masks.
+            if let GKind::Ref(r) = &item.kind {
+                if r.starts_with('%') && self.is_regular(item) {
+                    if !run.is_empty() {
+                        out.push(self.lexeme(Hir::concat(std::mem::take(&mut run)))?);
+                    }
+                    let h = self.hir(item)?;
+                    out.push(self.lexeme(h)?);
+                    continue;
+                }
+            }
             if self.is_regular(item) {
                 run.push(self.hir(item)?);
                 continue;

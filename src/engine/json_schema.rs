@@ -120,6 +120,21 @@ impl<'s> Conv<'s> {
         }
     }
 
+    /// A value written as one lexeme of its own (see `%` rules in `cfg`),
+    /// shared by every place that uses the same regex.
+    fn atomic(&mut self, regex: String) -> GExpr {
+        let name = match self.refs.get(&format!("%{regex}")) {
+            Some(n) => n.clone(),
+            None => {
+                let n = format!("%v{}", self.refs.len());
+                self.refs.insert(format!("%{regex}"), n.clone());
+                self.add_rule(n.clone(), rx(&regex));
+                n
+            }
+        };
+        reference(&name)
+    }
+
     fn add_rule(&mut self, name: String, body: GExpr) {
         self.rules.push(GrammarRule { name, name_span: Default::default(), body, span: Default::default() });
     }
@@ -223,8 +238,14 @@ impl<'s> Conv<'s> {
             alts.push(match t.as_str() {
                 "null" => lit("null"),
                 "boolean" => alt(vec![lit("true"), lit("false")]),
-                "integer" => rx(&integer_regex(obj)?),
-                "number" => rx(&number_regex(obj)?),
+                "integer" => {
+                    let r = integer_regex(obj)?;
+                    self.atomic(r)
+                }
+                "number" => {
+                    let r = number_regex(obj)?;
+                    self.atomic(r)
+                }
                 "string" => self.string(obj)?,
                 "array" => self.array(obj)?,
                 "object" => self.object(obj)?,
@@ -307,7 +328,7 @@ impl<'s> Conv<'s> {
         // Known formats are enforced; others are annotations, as the
         // specification says of formats a validator does not know.
         if let Some(r) = obj.get("format").and_then(Value::as_str).and_then(format_regex) {
-            return Ok(rx(&format!("\"{r}\"")));
+            return Ok(self.atomic(format!("\"{r}\"")));
         }
         let min = obj.get("minLength").and_then(Value::as_u64).unwrap_or(0) as u32;
         let max = obj.get("maxLength").and_then(Value::as_u64).map(|m| m as u32);
@@ -315,13 +336,14 @@ impl<'s> Conv<'s> {
             if min > 0 || max.is_some() {
                 return Err(unsupported("pattern", "together with minLength/maxLength is not supported"));
             }
-            return Ok(e(GKind::Regex(format!("\"{}\"", pattern_in_string(p)?))));
+            let r = format!("\"{}\"", pattern_in_string(p)?);
+            return Ok(self.atomic(r));
         }
         let body = match max {
             Some(m) => format!("{STRING_CHAR}{{{min},{m}}}"),
             None => format!("{STRING_CHAR}{{{min},}}"),
         };
-        Ok(rx(&format!("\"{body}\"")))
+        Ok(self.atomic(format!("\"{body}\"")))
     }
 
     fn array(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
