@@ -16,18 +16,29 @@ use regex_syntax::hir::Hir;
 use super::vocab::Vocab;
 use super::{EngineError, Limits, TokenMask};
 
-/// A state of a [`Dfa`].
-pub type DfaState = StateID;
+/// A state of a [`Dfa`]: an index into its transition table.
+pub type DfaState = u32;
+
+/// No state: the transition leads nowhere a match can be reached from.
+const DEAD: u32 = u32::MAX;
 
 /// A compiled regular constraint: the value must match it in full.
+///
+/// The transition table is our own, over the automaton's byte classes, with
+/// every transition into a state that can no longer reach a match already
+/// pointing at [`DEAD`]: one step of a trie walk is two array reads.
 #[derive(Debug)]
 pub struct Dfa {
-    dfa: dense::DFA<Vec<u32>>,
-    start: StateID,
-    stride2: usize,
-    /// By state index: a match is still reachable.
+    /// Byte to class.
+    classes: [u8; 256],
+    /// Number of classes: the row length of `trans`.
+    stride: usize,
+    /// `trans[state * stride + class]`: the next state, or [`DEAD`].
+    trans: Vec<u32>,
+    start: u32,
+    /// By state: a match is still reachable.
     live: Vec<bool>,
-    /// By state index: the bytes so far are a match.
+    /// By state: the bytes so far are a match.
     accepting: Vec<bool>,
     /// Per (vocabulary, state): the tokens that keep a match reachable.
     masks: StateCache<Arc<TokenMask>>,
@@ -35,11 +46,11 @@ pub struct Dfa {
     /// (see [`Dfa::exits`]).
     exits: StateCache<Arc<Vec<u32>>>,
     /// Per state: its canonical key, if small enough to have one.
-    canonical: Mutex<HashMap<StateID, Option<Arc<[u8]>>>>,
+    canonical: Mutex<HashMap<DfaState, Option<Arc<[u8]>>>>,
 }
 
 /// A cache keyed by (vocabulary id, state).
-type StateCache<V> = Mutex<HashMap<(u64, StateID), V>>;
+type StateCache<V> = Mutex<HashMap<(u64, DfaState), V>>;
 
 /// Most cached entries per automaton and cache; past it the cache starts
 /// over (a 128k-token mask is 16 KiB: this bounds one automaton to 16 MiB).
@@ -73,7 +84,7 @@ fn shared<V: Clone>(table: &Mutex<HashMap<SharedKey, V>>, key: SharedKey, make: 
     v
 }
 
-fn cached<V: Clone>(cache: &StateCache<V>, key: (u64, StateID), make: impl FnOnce() -> V) -> V {
+fn cached<V: Clone>(cache: &StateCache<V>, key: (u64, DfaState), make: impl FnOnce() -> V) -> V {
     if let Some(v) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return v.clone();
     }
@@ -128,13 +139,7 @@ impl Dfa {
         let start = dfa
             .start_state(&start::Config::new().anchored(Anchored::Yes))
             .map_err(|e| EngineError::Regex(e.to_string()))?;
-        let stride2 = dfa.stride2();
-        let (live, accepting) = analyse(&dfa, start, stride2, limits)?;
-        Ok(Dfa { dfa, start, stride2, live, accepting, masks: Mutex::new(HashMap::new()), exits: Mutex::new(HashMap::new()), canonical: Mutex::new(HashMap::new()) })
-    }
-
-    fn index(&self, s: StateID) -> usize {
-        s.as_usize() >> self.stride2
+        tabulate(&dfa, start, limits)
     }
 
     /// The state before any byte.
@@ -143,9 +148,10 @@ impl Dfa {
     }
 
     /// The state after `byte`, or `None` when no match can follow.
+    #[inline]
     pub fn step(&self, s: DfaState, byte: u8) -> Option<DfaState> {
-        let next = self.dfa.next_state(s, byte);
-        self.live.get(self.index(next)).copied().unwrap_or(false).then_some(next)
+        let next = self.trans[s as usize * self.stride + self.classes[byte as usize] as usize];
+        (next != DEAD).then_some(next)
     }
 
     /// The state after `bytes`, or `None` when no match can follow.
@@ -158,12 +164,12 @@ impl Dfa {
 
     /// True when the bytes so far match in full.
     pub fn is_accepting(&self, s: DfaState) -> bool {
-        self.accepting[self.index(s)]
+        self.accepting[s as usize]
     }
 
     /// True when a match can still be reached.
     pub fn is_live(&self, s: DfaState) -> bool {
-        self.live[self.index(s)]
+        self.live[s as usize]
     }
 
     /// True when the bytes so far match and nothing more can follow.
@@ -211,7 +217,7 @@ impl Dfa {
             return None;
         }
         let mut order = vec![s];
-        let mut ids: HashMap<StateID, u32> = HashMap::from([(s, 0)]);
+        let mut ids: HashMap<DfaState, u32> = HashMap::from([(s, 0)]);
         let mut out: Vec<u8> = Vec::new();
         let mut i = 0;
         while i < order.len() && order.len() <= MAX_CANONICAL_STATES {
@@ -250,35 +256,61 @@ impl Dfa {
     /// The tokens that keep a match reachable from `s` (no EOS), computed
     /// once per state (and once per future language, across automata).
     pub fn token_set(&self, vocab: &Vocab, s: DfaState) -> Arc<TokenMask> {
-        let make = || {
-            let mut m = TokenMask::new(vocab.len());
-            vocab.trie().walk(s, |st, b| self.step(st, b), |tok, _| m.set(tok));
-            Arc::new(m)
-        };
-        cached(&self.masks, (vocab.id(), s), || match self.canonical(s) {
-            Some(k) => shared(&SHARED_SETS, (vocab.id(), k), make),
-            None => make(),
-        })
+        self.sets(vocab, s).0
     }
 
     /// The trie nodes, reached from `s`, where the bytes so far make a
     /// match and longer tokens continue below: where a lexeme may end in
     /// the middle of a token. Computed once per state.
     pub fn exits(&self, vocab: &Vocab, s: DfaState) -> Arc<Vec<u32>> {
-        let make = || {
+        self.sets(vocab, s).1
+    }
+
+    /// Token set and exits of `s`, from the caches or from one trie walk.
+    fn sets(&self, vocab: &Vocab, s: DfaState) -> (Arc<TokenMask>, Arc<Vec<u32>>) {
+        let key = (vocab.id(), s);
+        fn hit<V: Clone>(c: &StateCache<V>, key: &(u64, DfaState)) -> Option<V> {
+            c.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+        }
+        if let (Some(m), Some(x)) = (hit(&self.masks, &key), hit(&self.exits, &key)) {
+            return (m, x);
+        }
+        let walk = || {
             let trie = vocab.trie();
-            let mut out = Vec::new();
+            let mut m = TokenMask::new(vocab.len());
+            let mut x = Vec::new();
             trie.walk_nodes(0, s, |st, b| self.step(st, b), |i, st| {
-                if self.is_accepting(st) && trie.nodes[i].subtree > 1 {
-                    out.push(i as u32);
+                for &t in trie.tokens_at(i) {
+                    m.set(t);
+                }
+                if self.is_accepting(st) && trie.has_children(i) {
+                    x.push(i as u32);
                 }
             });
-            Arc::new(out)
+            (Arc::new(m), Arc::new(x))
         };
-        cached(&self.exits, (vocab.id(), s), || match self.canonical(s) {
-            Some(k) => shared(&SHARED_EXITS, (vocab.id(), k), make),
-            None => make(),
-        })
+        let (m, x) = match self.canonical(s) {
+            Some(k) => {
+                let shared_key: SharedKey = (vocab.id(), k);
+                let found = (
+                    SHARED_SETS.lock().unwrap_or_else(|e| e.into_inner()).get(&shared_key).cloned(),
+                    SHARED_EXITS.lock().unwrap_or_else(|e| e.into_inner()).get(&shared_key).cloned(),
+                );
+                match found {
+                    (Some(m), Some(x)) => (m, x),
+                    _ => {
+                        let (m, x) = walk();
+                        shared(&SHARED_SETS, shared_key.clone(), || m.clone());
+                        shared(&SHARED_EXITS, shared_key, || x.clone());
+                        (m, x)
+                    }
+                }
+            }
+            None => walk(),
+        };
+        cached(&self.masks, key, || m.clone());
+        cached(&self.exits, key, || x.clone());
+        (m, x)
     }
 
     /// Writes into `out` the tokens that keep a match reachable from `s`
@@ -299,50 +331,74 @@ impl Dfa {
     }
 }
 
-/// Explores the states reachable from `start` and works out which can still
-/// reach a match (backwards from the accepting ones).
-fn analyse(dfa: &dense::DFA<Vec<u32>>, start: StateID, stride2: usize, limits: &Limits) -> Result<(Vec<bool>, Vec<bool>), EngineError> {
-    let reps: Vec<u8> = dfa.byte_classes().representatives(0..=255).filter_map(|u| u.as_u8()).collect();
-    let idx = |s: StateID| s.as_usize() >> stride2;
-    let mut seen: HashMap<usize, StateID> = HashMap::new();
-    let mut edges: Vec<(usize, usize)> = Vec::new();
-    let mut todo = vec![start];
-    seen.insert(idx(start), start);
-    while let Some(s) = todo.pop() {
-        if seen.len() > limits.max_states {
-            return Err(EngineError::TooComplex(format!("the automaton has more than {} states", limits.max_states)));
+/// Explores the states reachable from `start`, works out which can still
+/// reach a match (backwards from the accepting ones), and builds the table
+/// of live transitions.
+fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Result<Dfa, EngineError> {
+    let mut classes = [0u8; 256];
+    for b in 0..=255u8 {
+        classes[b as usize] = dfa.byte_classes().get(b);
+    }
+    let stride = classes.iter().map(|&c| c as usize).max().unwrap_or(0) + 1;
+    let mut reps = vec![0u8; stride];
+    for b in (0..=255u8).rev() {
+        reps[classes[b as usize] as usize] = b;
+    }
+    // Breadth-first numbering of the reachable states.
+    let mut order: Vec<StateID> = vec![start];
+    let mut index: HashMap<StateID, u32> = HashMap::from([(start, 0)]);
+    let mut raw: Vec<u32> = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        if order.len() > limits.max_states || raw.len() > limits.max_automaton_bytes / 4 {
+            return Err(EngineError::TooComplex(format!("the automaton has more than {} states", limits.max_states.min(order.len()))));
         }
+        let s = order[i];
+        i += 1;
         for &b in &reps {
             let n = dfa.next_state(s, b);
             if dfa.is_dead_state(n) || dfa.is_quit_state(n) {
+                raw.push(DEAD);
                 continue;
             }
-            edges.push((idx(s), idx(n)));
-            if seen.insert(idx(n), n).is_none() {
-                todo.push(n);
-            }
+            let len = order.len() as u32;
+            let id = *index.entry(n).or_insert_with(|| {
+                order.push(n);
+                len
+            });
+            raw.push(id);
         }
     }
-    let len = seen.keys().max().map_or(0, |m| m + 1);
-    let mut accepting = vec![false; len];
-    for (&i, &s) in &seen {
-        accepting[i] = dfa.is_match_state(dfa.next_eoi_state(s));
-    }
-    let mut reverse: Vec<Vec<usize>> = vec![Vec::new(); len];
-    for (from, to) in edges {
-        reverse[to].push(from);
+    let n = order.len();
+    let accepting: Vec<bool> = order.iter().map(|&s| dfa.is_match_state(dfa.next_eoi_state(s))).collect();
+    let mut reverse: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (k, &t) in raw.iter().enumerate() {
+        if t != DEAD {
+            reverse[t as usize].push((k / stride) as u32);
+        }
     }
     let mut live = accepting.clone();
-    let mut queue: Vec<usize> = (0..len).filter(|&i| live[i]).collect();
+    let mut queue: Vec<usize> = (0..n).filter(|&i| live[i]).collect();
     while let Some(i) = queue.pop() {
         for &p in &reverse[i] {
-            if !live[p] {
-                live[p] = true;
-                queue.push(p);
+            if !live[p as usize] {
+                live[p as usize] = true;
+                queue.push(p as usize);
             }
         }
     }
-    Ok((live, accepting))
+    let trans = raw.into_iter().map(|t| if t != DEAD && live[t as usize] { t } else { DEAD }).collect();
+    Ok(Dfa {
+        classes,
+        stride,
+        trans,
+        start: 0,
+        live,
+        accepting,
+        masks: Mutex::new(HashMap::new()),
+        exits: Mutex::new(HashMap::new()),
+        canonical: Mutex::new(HashMap::new()),
+    })
 }
 
 #[cfg(test)]

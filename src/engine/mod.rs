@@ -25,7 +25,7 @@ pub use json_schema::{schema_grammar, Whitespace};
 pub use matcher::{Constraint, Matcher};
 pub use dfa::{Dfa, DfaState};
 pub use stop::{StopEvent, StopMatcher};
-pub use trie::{Node, TokenTrie};
+pub use trie::TokenTrie;
 pub use vocab::{Encoding, TokenKind, Vocab};
 
 /// Why the engine refused something.

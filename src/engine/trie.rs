@@ -2,27 +2,19 @@
 //! skips whole subtrees the moment the automaton dies (a sparse mask costs
 //! a few microseconds instead of a walk over every token).
 
-/// One trie node: the byte on the edge into it, its depth, the size of its
-/// subtree (itself included) and the tokens that end here.
-#[derive(Debug, Clone, Copy)]
-pub struct Node {
-    /// The byte on the edge from the parent.
-    pub byte: u8,
-    /// Depth (the root is 0).
-    pub depth: u16,
-    /// Nodes in this subtree, this one included: skipping it means `i += subtree`.
-    pub subtree: u32,
-    /// Start of this node's tokens in [`TokenTrie::tokens`].
-    pub tok_start: u32,
-    /// End of this node's tokens.
-    pub tok_end: u32,
-}
-
-/// The trie of token byte strings.
+/// The token trie, flat in preorder and split into parallel arrays: a walk
+/// reads only the edge byte, depth and subtree size of each node (6 bytes),
+/// and a node's tokens only when it is reached.
 #[derive(Debug, Clone, Default)]
 pub struct TokenTrie {
-    /// Nodes in preorder; node 0 is the root.
-    pub nodes: Vec<Node>,
+    /// The byte on the edge from each node's parent (node 0 is the root).
+    pub bytes: Vec<u8>,
+    /// Depth of each node, the root at 0 (see [`TokenTrie::max_depth`]).
+    pub depth: Vec<u16>,
+    /// Nodes in each subtree, the node included: skipping it is `i += subtree`.
+    pub subtree: Vec<u32>,
+    /// Start of each node's tokens in `tokens`; one extra entry at the end.
+    pub tok_start: Vec<u32>,
     /// Token ids grouped by node (duplicates of one byte string share a node).
     pub tokens: Vec<u32>,
     /// The longest token, in bytes.
@@ -35,41 +27,58 @@ impl TokenTrie {
         let mut items: Vec<(u32, &[u8])> = items.filter(|(_, b)| !b.is_empty()).collect();
         // Sorted by bytes, a preorder walk is a single pass over the list.
         items.sort_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(&b.0)));
-        let mut trie = TokenTrie::default();
-        trie.nodes.push(Node { byte: 0, depth: 0, subtree: 0, tok_start: 0, tok_end: 0 });
-        // The path of open nodes: (node index, bytes so far).
+        let mut t = TokenTrie::default();
+        t.push(0, 0);
         let mut path: Vec<usize> = vec![0];
         let mut path_bytes: Vec<u8> = Vec::new();
         for (id, bytes) in items {
             let common = path_bytes.iter().zip(bytes).take_while(|(a, b)| a == b).count();
             while path_bytes.len() > common {
                 let done = path.pop().expect("non-root");
-                let size = trie.nodes.len() - done;
-                trie.nodes[done].subtree = size as u32;
+                t.subtree[done] = (t.bytes.len() - done) as u32;
                 path_bytes.pop();
             }
             for &b in &bytes[common..] {
-                let depth = path_bytes.len() as u16 + 1;
-                let at = trie.tokens.len() as u32;
-                trie.nodes.push(Node { byte: b, depth, subtree: 0, tok_start: at, tok_end: at });
-                path.push(trie.nodes.len() - 1);
+                t.push(b, path_bytes.len() as u16 + 1);
+                path.push(t.bytes.len() - 1);
                 path_bytes.push(b);
             }
-            let last = *path.last().expect("node");
-            trie.tokens.push(id);
-            trie.nodes[last].tok_end = trie.tokens.len() as u32;
-            trie.max_depth = trie.max_depth.max(bytes.len());
+            // Tokens of the last node: it is the newest, so its range is open-ended.
+            t.tokens.push(id);
+            t.max_depth = t.max_depth.max(bytes.len());
         }
         while let Some(done) = path.pop() {
-            trie.nodes[done].subtree = (trie.nodes.len() - done) as u32;
+            t.subtree[done] = (t.bytes.len() - done) as u32;
         }
-        trie
+        t.tok_start.push(t.tokens.len() as u32);
+        t
+    }
+
+    fn push(&mut self, byte: u8, depth: u16) {
+        self.bytes.push(byte);
+        self.depth.push(depth);
+        self.subtree.push(1);
+        self.tok_start.push(self.tokens.len() as u32);
+    }
+
+    /// Number of nodes, the root included.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// True for a trie with no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
     }
 
     /// The tokens ending at node `i`.
     pub fn tokens_at(&self, i: usize) -> &[u32] {
-        let n = &self.nodes[i];
-        &self.tokens[n.tok_start as usize..n.tok_end as usize]
+        &self.tokens[self.tok_start[i] as usize..self.tok_start[i + 1] as usize]
+    }
+
+    /// True when longer tokens continue below node `i`.
+    pub fn has_children(&self, i: usize) -> bool {
+        self.subtree[i] > 1
     }
 
     /// Walks every node, feeding each edge byte to `step` with the parent's
@@ -86,15 +95,14 @@ impl TokenTrie {
     /// Like [`TokenTrie::walk`], over the descendants of node `start` only
     /// (`root` is the state at `start`); `on_node` sees each node reached.
     pub fn walk_nodes<S: Copy>(&self, start: usize, root: S, mut step: impl FnMut(S, u8) -> Option<S>, mut on_node: impl FnMut(usize, S)) {
-        let base = self.nodes[start].depth as usize;
-        let end = start + self.nodes[start].subtree as usize;
+        let base = self.depth[start] as usize;
+        let end = start + self.subtree[start] as usize;
         let mut stack: Vec<S> = vec![root; self.max_depth + 1 - base];
         let mut i = start + 1;
         while i < end {
-            let n = self.nodes[i];
-            let d = n.depth as usize - base;
-            match step(stack[d - 1], n.byte) {
-                None => i += n.subtree as usize,
+            let d = self.depth[i] as usize - base;
+            match step(stack[d - 1], self.bytes[i]) {
+                None => i += self.subtree[i] as usize,
                 Some(s) => {
                     stack[d] = s;
                     on_node(i, s);
@@ -114,10 +122,11 @@ mod tests {
         let toks: Vec<(u32, &[u8])> = vec![(0, b"ab"), (1, b"a"), (2, b"b"), (3, b"abc"), (4, b"a"), (5, b"")];
         let t = TokenTrie::build(toks.into_iter());
         // root, a, ab, abc, b
-        assert_eq!(t.nodes.len(), 5);
-        assert_eq!(t.nodes[0].subtree, 5);
-        assert_eq!(t.nodes[1].byte, b'a');
-        assert_eq!(t.nodes[1].subtree, 3);
+        assert_eq!(t.len(), 5);
+        assert_eq!(t.subtree[0], 5);
+        assert_eq!(t.bytes[1], b'a');
+        assert_eq!(t.subtree[1], 3);
+        assert!(t.has_children(2) && !t.has_children(3));
         assert_eq!(t.tokens_at(1), &[1, 4]);
         assert_eq!(t.tokens_at(3), &[3]);
         assert_eq!(t.max_depth, 3);
