@@ -162,3 +162,36 @@ fn regular_grammars_agree_with_the_dfa_engine() {
         })
         .unwrap();
 }
+
+#[test]
+fn forced_bytes_and_token_healing_on_both_engines() {
+    use lmt::engine::Constraint;
+    let limits = Limits::default();
+    let vocab = Vocab::from_tokenizer(&common::trained_byte_level());
+    let mut diags = Vec::new();
+    let g = lmt::syntax::gbnf::parse("root ::= \"{\\\"name\\\": \" [a-z]+ \"}\"\n", 0, lmt::span::FileId(0), &mut diags);
+    for c in [
+        Constraint::regex("\\{\"name\": [a-z]+\\}", &limits).unwrap(),
+        Constraint::grammar(&g, "root", &limits).unwrap(),
+    ] {
+        let mut m = c.matcher(&limits);
+        assert_eq!(m.forced_bytes(100).unwrap(), b"{\"name\": ", "forced text");
+        assert_eq!(m.position(), 0, "forced_bytes consumes nothing");
+    }
+    // Healing: the prompt ended with `n` (backed out); the first token must
+    // start with it, and the rest of it is the value's start.
+    let g = lmt::syntax::gbnf::parse("root ::= [a-z]+ (\" \" [a-z]+)*\n", 0, lmt::span::FileId(0), &mut diags);
+    for c in [Constraint::regex("[a-z]+( [a-z]+)*", &limits).unwrap(), Constraint::grammar(&g, "root", &limits).unwrap()] {
+        let mut m = c.matcher(&limits);
+        let mut healed = TokenMask::new(vocab.len());
+        m.mask_after_prefix(&vocab, b"n", &mut healed).unwrap();
+        let want: Vec<u32> = (0..vocab.len() as u32)
+            .filter(|&t| {
+                let b = vocab.bytes(t);
+                vocab.is_generable(t) && b.starts_with(b"n") && m.clone().feed(&b[1..]).unwrap()
+            })
+            .collect();
+        assert!(want.len() > 3, "{want:?}");
+        assert_eq!(healed.ones().collect::<Vec<_>>(), want);
+    }
+}

@@ -10,15 +10,17 @@
 //! allocating. Nullable symbols follow Aycock and Horspool: predicting one
 //! also advances past it.
 
-use std::collections::HashSet;
 use std::sync::Arc;
+
+/// End of a chain of items.
+const NONE: u32 = u32::MAX;
 
 use super::cfg::{Cfg, Sym};
 use super::dfa::DfaState;
 use super::vocab::Vocab;
 use super::{EngineError, TokenMask};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Item {
     /// Dotted rule id: production's base + dot position.
     dotted: u32,
@@ -85,7 +87,11 @@ pub struct Parser {
     generation: u32,
     predicted: Vec<u32>,
     started: Vec<u32>,
-    seen: HashSet<Item>,
+    /// Per dotted rule: (generation, last item of the current row with it).
+    head: Vec<(u32, u32)>,
+    /// Parallel to `items`: the previous item of the same row and dotted
+    /// rule, for duplicate checks without clearing a set per row.
+    chain: Vec<u32>,
     completed: Vec<(u32, u32)>,
     max_row_items: usize,
 }
@@ -95,6 +101,7 @@ impl Parser {
     pub fn new(t: Arc<Tables>, max_row_items: usize) -> Parser {
         let n_nt = t.cfg.names.len();
         let n_lex = t.cfg.lexemes.len();
+        let n_dotted = t.next.len();
         let mut p = Parser {
             t,
             items: Vec::new(),
@@ -103,7 +110,8 @@ impl Parser {
             generation: 0,
             predicted: vec![0; n_nt],
             started: vec![0; n_lex],
-            seen: HashSet::new(),
+            head: vec![(0, 0); n_dotted],
+            chain: Vec::new(),
             completed: Vec::new(),
             max_row_items,
         };
@@ -144,6 +152,7 @@ impl Parser {
         if rows < self.rows.len() && rows > 0 {
             let r = self.rows[rows];
             self.items.truncate(r.items as usize);
+            self.chain.truncate(r.items as usize);
             self.scans.truncate(r.scans as usize);
             self.rows.truncate(rows);
         }
@@ -316,9 +325,9 @@ impl Parser {
         if self.generation == 0 {
             self.predicted.fill(0);
             self.started.fill(0);
+            self.head.fill((0, 0));
             self.generation = 1;
         }
-        self.seen.clear();
         self.rows.push(Row { items: self.items.len() as u32, scans: self.scans.len() as u32, accepting: false });
     }
 
@@ -335,9 +344,18 @@ impl Parser {
     }
 
     fn add(&mut self, it: Item) {
-        if self.seen.insert(it) {
-            self.items.push(it);
+        let (g, last) = self.head[it.dotted as usize];
+        let mut k = if g == self.generation { last } else { NONE };
+        while k != NONE {
+            if self.items[k as usize].origin == it.origin {
+                return;
+            }
+            k = self.chain[k as usize];
         }
+        let prev = if g == self.generation { last } else { NONE };
+        self.head[it.dotted as usize] = (self.generation, self.items.len() as u32);
+        self.items.push(it);
+        self.chain.push(prev);
     }
 
     /// Completes and predicts until the current row is closed.

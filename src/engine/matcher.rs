@@ -78,6 +78,93 @@ impl Matcher {
         }
     }
 
+    /// Token healing: the tokens whose bytes start with `prefix` (the bytes
+    /// of the prompt tokens just backed out) and go on with bytes this
+    /// constraint allows; a token equal to `prefix` is allowed too. Used for
+    /// the first token of a generation only; `prefix` itself is not fed.
+    pub fn mask_after_prefix(&mut self, vocab: &Vocab, prefix: &[u8], out: &mut TokenMask) -> Result<(), EngineError> {
+        out.clear();
+        let trie = vocab.trie();
+        // Descend to the node of `prefix`.
+        let mut node = 0usize;
+        for &b in prefix {
+            let end = node + trie.subtree[node] as usize;
+            let mut child = node + 1;
+            let mut found = None;
+            while child < end {
+                if trie.bytes[child] == b {
+                    found = Some(child);
+                    break;
+                }
+                child += trie.subtree[child] as usize;
+            }
+            match found {
+                Some(c) => node = c,
+                None => return Ok(()),
+            }
+        }
+        trie.tokens_at(node).iter().for_each(|&t| out.set(t));
+        match self {
+            Matcher::Regular { dfa, states } => {
+                let s = *states.last().expect("state");
+                trie.walk_nodes(node, s, |st, b| dfa.step(st, b), |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)));
+                Ok(())
+            }
+            Matcher::ContextFree(p) => {
+                let base = p.len();
+                let mut error = None;
+                trie.walk_nodes(
+                    node,
+                    base as u32 - 1,
+                    |parent, b| {
+                        p.truncate(parent as usize + 1);
+                        match p.step(b) {
+                            Ok(true) => Some(p.len() as u32 - 1),
+                            Ok(false) => None,
+                            Err(e) => {
+                                error.get_or_insert(e);
+                                None
+                            }
+                        }
+                    },
+                    |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)),
+                );
+                p.truncate(base);
+                error.map_or(Ok(()), Err)
+            }
+        }
+    }
+
+    /// The bytes that must come next whatever is generated, up to `limit`:
+    /// while the value is not complete and exactly one byte can follow. The
+    /// interpreter feeds them as forced text instead of sampling.
+    pub fn forced_bytes(&mut self, limit: usize) -> Result<Vec<u8>, EngineError> {
+        if let Matcher::Regular { dfa, states } = self {
+            return Ok(dfa.forced_bytes(*states.last().expect("state"), limit));
+        }
+        let start = self.position();
+        let mut out = Vec::new();
+        while out.len() < limit && !self.is_accepting() {
+            let here = self.position();
+            let mut only = None;
+            for b in 0..=255u8 {
+                if self.feed(&[b])? {
+                    self.rewind(here);
+                    if only.is_some() {
+                        only = None;
+                        break;
+                    }
+                    only = Some(b);
+                }
+            }
+            let Some(b) = only else { break };
+            self.feed(&[b])?;
+            out.push(b);
+        }
+        self.rewind(start);
+        Ok(out)
+    }
+
     /// Consumes `bytes` if they can come next; otherwise consumes nothing
     /// and returns `false`.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<bool, EngineError> {
