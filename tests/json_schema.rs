@@ -57,6 +57,20 @@ fn objects_arrays_numbers_and_references() {
 }
 
 #[test]
+fn a_finished_value_is_complete() {
+    let c = compile(json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false}));
+    let mut m = c.matcher(&Limits::default());
+    assert!(m.feed(br#"{"a":1"#).unwrap());
+    assert!(!m.is_accepting() && !m.is_complete());
+    assert!(m.feed(b"}").unwrap());
+    assert!(m.is_accepting() && m.is_complete(), "nothing may follow the closing brace");
+    let n = compile(json!({"type": "integer"}));
+    let mut m = n.matcher(&Limits::default());
+    assert!(m.feed(b"12").unwrap());
+    assert!(m.is_accepting() && !m.is_complete(), "more digits may follow");
+}
+
+#[test]
 fn unsupported_keywords_are_named_errors() {
     for (schema, keyword) in [
         (json!({"oneOf": [{"type": "string"}, {"type": "integer"}]}), "oneOf"),

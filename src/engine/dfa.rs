@@ -40,6 +40,8 @@ pub struct Dfa {
     live: Vec<bool>,
     /// By state: the bytes so far are a match.
     accepting: Vec<bool>,
+    /// By state: a match, and no byte can follow.
+    complete: Vec<bool>,
     /// Per (vocabulary, state): the tokens that keep a match reachable.
     masks: StateCache<Arc<TokenMask>>,
     /// Per (vocabulary, state): trie nodes with children where a match ends
@@ -174,7 +176,7 @@ impl Dfa {
 
     /// True when the bytes so far match and nothing more can follow.
     pub fn is_complete(&self, s: DfaState) -> bool {
-        self.is_accepting(s) && (0..=255u8).all(|b| self.step(s, b).is_none())
+        self.complete[s as usize]
     }
 
     /// Bytes that must come next whatever is generated (at most `limit`):
@@ -387,8 +389,10 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
             }
         }
     }
-    let trans = raw.into_iter().map(|t| if t != DEAD && live[t as usize] { t } else { DEAD }).collect();
+    let trans: Vec<u32> = raw.into_iter().map(|t| if t != DEAD && live[t as usize] { t } else { DEAD }).collect();
+    let complete = (0..n).map(|i| accepting[i] && trans[i * stride..(i + 1) * stride].iter().all(|&t| t == DEAD)).collect();
     Ok(Dfa {
+        complete,
         classes,
         stride,
         trans,

@@ -166,19 +166,24 @@ impl Parser {
         self.begin_row();
         self.completed.clear();
         let range = self.scan_range(r);
+        let mut advanced = false;
         for k in range {
             let sc = self.scans[k];
             let dfa = &self.t.cfg.lexemes[sc.lexeme as usize];
             if let Some(s) = dfa.step(sc.state, byte) {
+                advanced = true;
                 if dfa.is_accepting(s) {
                     self.completed.push((sc.lexeme, sc.origin));
                 }
-                self.scans.push(Scan { state: s, ..sc });
+                // A finished lexeme that cannot go on is not scanned further.
+                if !dfa.is_complete(s) {
+                    self.scans.push(Scan { state: s, ..sc });
+                }
             }
         }
         let here = self.rows.len() as u32 - 1;
-        if self.scans.len() as u32 == self.rows[here as usize].scans {
-            // No scan survived: the byte is refused.
+        if !advanced {
+            // No scan could take the byte: it is refused.
             self.truncate(before);
             return Ok(false);
         }
