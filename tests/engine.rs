@@ -93,6 +93,9 @@ const REGEXES: &[&str] = &[
     "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][-+]?[0-9]+)?",
     "[\\p{Han}]{1,4}|😀+",
     " ?(e4|d4|Nf3|c4)",
+    // String bodies: dense states that take the plain-token slice.
+    "\"[^\"\\\\]*\"",
+    "\"[^\"\\\\]{0,300}\", ?",
 ];
 
 fn brute_force(v: &Vocab, d: &Dfa, s: lmt::engine::DfaState, n_logits: usize) -> TokenMask {

@@ -46,7 +46,10 @@ pub struct Dfa {
     masks: StateCache<Arc<TokenMask>>,
     /// Per (vocabulary, state): trie nodes with children where a match ends
     /// (see [`Dfa::exits`]).
-    exits: StateCache<Arc<Vec<u32>>>,
+    exits: StateCache<Arc<Exits>>,
+    /// Per state: whether it takes any plain text up to the longest plain
+    /// token without ever matching (see [`Vocab::slicer`]).
+    absorbs: Mutex<HashMap<DfaState, bool>>,
     /// Per state: its canonical key, if small enough to have one.
     canonical: Mutex<HashMap<DfaState, Option<Arc<[u8]>>>>,
 }
@@ -69,7 +72,28 @@ const MAX_CANONICAL_STATES: usize = 48;
 /// schema shares one entry.
 type SharedKey = (u64, Arc<[u8]>);
 static SHARED_SETS: LazyLock<Mutex<HashMap<SharedKey, Arc<TokenMask>>>> = LazyLock::new(Default::default);
-static SHARED_EXITS: LazyLock<Mutex<HashMap<SharedKey, Arc<Vec<u32>>>>> = LazyLock::new(Default::default);
+static SHARED_EXITS: LazyLock<Mutex<HashMap<SharedKey, Arc<Exits>>>> = LazyLock::new(Default::default);
+
+/// Where a lexeme may end inside a token: nodes of the vocabulary's trie, or
+/// of the slicer's trie of non-plain tokens (`rest`).
+#[derive(Debug, Clone, Default)]
+pub struct Exits {
+    /// The nodes are in [`crate::engine::Slicer::rest`], not the full trie.
+    pub rest: bool,
+    /// Trie nodes with children where the bytes so far make a match.
+    pub nodes: Vec<u32>,
+}
+
+impl Exits {
+    /// The trie the nodes belong to.
+    pub fn trie<'v>(&self, vocab: &'v Vocab) -> &'v crate::engine::TokenTrie {
+        if self.rest {
+            &vocab.slicer().rest
+        } else {
+            vocab.trie()
+        }
+    }
+}
 /// Entries in each shared table before it starts over (32 MiB of masks at 128k tokens).
 const MAX_SHARED: usize = 2048;
 
@@ -264,12 +288,50 @@ impl Dfa {
     /// The trie nodes, reached from `s`, where the bytes so far make a
     /// match and longer tokens continue below: where a lexeme may end in
     /// the middle of a token. Computed once per state.
-    pub fn exits(&self, vocab: &Vocab, s: DfaState) -> Arc<Vec<u32>> {
+    pub fn exits(&self, vocab: &Vocab, s: DfaState) -> Arc<Exits> {
         self.sets(vocab, s).1
     }
 
+    /// True when `s` takes every plain text (see [`Vocab::slicer`]) of up
+    /// to `len` bytes, and never matches on the way: then every plain token
+    /// is allowed and no lexeme ends inside one.
+    fn absorbs_plain(&self, s: DfaState, len: usize) -> bool {
+        if let Some(&a) = self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).get(&s) {
+            return a;
+        }
+        let plain: Vec<u8> = (0..=255u8).filter(|&b| crate::engine::vocab::is_plain_byte(b)).collect();
+        let mut seen: std::collections::HashSet<DfaState> = std::collections::HashSet::from([s]);
+        let mut layer = vec![s];
+        let mut ok = true;
+        'depth: for _ in 0..len {
+            let mut next = Vec::new();
+            for &st in &layer {
+                for &b in &plain {
+                    match self.step(st, b) {
+                        Some(t) if !self.is_accepting(t) => {
+                            if seen.insert(t) {
+                                next.push(t);
+                            }
+                        }
+                        _ => {
+                            ok = false;
+                            break 'depth;
+                        }
+                    }
+                }
+            }
+            if next.is_empty() || seen.len() > 4096 {
+                ok = ok && next.is_empty();
+                break;
+            }
+            layer = next;
+        }
+        self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).insert(s, ok);
+        ok
+    }
+
     /// Token set and exits of `s`, from the caches or from one trie walk.
-    fn sets(&self, vocab: &Vocab, s: DfaState) -> (Arc<TokenMask>, Arc<Vec<u32>>) {
+    fn sets(&self, vocab: &Vocab, s: DfaState) -> (Arc<TokenMask>, Arc<Exits>) {
         let key = (vocab.id(), s);
         fn hit<V: Clone>(c: &StateCache<V>, key: &(u64, DfaState)) -> Option<V> {
             c.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
@@ -278,8 +340,15 @@ impl Dfa {
             return (m, x);
         }
         let walk = || {
-            let trie = vocab.trie();
-            let mut m = TokenMask::new(vocab.len());
+            // Dense states that take any plain text start from the plain
+            // slice and walk only the other tokens.
+            let slicer = vocab.slicer();
+            let sliced = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64 && self.absorbs_plain(s, slicer.max_plain_len);
+            let (trie, mut m) = if sliced {
+                (&slicer.rest, slicer.plain.clone())
+            } else {
+                (vocab.trie(), TokenMask::new(vocab.len()))
+            };
             let mut x = Vec::new();
             trie.walk_nodes(0, s, |st, b| self.step(st, b), |i, st| {
                 for &t in trie.tokens_at(i) {
@@ -289,7 +358,7 @@ impl Dfa {
                     x.push(i as u32);
                 }
             });
-            (Arc::new(m), Arc::new(x))
+            (Arc::new(m), Arc::new(Exits { rest: sliced, nodes: x }))
         };
         let (m, x) = match self.canonical(s) {
             Some(k) => {
@@ -401,6 +470,7 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
         accepting,
         masks: Mutex::new(HashMap::new()),
         exits: Mutex::new(HashMap::new()),
+        absorbs: Mutex::new(HashMap::new()),
         canonical: Mutex::new(HashMap::new()),
     })
 }

@@ -229,18 +229,18 @@ impl Parser {
         out.clear();
         let here = self.rows.len() - 1;
         let scans: Vec<Scan> = self.scans[self.scan_range(here)].to_vec();
-        let trie = vocab.trie();
         for sc in scans {
             let dfa = &self.t.cfg.lexemes[sc.lexeme as usize];
             out.union_with(&dfa.token_set(vocab, sc.state));
             let exits = dfa.exits(vocab, sc.state);
-            if exits.is_empty() || !self.push_completion(sc.lexeme, sc.origin)? {
+            let trie = exits.trie(vocab);
+            if exits.nodes.is_empty() || !self.push_completion(sc.lexeme, sc.origin)? {
                 self.truncate(here + 1);
                 continue;
             }
             let after = self.rows.len() as u32 - 1;
             let mut error = None;
-            for &node in exits.iter() {
+            for &node in exits.nodes.iter() {
                 trie.walk_nodes(
                     node as usize,
                     after,

@@ -23,10 +23,10 @@ pub use cfg::{Cfg, Production, Sym};
 pub use earley::{Parser, Tables};
 pub use json_schema::{schema_grammar, Whitespace};
 pub use matcher::{Constraint, Matcher};
-pub use dfa::{Dfa, DfaState};
+pub use dfa::{Dfa, DfaState, Exits};
 pub use stop::{StopEvent, StopMatcher};
 pub use trie::TokenTrie;
-pub use vocab::{Encoding, TokenKind, Vocab};
+pub use vocab::{Encoding, Slicer, TokenKind, Vocab};
 
 /// Why the engine refused something.
 #[derive(Debug, Clone, PartialEq)]

@@ -47,6 +47,25 @@ pub struct Vocab {
     encoding: Encoding,
     trie: TokenTrie,
     eos: Vec<u32>,
+    slicer: std::sync::OnceLock<Slicer>,
+}
+
+/// Tokens made only of plain printable ASCII (no `"`, no `\`), precomputed:
+/// where an automaton state takes any such text, its token set is this set
+/// plus a walk over the other tokens only (the idea of llguidance's slicer).
+#[derive(Debug, Clone)]
+pub struct Slicer {
+    /// The plain tokens.
+    pub plain: super::TokenMask,
+    /// The trie of every other generable token.
+    pub rest: TokenTrie,
+    /// The longest plain token, in bytes.
+    pub max_plain_len: usize,
+}
+
+/// True for the bytes of plain tokens.
+pub fn is_plain_byte(b: u8) -> bool {
+    (0x20..=0x7E).contains(&b) && b != b'"' && b != b'\\'
 }
 
 impl Vocab {
@@ -109,7 +128,7 @@ impl Vocab {
         let trie = TokenTrie::build(generable);
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Vocab { id, bytes, kinds, encoding, trie, eos }
+        Vocab { id, bytes, kinds, encoding, trie, eos, slicer: std::sync::OnceLock::new() }
     }
 
     /// A number unique to this vocabulary (caches are keyed by it).
@@ -147,6 +166,28 @@ impl Vocab {
     /// added tokens with at least one byte).
     pub fn trie(&self) -> &TokenTrie {
         &self.trie
+    }
+
+    /// The plain-token slice and the trie of the other tokens, built on first use.
+    pub fn slicer(&self) -> &Slicer {
+        self.slicer.get_or_init(|| {
+            let mut plain = super::TokenMask::new(self.len());
+            let mut max_plain_len = 0;
+            let mut rest = Vec::new();
+            for id in 0..self.len() as u32 {
+                if !self.is_generable(id) {
+                    continue;
+                }
+                let b = self.bytes(id);
+                if b.iter().all(|&x| is_plain_byte(x)) {
+                    plain.set(id);
+                    max_plain_len = max_plain_len.max(b.len());
+                } else {
+                    rest.push((id, b));
+                }
+            }
+            Slicer { plain, rest: TokenTrie::build(rest.into_iter()), max_plain_len }
+        })
     }
 
     /// End-of-sequence ids (allowed where a constraint accepts).
