@@ -272,40 +272,6 @@ impl Parser {
         Ok(())
     }
 
-    /// The same as [`Parser::mask`] by walking the whole trie through the
-    /// parser byte by byte: slow, the reference the fast path is tested against.
-    pub fn mask_by_walk(&mut self, vocab: &Vocab, out: &mut TokenMask) -> Result<(), EngineError> {
-        out.clear();
-        let base = self.rows.len();
-        let mut error = None;
-        vocab.trie().walk(
-            base as u32 - 1,
-            |parent, b| {
-                if error.is_some() {
-                    return None;
-                }
-                self.truncate(parent as usize + 1);
-                match self.step(b) {
-                    Ok(true) => Some(self.rows.len() as u32 - 1),
-                    Ok(false) => None,
-                    Err(e) => {
-                        error = Some(e);
-                        None
-                    }
-                }
-            },
-            |tok, _| out.set(tok),
-        );
-        self.truncate(base);
-        if let Some(e) = error {
-            return Err(e);
-        }
-        if self.is_accepting() {
-            vocab.eos().iter().for_each(|&e| out.set(e));
-        }
-        Ok(())
-    }
-
     /// Pushes the row reached when lexeme `lex`, scanned from row `origin`,
     /// ends here — without the other scans of the current row. Returns
     /// whether anything can follow in it.
