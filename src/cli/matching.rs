@@ -268,6 +268,8 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
     let mut reasons: std::collections::BTreeMap<String, (usize, String)> = Default::default();
     let (mut valid_ok, mut valid_n, mut invalid_ok, mut invalid_n) = (0, 0, 0, 0);
     let mut failures: Vec<String> = Vec::new();
+    // The slowest masks: (µs, file, token index).
+    let mut slowest: Vec<(f64, String, usize)> = Vec::new();
     for f in &files {
         let doc: serde_json::Value = match std::fs::read_to_string(f).ok().and_then(|t| serde_json::from_str(&t).ok()) {
             Some(d) => d,
@@ -294,7 +296,16 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             let text = serde_json::to_string(&t["data"]).map_err(|e| e.to_string())?;
             let ids = enc.encode(&text)?;
             let mut m = c.matcher(&limits);
-            let accepted = match walk(&mut m, &vocab, &ids, &mut mask_us) {
+            let before = mask_us.len();
+            let result = walk(&mut m, &vocab, &ids, &mut mask_us);
+            for (k, &us) in mask_us[before..].iter().enumerate() {
+                if slowest.len() < 5 || us > slowest[slowest.len() - 1].0 {
+                    slowest.push((us, f.file_name().unwrap_or_default().to_string_lossy().into_owned(), k));
+                    slowest.sort_by(|a, b| b.0.total_cmp(&a.0));
+                    slowest.truncate(5);
+                }
+            }
+            let accepted = match result {
                 Ok(Walk::Accepted { .. }) => true,
                 Ok(_) => false,
                 Err(e) => {
@@ -354,6 +365,10 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
         for (r, (n, example)) in by {
             text.push_str(&format!("  {n:4}  {r}\n        e.g. {example}\n"));
         }
+    }
+    text.push_str("slowest masks:\n");
+    for (us, file, k) in &slowest {
+        text.push_str(&format!("  {us:10.1} µs  {file} token {k}\n"));
     }
     for f in failures {
         text.push_str(&format!("  {f}\n"));

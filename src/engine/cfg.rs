@@ -150,8 +150,13 @@ impl<'g> Builder<'g> {
         };
         let reaches: HashMap<&str, std::collections::HashSet<&str>> = names.iter().map(|n| (*n, reach(n))).collect();
         let cyclic: std::collections::HashSet<&str> = names.iter().copied().filter(|n| reaches[n].contains(n)).collect();
+        // `&`-named rules (only the JSON Schema compiler makes them) are
+        // structure: always nonterminals, never inlined into a lexeme.
+        let structural: Vec<&str> = names.iter().copied().filter(|n| n.starts_with('&')).collect();
         for n in &names {
-            let nr = cyclic.contains(n) || reaches[n].iter().any(|m| cyclic.contains(m));
+            let nr = cyclic.contains(n)
+                || n.starts_with('&')
+                || reaches[n].iter().any(|m| cyclic.contains(m) || structural.contains(m));
             self.non_regular.insert(n, nr);
         }
         // A regular rule too big to inline everywhere it is used stays a

@@ -461,41 +461,48 @@ impl<'s> Conv<'s> {
                 Ok((seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), required.contains(&k.as_str())))
             })
             .collect::<Result<_, EngineError>>()?;
-        // Rules, so that nothing is copied. `some_i`: members i.. in order
-        // after something was written, each behind a comma, with extra
-        // properties allowed before each and at the end. `none_i`: the same
-        // before anything was written.
+        // Unambiguous rules, so that long objects keep small parse states:
+        // `some_i` = "the next listed member may be i or later, after
+        // something was written" and `none_i` the same before anything. An
+        // extra property keeps the state; writing member j (never skipping a
+        // required one) moves to j + 1. Each member is a rule of its own.
         let id = self.rules.len();
-        let name = |kind: &str, i: usize| format!("obj{id}_{kind}{i}");
+        // `&`: structure, never inlined (see `cfg`); members stay plain rules.
+        let name = |kind: &str, i: usize| if kind == "m" { format!("obj{id}_m{i}") } else { format!("&obj{id}_{kind}{i}") };
         let n = members.len();
-        // One rule for the extra member: written once, referenced everywhere.
         let extra = extra.map(|x| {
             let rule = format!("obj{id}_extra");
-            self.add_rule(rule.clone(), x);
+            self.add_rule(rule.clone(), seq(vec![x, ws.clone()]));
             reference(&rule)
         });
+        let mut required_from = vec![n; n + 1];
+        for (j, (_, req)) in members.iter().enumerate().rev() {
+            required_from[j] = if *req { j } else { required_from[j + 1] };
+        }
+        for (j, (m, _)) in members.into_iter().enumerate() {
+            self.add_rule(name("m", j), m);
+        }
         let comma = seq(vec![lit(","), ws.clone()]);
-        let extras = match &extra {
-            None => seq(vec![]),
-            Some(x) => rep(seq(vec![comma.clone(), x.clone(), ws.clone()]), 0, None),
-        };
-        self.add_rule(name("some", n), extras.clone());
-        let none_end = match &extra {
-            None => seq(vec![]),
-            Some(x) => rep(seq(vec![x.clone(), ws.clone(), extras.clone()]), 0, Some(1)),
-        };
-        self.add_rule(name("none", n), none_end);
-        for (i, (m, req)) in members.into_iter().enumerate().rev() {
-            let with = seq(vec![comma.clone(), m.clone()]);
-            let some = seq(vec![extras.clone(), if req { with } else { rep(with, 0, Some(1)) }, reference(&name("some", i + 1))]);
-            let mut none = vec![seq(vec![m, reference(&name("some", i + 1))])];
+        for i in (0..=n).rev() {
+            // The members that may come next: up to the first required one.
+            let last = required_from[i].min(n.saturating_sub(1));
+            let mut some = Vec::new();
+            let mut none = Vec::new();
+            if required_from[i] == n {
+                some.push(seq(vec![]));
+                none.push(seq(vec![]));
+            }
             if let Some(x) = &extra {
-                none.push(seq(vec![x.clone(), ws.clone(), reference(&name("some", i))]));
+                some.push(seq(vec![comma.clone(), x.clone(), reference(&name("some", i))]));
+                none.push(seq(vec![x.clone(), reference(&name("some", i))]));
             }
-            if !req {
-                none.push(reference(&name("none", i + 1)));
+            if i < n {
+                for j in i..=last {
+                    some.push(seq(vec![comma.clone(), reference(&name("m", j)), reference(&name("some", j + 1))]));
+                    none.push(seq(vec![reference(&name("m", j)), reference(&name("some", j + 1))]));
+                }
             }
-            self.add_rule(name("some", i), some);
+            self.add_rule(name("some", i), alt(some));
             self.add_rule(name("none", i), alt(none));
         }
         let after_none = reference(&name("none", 0));
