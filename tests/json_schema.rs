@@ -57,6 +57,16 @@ fn objects_arrays_numbers_and_references() {
 }
 
 #[test]
+fn impossible_optional_parts_are_left_out() {
+    let c = compile(json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}, "b": {"type": "integer"}}}));
+    assert!(accepts(&c, r#"{"b":1}"#));
+    assert!(!accepts(&c, r#"{"a":"x"}"#), "`a` can hold no value at all");
+    assert!(Constraint::json_schema(&json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}}, "required": ["a"]}), Whitespace::Compact, &Limits::default()).is_err());
+    let any = compile(json!({"anyOf": [{"type": "string", "enum": [1]}, {"type": "boolean"}]}));
+    assert!(accepts(&any, "true") && !accepts(&any, "1"));
+}
+
+#[test]
 fn a_finished_value_is_complete() {
     let c = compile(json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false}));
     let mut m = c.matcher(&Limits::default());

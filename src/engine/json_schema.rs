@@ -220,7 +220,14 @@ impl<'s> Conv<'s> {
                 } else {
                     merge_all_of(&serde_json::Map::new(), &Value::Array(vec![Value::Object(base.clone()), sub.clone()]))?
                 };
-                alts.push(self.schema(&combined)?);
+                match self.schema(&combined) {
+                    // A branch nothing satisfies is no option.
+                    Err(EngineError::Unsatisfiable(_)) => continue,
+                    other => alts.push(other?),
+                }
+            }
+            if alts.is_empty() {
+                return Err(EngineError::Unsatisfiable("no branch of `anyOf` can be satisfied".into()));
             }
             return Ok(alt(alts));
         }
@@ -453,14 +460,18 @@ impl<'s> Conv<'s> {
             }
         }
         let extra = (!extra_keys.is_empty()).then(|| alt(extra_keys));
-        let members: Vec<(GExpr, bool)> = props
-            .iter()
-            .map(|(k, s)| {
-                let value = self.schema(s)?;
-                let key = lit(&json_text(&Value::String(k.clone())));
-                Ok((seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), required.contains(&k.as_str())))
-            })
-            .collect::<Result<_, EngineError>>()?;
+        let mut members: Vec<(GExpr, bool)> = Vec::new();
+        for (k, sub) in &props {
+            let req = required.contains(&k.as_str());
+            let value = match self.schema(sub) {
+                // An optional property no value can satisfy just never appears
+                // (its name stays excluded from the extra keys).
+                Err(EngineError::Unsatisfiable(_)) if !req => continue,
+                other => other?,
+            };
+            let key = lit(&json_text(&Value::String(k.clone())));
+            members.push((seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), req));
+        }
         // Unambiguous rules, so that long objects keep small parse states:
         // `some_i` = "the next listed member may be i or later, after
         // something was written" and `none_i` the same before anything. An
