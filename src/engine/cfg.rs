@@ -412,24 +412,7 @@ impl<'g> Builder<'g> {
         let lexeme_nullable: Vec<bool> = self.lexemes.iter().map(|d| d.is_accepting(d.start())).collect();
         let lexeme_empty: Vec<bool> = self.lexemes.iter().map(|d| !d.is_live(d.start())).collect();
         // Productive nonterminals (derive some string), then drop productions that cannot.
-        let mut productive = vec![false; n];
-        loop {
-            let mut changed = false;
-            for p in &self.productions {
-                if !productive[p.lhs as usize]
-                    && p.rhs.iter().all(|s| match s {
-                        Sym::Nt(x) => productive[*x as usize],
-                        Sym::Lex(l) => !lexeme_empty[*l as usize],
-                    })
-                {
-                    productive[p.lhs as usize] = true;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
+        let productive = fixpoint(&self.productions, n, |l| !lexeme_empty[l as usize]);
         if !productive[start as usize] {
             return Err(EngineError::Unsatisfiable("the grammar matches no string at all".into()));
         }
@@ -445,24 +428,7 @@ impl<'g> Builder<'g> {
         for p in &mut self.productions {
             p.rhs.retain(|s| !matches!(s, Sym::Lex(l) if only_empty[*l as usize]));
         }
-        let mut nullable = vec![false; n];
-        loop {
-            let mut changed = false;
-            for p in &self.productions {
-                if !nullable[p.lhs as usize]
-                    && p.rhs.iter().all(|s| match s {
-                        Sym::Nt(x) => nullable[*x as usize],
-                        Sym::Lex(l) => lexeme_nullable[*l as usize],
-                    })
-                {
-                    nullable[p.lhs as usize] = true;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
+        let nullable = fixpoint(&self.productions, n, |l| lexeme_nullable[l as usize]);
         let mut by_lhs = vec![Vec::new(); n];
         for (i, p) in self.productions.iter().enumerate() {
             by_lhs[p.lhs as usize].push(i as u32);
@@ -477,6 +443,29 @@ impl<'g> Builder<'g> {
             nullable,
             start,
         })
+    }
+}
+
+/// The nonterminals with a production whose symbols all hold: nonterminals
+/// already found, and lexemes for which `lexeme` is true (least fixpoint).
+fn fixpoint(productions: &[Production], n: usize, lexeme: impl Fn(u32) -> bool) -> Vec<bool> {
+    let mut found = vec![false; n];
+    loop {
+        let mut changed = false;
+        for p in productions {
+            if !found[p.lhs as usize]
+                && p.rhs.iter().all(|s| match s {
+                    Sym::Nt(x) => found[*x as usize],
+                    Sym::Lex(l) => lexeme(*l),
+                })
+            {
+                found[p.lhs as usize] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            return found;
+        }
     }
 }
 

@@ -42,11 +42,9 @@ pub struct Dfa {
     accepting: Vec<bool>,
     /// By state: a match, and no byte can follow.
     complete: Vec<bool>,
-    /// Per (vocabulary, state): the tokens that keep a match reachable.
-    masks: StateCache<Arc<TokenMask>>,
-    /// Per (vocabulary, state): trie nodes with children where a match ends
-    /// (see [`Dfa::exits`]).
-    exits: StateCache<Arc<Exits>>,
+    /// Per (vocabulary, state): the tokens that keep a match reachable, and
+    /// the trie nodes where a match ends inside a token (see [`Dfa::exits`]).
+    sets: Mutex<HashMap<(u64, DfaState), Sets>>,
     /// Per state: whether it takes any plain text up to the longest plain
     /// token without ever matching (see [`Vocab::slicer`]).
     absorbs: Mutex<HashMap<DfaState, bool>>,
@@ -54,12 +52,15 @@ pub struct Dfa {
     canonical: Mutex<HashMap<DfaState, Option<Arc<[u8]>>>>,
 }
 
-/// A cache keyed by (vocabulary id, state).
-type StateCache<V> = Mutex<HashMap<(u64, DfaState), V>>;
+/// A state's token set and exits, computed together by one trie walk.
+type Sets = (Arc<TokenMask>, Arc<Exits>);
 
-/// Most cached entries per automaton and cache; past it the cache starts
-/// over (a 128k-token mask is 16 KiB: this bounds one automaton to 16 MiB).
+/// Most entries per per-automaton cache (a 128k-token mask is 16 KiB: this
+/// bounds one automaton to 16 MiB).
 const MAX_CACHED: usize = 1024;
+
+/// Entries in the shared table (32 MiB of masks at 128k tokens).
+const MAX_SHARED: usize = 2048;
 
 /// Bytes that must continue from a state for its masks to be shared.
 const MIN_SHARED_FANOUT: usize = 32;
@@ -71,8 +72,22 @@ const MAX_CANONICAL_STATES: usize = 48;
 /// the "inside a JSON string" state of every property lexeme of every
 /// schema shares one entry.
 type SharedKey = (u64, Arc<[u8]>);
-static SHARED_SETS: LazyLock<Mutex<HashMap<SharedKey, Arc<TokenMask>>>> = LazyLock::new(Default::default);
-static SHARED_EXITS: LazyLock<Mutex<HashMap<SharedKey, Arc<Exits>>>> = LazyLock::new(Default::default);
+static SHARED: LazyLock<Mutex<HashMap<SharedKey, Sets>>> = LazyLock::new(Default::default);
+
+/// Looks `key` up in `table`, or makes, stores and returns it; past `cap`
+/// entries the table starts over.
+fn memo<K: std::hash::Hash + Eq, V: Clone>(table: &Mutex<HashMap<K, V>>, key: K, cap: usize, make: impl FnOnce() -> V) -> V {
+    if let Some(v) = table.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return v.clone();
+    }
+    let v = make();
+    let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+    if t.len() >= cap {
+        t.clear();
+    }
+    t.insert(key, v.clone());
+    v
+}
 
 /// Where a lexeme may end inside a token: nodes of the vocabulary's trie, or
 /// of the slicer's trie of non-plain tokens (`rest`).
@@ -93,34 +108,6 @@ impl Exits {
             vocab.trie()
         }
     }
-}
-/// Entries in each shared table before it starts over (32 MiB of masks at 128k tokens).
-const MAX_SHARED: usize = 2048;
-
-fn shared<V: Clone>(table: &Mutex<HashMap<SharedKey, V>>, key: SharedKey, make: impl FnOnce() -> V) -> V {
-    if let Some(v) = table.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return v.clone();
-    }
-    let v = make();
-    let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
-    if t.len() >= MAX_SHARED {
-        t.clear();
-    }
-    t.insert(key, v.clone());
-    v
-}
-
-fn cached<V: Clone>(cache: &StateCache<V>, key: (u64, DfaState), make: impl FnOnce() -> V) -> V {
-    if let Some(v) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return v.clone();
-    }
-    let v = make();
-    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if c.len() >= MAX_CACHED {
-        c.clear();
-    }
-    c.insert(key, v.clone());
-    v
 }
 
 impl Dfa {
@@ -331,57 +318,30 @@ impl Dfa {
     }
 
     /// Token set and exits of `s`, from the caches or from one trie walk.
-    fn sets(&self, vocab: &Vocab, s: DfaState) -> (Arc<TokenMask>, Arc<Exits>) {
-        let key = (vocab.id(), s);
-        fn hit<V: Clone>(c: &StateCache<V>, key: &(u64, DfaState)) -> Option<V> {
-            c.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
-        }
-        if let (Some(m), Some(x)) = (hit(&self.masks, &key), hit(&self.exits, &key)) {
-            return (m, x);
-        }
-        let walk = || {
-            // Dense states that take any plain text start from the plain
-            // slice and walk only the other tokens.
-            let slicer = vocab.slicer();
-            let sliced = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64 && self.absorbs_plain(s, slicer.max_plain_len);
-            let (trie, mut m) = if sliced {
-                (&slicer.rest, slicer.plain.clone())
-            } else {
-                (vocab.trie(), TokenMask::new(vocab.len()))
-            };
-            let mut x = Vec::new();
-            trie.walk_nodes(0, s, |st, b| self.step(st, b), |i, st| {
-                for &t in trie.tokens_at(i) {
-                    m.set(t);
-                }
-                if self.is_accepting(st) && trie.has_children(i) {
-                    x.push(i as u32);
-                }
-            });
-            (Arc::new(m), Arc::new(Exits { rest: sliced, nodes: x }))
-        };
-        let (m, x) = match self.canonical(s) {
-            Some(k) => {
-                let shared_key: SharedKey = (vocab.id(), k);
-                let found = (
-                    SHARED_SETS.lock().unwrap_or_else(|e| e.into_inner()).get(&shared_key).cloned(),
-                    SHARED_EXITS.lock().unwrap_or_else(|e| e.into_inner()).get(&shared_key).cloned(),
-                );
-                match found {
-                    (Some(m), Some(x)) => (m, x),
-                    _ => {
-                        let (m, x) = walk();
-                        shared(&SHARED_SETS, shared_key.clone(), || m.clone());
-                        shared(&SHARED_EXITS, shared_key, || x.clone());
-                        (m, x)
-                    }
-                }
+    fn sets(&self, vocab: &Vocab, s: DfaState) -> Sets {
+        memo(&self.sets, (vocab.id(), s), MAX_CACHED, || match self.canonical(s) {
+            Some(k) => memo(&SHARED, (vocab.id(), k), MAX_SHARED, || self.walk(vocab, s)),
+            None => self.walk(vocab, s),
+        })
+    }
+
+    /// One walk over the trie from `s`: the token set and the exits. Dense
+    /// states that take any plain text start from the plain slice and walk
+    /// only the other tokens.
+    fn walk(&self, vocab: &Vocab, s: DfaState) -> Sets {
+        let slicer = vocab.slicer();
+        let sliced = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64 && self.absorbs_plain(s, slicer.max_plain_len);
+        let (trie, mut m) = if sliced { (&slicer.rest, slicer.plain.clone()) } else { (vocab.trie(), TokenMask::new(vocab.len())) };
+        let mut x = Vec::new();
+        trie.walk_nodes(0, s, |st, b| self.step(st, b), |i, st| {
+            for &t in trie.tokens_at(i) {
+                m.set(t);
             }
-            None => walk(),
-        };
-        cached(&self.masks, key, || m.clone());
-        cached(&self.exits, key, || x.clone());
-        (m, x)
+            if self.is_accepting(st) && trie.has_children(i) {
+                x.push(i as u32);
+            }
+        });
+        (Arc::new(m), Arc::new(Exits { rest: sliced, nodes: x }))
     }
 
     /// Writes into `out` the tokens that keep a match reachable from `s`
@@ -396,9 +356,9 @@ impl Dfa {
         }
     }
 
-    /// Number of masks computed so far (for tests and statistics).
+    /// Number of states whose token sets are cached (for tests and statistics).
     pub fn cached_masks(&self) -> usize {
-        self.masks.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 
@@ -468,8 +428,7 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
         start: 0,
         live,
         accepting,
-        masks: Mutex::new(HashMap::new()),
-        exits: Mutex::new(HashMap::new()),
+        sets: Mutex::new(HashMap::new()),
         absorbs: Mutex::new(HashMap::new()),
         canonical: Mutex::new(HashMap::new()),
     })
