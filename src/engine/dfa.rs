@@ -35,7 +35,6 @@ pub struct Dfa {
     stride: usize,
     /// `trans[state * stride + class]`: the next state, or [`DEAD`].
     trans: Vec<u32>,
-    start: u32,
     /// By state: a match is still reachable.
     live: Vec<bool>,
     /// By state: the bytes so far are a match.
@@ -155,9 +154,9 @@ impl Dfa {
         tabulate(&dfa, start, limits)
     }
 
-    /// The state before any byte.
+    /// The state before any byte (states are numbered from it).
     pub fn start(&self) -> DfaState {
-        self.start
+        0
     }
 
     /// The state after `byte`, or `None` when no match can follow.
@@ -425,7 +424,6 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
         classes,
         stride,
         trans,
-        start: 0,
         live,
         accepting,
         sets: Mutex::new(HashMap::new()),
