@@ -53,11 +53,13 @@ pub fn check_file(path: &str, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Di
         Some(dir) => dir.join(path),
         None => std::path::PathBuf::from(path),
     };
+    // Messages name the path as written (relative to the template), not
+    // where it happens to resolve on this machine.
     let text = match ctx.loader.read(&full) {
         Ok(t) => t,
         Err(e) => {
             out.push(
-                Diagnostic::new(Code::SchemaFile, ctx.file, span, format!("cannot read the schema file `{}`: {e}", full.display()))
+                Diagnostic::new(Code::SchemaFile, ctx.file, span, format!("cannot read the schema file `{path}`: {e}"))
                     .with_help("a string given to `json=` is a path relative to the template; give a map to write the schema inline"),
             );
             return;
@@ -67,7 +69,7 @@ pub fn check_file(path: &str, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Di
         Ok(v) => v,
         Err(e) => {
             out.push(
-                Diagnostic::new(Code::SchemaFile, ctx.file, span, format!("`{}` is not JSON: {e}", full.display()))
+                Diagnostic::new(Code::SchemaFile, ctx.file, span, format!("`{path}` is not JSON: {e}"))
                     .with_help("the file must hold one JSON Schema document"),
             );
             return;
