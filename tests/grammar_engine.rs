@@ -122,7 +122,11 @@ fn json_grammar_masks_equal_brute_force_and_walks_end_in_json() {
                 let mut p = Parser::new(t.clone(), 100_000);
                 assert!(p.feed(&out).unwrap(), "{name}: {text}");
                 if p.is_accepting() {
-                    serde_json::from_str::<serde_json::Value>(&text).unwrap_or_else(|e| panic!("{name}: {text}: {e}"));
+                    // serde_json refuses numbers past f64 (`1e99999`), which
+                    // are valid JSON text: only syntax errors count.
+                    if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+                        assert!(e.to_string().contains("number out of range"), "{name}: {text}: {e}");
+                    }
                 }
                 Ok(())
             })
