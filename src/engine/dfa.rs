@@ -52,7 +52,8 @@ pub struct Dfa {
 }
 
 /// A state's token set and exits, computed together by one trie walk.
-type Sets = (Arc<TokenMask>, Arc<Exits>);
+pub type Sets = (Arc<TokenMask>, Arc<Exits>);
+
 
 /// Most entries per per-automaton cache (a 128k-token mask is 16 KiB: this
 /// bounds one automaton to 16 MiB).
@@ -317,7 +318,7 @@ impl Dfa {
     }
 
     /// Token set and exits of `s`, from the caches or from one trie walk.
-    fn sets(&self, vocab: &Vocab, s: DfaState) -> Sets {
+    pub fn sets(&self, vocab: &Vocab, s: DfaState) -> Sets {
         memo(&self.sets, (vocab.id(), s), MAX_CACHED, || match self.canonical(s) {
             Some(k) => memo(&SHARED, (vocab.id(), k), MAX_SHARED, || self.walk(vocab, s)),
             None => self.walk(vocab, s),

@@ -231,8 +231,8 @@ impl Parser {
         let scans: Vec<Scan> = self.scans[self.scan_range(here)].to_vec();
         for sc in scans {
             let dfa = &self.t.cfg.lexemes[sc.lexeme as usize];
-            out.union_with(&dfa.token_set(vocab, sc.state));
-            let exits = dfa.exits(vocab, sc.state);
+            let (set, exits) = dfa.sets(vocab, sc.state);
+            out.union_with(&set);
             let trie = exits.trie(vocab);
             if exits.nodes.is_empty() || !self.push_completion(sc.lexeme, sc.origin)? {
                 self.truncate(here + 1);
@@ -240,8 +240,10 @@ impl Parser {
             }
             let after = self.rows.len() as u32 - 1;
             let mut error = None;
+            let mut stack = Vec::new();
             for &node in exits.nodes.iter() {
-                trie.walk_nodes(
+                trie.walk_nodes_in(
+                    &mut stack,
                     node as usize,
                     after,
                     |parent, b| {

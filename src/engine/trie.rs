@@ -94,10 +94,24 @@ impl TokenTrie {
 
     /// Like [`TokenTrie::walk`], over the descendants of node `start` only
     /// (`root` is the state at `start`); `on_node` sees each node reached.
-    pub fn walk_nodes<S: Copy>(&self, start: usize, root: S, mut step: impl FnMut(S, u8) -> Option<S>, mut on_node: impl FnMut(usize, S)) {
+    pub fn walk_nodes<S: Copy>(&self, start: usize, root: S, step: impl FnMut(S, u8) -> Option<S>, on_node: impl FnMut(usize, S)) {
+        self.walk_nodes_in(&mut Vec::new(), start, root, step, on_node)
+    }
+
+    /// [`TokenTrie::walk_nodes`] with a caller's scratch stack, for callers
+    /// that walk many small subtrees (no allocation per walk).
+    pub fn walk_nodes_in<S: Copy>(
+        &self,
+        stack: &mut Vec<S>,
+        start: usize,
+        root: S,
+        mut step: impl FnMut(S, u8) -> Option<S>,
+        mut on_node: impl FnMut(usize, S),
+    ) {
         let base = self.depth[start] as usize;
         let end = start + self.subtree[start] as usize;
-        let mut stack: Vec<S> = vec![root; self.max_depth + 1 - base];
+        stack.clear();
+        stack.resize(self.max_depth + 1 - base, root);
         let mut i = start + 1;
         while i < end {
             let d = self.depth[i] as usize - base;
