@@ -42,7 +42,7 @@ pub struct Dfa {
     /// By state: a match, and no byte can follow.
     complete: Vec<bool>,
     /// Per (vocabulary, state): the tokens that keep a match reachable, and
-    /// the trie nodes where a match ends inside a token (see [`Dfa::exits`]).
+    /// the trie nodes where a match ends inside a token (see [`Dfa::sets`]).
     sets: Mutex<HashMap<(u64, DfaState), Sets>>,
     /// Per state: whether it takes any plain text up to the longest plain
     /// token without ever matching (see [`Vocab::slicer`]).
@@ -272,13 +272,6 @@ impl Dfa {
         self.sets(vocab, s).0
     }
 
-    /// The trie nodes, reached from `s`, where the bytes so far make a
-    /// match and longer tokens continue below: where a lexeme may end in
-    /// the middle of a token. Computed once per state.
-    pub fn exits(&self, vocab: &Vocab, s: DfaState) -> Arc<Exits> {
-        self.sets(vocab, s).1
-    }
-
     /// True when `s` takes every plain text (see [`Vocab::slicer`]) of up
     /// to `len` bytes, and never matches on the way: then every plain token
     /// is allowed and no lexeme ends inside one.
@@ -318,6 +311,9 @@ impl Dfa {
     }
 
     /// Token set and exits of `s`, from the caches or from one trie walk.
+    /// Exits are the trie nodes, reached from `s`, where the bytes so far
+    /// make a match and longer tokens continue below: where a lexeme may end
+    /// in the middle of a token.
     pub fn sets(&self, vocab: &Vocab, s: DfaState) -> Sets {
         memo(&self.sets, (vocab.id(), s), MAX_CACHED, || match self.canonical(s) {
             Some(k) => memo(&SHARED, (vocab.id(), k), MAX_SHARED, || self.walk(vocab, s)),

@@ -129,7 +129,7 @@ impl TokenMask {
         self.words[..n].copy_from_slice(&other.words[..n]);
         self.words[n..].fill(0);
         // `other` may have been longer: drop bits past our end.
-        if self.len % 64 != 0 {
+        if !self.len.is_multiple_of(64) {
             if let Some(last) = self.words.last_mut() {
                 *last &= (1u64 << (self.len % 64)) - 1;
             }
