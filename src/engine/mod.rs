@@ -1,12 +1,14 @@
 //! The token-level grammar engine: which tokens may come next so that the
 //! generated value provably matches its constraint.
 //!
-//! It knows bytes and token ids, not tensors or templates: [`Vocab`] holds
-//! the exact bytes of every token and the token trie; constraints walk the
-//! trie with an automaton and write a [`TokenMask`] sized to the model's
-//! logit dimension. [`Dfa`] covers regexes and literal choices; [`StopMatcher`]
-//! finds stop strings and regexes across token boundaries; [`Bias`] is the
-//! soft regex bias.
+//! It knows bytes and token ids, not tensors or templates. [`Vocab`] holds
+//! the exact bytes of every token and the token trie. A [`Constraint`] is
+//! compiled once: regexes and literal choices become a [`Dfa`]; GBNF grammars
+//! and JSON Schemas ([`schema_grammar`]) become a [`Cfg`] of DFA lexemes run
+//! by the Earley [`Parser`]. A [`Matcher`] per generated value writes masks
+//! into a [`TokenMask`] sized to the model's logit dimension, consumes bytes,
+//! and rewinds. [`StopMatcher`] finds stop strings and regexes across token
+//! boundaries; [`Bias`] is the soft regex bias. [`Limits`] bounds the work.
 
 mod bias;
 mod cfg;
