@@ -35,7 +35,7 @@ pub struct Production {
 /// A compiled context-free grammar over regular lexemes.
 #[derive(Debug)]
 pub struct Cfg {
-    /// Lexeme automata (shared process-wide: see [`intern_lexeme`]).
+    /// Lexeme automata (interned process-wide, so equal lexemes share masks).
     pub lexemes: Vec<Arc<Dfa>>,
     /// Each lexeme as a regex (for messages and tests).
     pub lexeme_regex: Vec<String>,

@@ -26,7 +26,7 @@ const DEAD: u32 = u32::MAX;
 ///
 /// The transition table is our own, over the automaton's byte classes, with
 /// every transition into a state that can no longer reach a match already
-/// pointing at [`DEAD`]: one step of a trie walk is two array reads.
+/// pointing at a dead sentinel: one step of a trie walk is two array reads.
 #[derive(Debug)]
 pub struct Dfa {
     /// Byte to class.
