@@ -57,6 +57,26 @@ fn objects_arrays_numbers_and_references() {
 }
 
 #[test]
+fn small_objects_take_properties_in_any_order_each_once() {
+    let c = compile(json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}},
+        "required": ["a", "c"],
+        "additionalProperties": false
+    }));
+    for ok in [r#"{"a":1,"c":true}"#, r#"{"c":true,"a":1}"#, r#"{"b":"x","c":false,"a":2}"#, r#"{"c":true,"b":"y","a":3}"#] {
+        assert!(accepts(&c, ok), "{ok}");
+    }
+    for bad in [r#"{"a":1}"#, r#"{"a":1,"c":true,"a":2}"#, r#"{"c":true,"a":1,"d":0}"#, r#"{"b":"x","a":1}"#] {
+        assert!(!accepts(&c, bad), "{bad}");
+    }
+    // With extra properties allowed, they may come anywhere, listed ones still once.
+    let open = compile(json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}));
+    assert!(accepts(&open, r#"{"z":null,"b":2,"y":[],"a":1}"#));
+    assert!(!accepts(&open, r#"{"a":1,"a":2}"#) && !accepts(&open, r#"{"b":"2"}"#));
+}
+
+#[test]
 fn impossible_optional_parts_are_left_out() {
     let c = compile(json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}, "b": {"type": "integer"}}}));
     assert!(accepts(&c, r#"{"b":1}"#));

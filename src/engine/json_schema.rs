@@ -63,6 +63,11 @@ const STRING_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}
 const INTEGER: &str = "-?(?:0|[1-9][0-9]*)";
 const NUMBER: &str = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?";
 
+/// Objects with at most this many listed properties accept them in any
+/// order (one grammar state per subset written); larger ones keep the
+/// schema's order.
+const ANY_ORDER_MAX: usize = 8;
+
 /// Validation keywords the engine cannot enforce, with the reason.
 const UNSUPPORTED: &[(&str, &str)] = &[
     ("oneOf", "exactly-one-of cannot be enforced while generating"),
@@ -486,6 +491,44 @@ impl<'s> Conv<'s> {
             self.add_rule(rule.clone(), seq(vec![x, ws.clone()]));
             reference(&rule)
         });
+        let comma = seq(vec![lit(","), ws.clone()]);
+        if n <= ANY_ORDER_MAX && n > 1 {
+            // Any order, each listed member at most once: one state per set
+            // of members written (`&obj_s{set}`), `&obj_n` before anything.
+            let required_set: u32 = members.iter().enumerate().filter(|(_, (_, r))| *r).map(|(j, _)| 1 << j).sum();
+            for (j, (m, _)) in members.into_iter().enumerate() {
+                self.add_rule(name("m", j), m);
+            }
+            let state = |set: u32| format!("&obj{id}_s{set}");
+            for set in 0..(1u32 << n) {
+                let mut alts = Vec::new();
+                if set & required_set == required_set {
+                    alts.push(seq(vec![]));
+                }
+                if let Some(x) = &extra {
+                    alts.push(seq(vec![comma.clone(), x.clone(), reference(&state(set))]));
+                }
+                for j in 0..n {
+                    if set & (1 << j) == 0 {
+                        alts.push(seq(vec![comma.clone(), reference(&name("m", j)), reference(&state(set | 1 << j))]));
+                    }
+                }
+                self.add_rule(state(set), alt(alts));
+            }
+            let mut first = Vec::new();
+            if required_set == 0 {
+                first.push(seq(vec![]));
+            }
+            if let Some(x) = &extra {
+                first.push(seq(vec![x.clone(), reference(&state(0))]));
+            }
+            for j in 0..n {
+                first.push(seq(vec![reference(&name("m", j)), reference(&state(1 << j))]));
+            }
+            let start = format!("&obj{id}_n");
+            self.add_rule(start.clone(), alt(first));
+            return Ok(seq(vec![lit("{"), ws, reference(&start), lit("}")]));
+        }
         let mut required_from = vec![n; n + 1];
         for (j, (_, req)) in members.iter().enumerate().rev() {
             required_from[j] = if *req { j } else { required_from[j + 1] };
@@ -493,7 +536,6 @@ impl<'s> Conv<'s> {
         for (j, (m, _)) in members.into_iter().enumerate() {
             self.add_rule(name("m", j), m);
         }
-        let comma = seq(vec![lit(","), ws.clone()]);
         for i in (0..=n).rev() {
             // The members that may come next: up to the first required one.
             let last = required_from[i].min(n.saturating_sub(1));
