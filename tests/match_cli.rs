@@ -57,3 +57,51 @@ fn bad_arguments_exit_2_with_a_message() {
     assert_eq!(code, 2);
     assert!(err.contains("exactly one constraint"), "{err}");
 }
+
+#[test]
+fn grammar_schema_and_bench_modes() {
+    let tok = tokenizer_paths().pop().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let grammar = format!("{root}/examples/grammar.lmt#arith");
+    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--grammar", &grammar, "--text", "(1 + 2) * 3"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--grammar", &grammar, "--text", "(1 + 2 * 3"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("ends before the constraint is satisfied"), "{out}");
+    let number = format!("{root}/examples/grammar.lmt#arith.number");
+    let (code, _, _) = lmt(&["match", "--tokenizer", &tok, "--grammar", &number, "--text", "(1)"]);
+    assert_eq!(code, 1, "`.number` starts at that rule");
+
+    let schema = format!("{root}/examples/person.schema.json");
+    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", r#"{"age": 36, "name": "Ada"}"#]);
+    assert_eq!(code, 0, "any order for small objects: {out}{err}");
+    let (code, _, _) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", r#"{"name": "Ada", "age": 151}"#]);
+    assert_eq!(code, 1);
+
+    // --bench over a directory of JSONSchemaBench-format files.
+    let dir = std::env::temp_dir().join(format!("lmt-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let doc = serde_json::json!({
+        "schema": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
+        "tests": [{"valid": true, "data": {"n": 3}}, {"valid": false, "data": {"n": -1}}, {"valid": false, "data": {}}]
+    });
+    std::fs::write(dir.join("a.json"), doc.to_string()).unwrap();
+    std::fs::write(dir.join("b.json"), serde_json::json!({"schema": {"not": {}}, "tests": []}).to_string()).unwrap();
+    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--bench", dir.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "schemas", "compiled", "compile_errors", "compile_ms_p50", "compile_ms_p99", "mask_count", "mask_us_p50",
+            "mask_us_p90", "mask_us_p99", "mask_us_max", "valid_accepted", "valid_total", "invalid_rejected", "invalid_total"
+        ]
+    );
+    assert_eq!((v["schemas"].as_u64(), v["compiled"].as_u64(), v["compile_errors"].as_u64()), (Some(2), Some(1), Some(1)));
+    assert_eq!((v["valid_accepted"].as_u64(), v["valid_total"].as_u64()), (Some(1), Some(1)));
+    assert_eq!((v["invalid_rejected"].as_u64(), v["invalid_total"].as_u64()), (Some(2), Some(2)));
+    assert!(v["mask_count"].as_u64().unwrap() > 0);
+    let (_, text, _) = lmt(&["match", "--tokenizer", &tok, "--bench", dir.to_str().unwrap()]);
+    assert!(text.contains("JSON Schema keyword `not`"), "compile errors are named: {text}");
+}
