@@ -53,6 +53,13 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
             _ => {}
         });
     }
+    // A grammar that checks clean is compiled as a run will compile it.
+    let clean = !out.iter().any(|d| d.is_error() && g.span.start <= d.span.start && d.span.end <= g.span.end);
+    if let (true, Some(start)) = (clean, super::start_rule(&g.name.name, &g.grammar)) {
+        if let Err(err) = crate::engine::Cfg::from_gbnf(&g.grammar, &start, &crate::engine::Limits::default()) {
+            out.push(super::options::engine_error(err, g.name.span, ctx));
+        }
+    }
     if !g.name.name.is_empty() && super::start_rule(&g.name.name, &g.grammar).is_none() {
         let d = Diagnostic::new(Code::NoStartRule, file, g.name.span, format!("grammar `{}` has no start rule", g.name.name));
         let help = if g.grammar.rules.is_empty() {

@@ -230,14 +230,14 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
             _ => bad(out),
         },
         OptKind::Regex => match &c {
-            Const::Str(_) => check_regex_expr(value, ctx, out),
+            Const::Str(_) => check_regex(value, ctx, out),
             _ => bad(out),
         },
         OptKind::Regexes => match (&c, &value.kind) {
-            (Const::Str(_), _) => check_regex_expr(value, ctx, out),
+            (Const::Str(_), _) => check_regex(value, ctx, out),
             (Const::List(items), ExprKind::List(exprs)) if !items.is_empty() && items.iter().all(|i| matches!(i, Const::Str(_))) => {
                 for e in exprs {
-                    check_regex_expr(e, ctx, out);
+                    check_regex(e, ctx, out);
                 }
             }
             _ => bad(out),
@@ -245,7 +245,7 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
         OptKind::Bias => match (&c, &value.kind) {
             (Const::Map(entries), ExprKind::Map(exprs)) => {
                 for ((_, v), (ke, ve)) in entries.iter().zip(exprs) {
-                    check_regex_expr(ke, ctx, out);
+                    check_regex(ke, ctx, out);
                     let ok = match v {
                         Const::Int(_) => true,
                         Const::Float(f) => f.is_finite(),
@@ -263,7 +263,13 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
         },
         OptKind::Schema => match &c {
             Const::Bool(true) => {}
-            Const::Map(_) => super::schema::check_literal(value, file, out),
+            Const::Map(_) => {
+                let before = out.len();
+                super::schema::check_literal(value, file, out);
+                if !out[before..].iter().any(Diagnostic::is_error) {
+                    check_engine_schema(&c.to_json(), value.span, ctx, out);
+                }
+            }
             Const::Str(path) => super::schema::check_file(path, value.span, ctx, out),
             _ => bad(out),
         },
@@ -271,10 +277,48 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
     }
 }
 
-/// Checks that a string-literal expression is a valid regex, pointing into
-/// the literal at the error. Non-literals are left to the run.
-pub fn check_regex_expr(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+/// A regex literal: its syntax, then the grammar engine's compile.
+fn check_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+    if check_regex_expr(e, ctx, out) {
+        check_engine_regex(e, ctx, out);
+    }
+}
+
+/// The regex of `e` compiled by the grammar engine: what regex syntax
+/// allows but automata cannot enforce, or what is past the engine's limits.
+fn check_engine_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let Some(pattern) = e.as_str() else { return };
+    if let Err(err) = crate::engine::Dfa::regex(pattern, &crate::engine::Limits::default()) {
+        out.push(engine_error(err, e.span, ctx));
+    }
+}
+
+/// A JSON Schema compiled by the grammar engine, as `json=` will be.
+pub(super) fn check_engine_schema(schema: &serde_json::Value, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+    let limits = crate::engine::Limits::default();
+    if let Err(err) = crate::engine::Constraint::json_schema(schema, crate::engine::Whitespace::Any, &limits) {
+        out.push(engine_error(err, span, ctx));
+    }
+}
+
+/// An engine refusal as a diagnostic at `span`.
+pub(super) fn engine_error(err: crate::engine::EngineError, span: Span, ctx: &super::Ctx<'_>) -> Diagnostic {
+    let help = match &err {
+        crate::engine::EngineError::Unsupported(m) if m.contains("JSON Schema") => {
+            "rewrite the schema without it (`anyOf` instead of `oneOf` where branches cannot overlap)"
+        }
+        crate::engine::EngineError::Unsupported(_) => "use a form the engine supports, as the message says",
+        crate::engine::EngineError::TooComplex(_) => "split the constraint into smaller parts, or loosen bounds such as large repetition counts",
+        _ => "the constraint must be enforceable token by token while generating",
+    };
+    Diagnostic::new(Code::UnsupportedConstraint, ctx.file, span, err.to_string()).with_help(help)
+}
+
+/// Checks that a string-literal expression is a valid regex, pointing into
+/// the literal at the error. Non-literals are left to the run. Returns
+/// whether it parsed.
+pub fn check_regex_expr(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) -> bool {
+    let Some(pattern) = e.as_str() else { return true };
     if let Err((start, end, msg)) = compile_regex(pattern) {
         let raw = &ctx.text[e.span.range()];
         let a = e.span.start as usize + literal::source_offset(raw, start);
@@ -284,7 +328,9 @@ pub fn check_regex_expr(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic
                 .with_label(msg)
                 .with_help("lmt regexes use Rust `regex` syntax; escape a literal character with `\\`"),
         );
+        return false;
     }
+    true
 }
 
 /// Parses `pattern` with the syntax the grammar engine uses. On error,

@@ -77,9 +77,13 @@ pub fn check_file(path: &str, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Di
     };
     let mut problems = Vec::new();
     walk(&value, &value, "", &mut problems);
+    let clean = !problems.iter().any(|p| !p.warning);
     for mut p in problems {
         p.message = format!("in `{}` at `{}`: {}", path, if p.pointer.is_empty() { "/" } else { &p.pointer }, p.message);
         out.push(make(ctx.file, span, &p));
+    }
+    if clean {
+        super::options::check_engine_schema(&value, span, ctx, out);
     }
 }
 

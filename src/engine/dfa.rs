@@ -143,8 +143,10 @@ impl Dfa {
             .determinize_size_limit(Some(limits.max_automaton_bytes));
         let dfa = dense::Builder::new().configure(config).build_from_nfa(&nfa).map_err(|e| {
             let msg = e.to_string();
-            if msg.contains("word boundary") {
-                EngineError::Regex("Unicode word boundaries (`\\b`) are not supported in constraints; use `(?-u:\\b)`".into())
+            if msg.contains("word boundar") {
+                EngineError::Unsupported("Unicode word boundaries (`\\b`) in a constraint; use the ASCII form `(?-u:\\b)`".into())
+            } else if msg.contains("unsupported regex feature") {
+                EngineError::Unsupported(format!("regex: {msg}"))
             } else {
                 EngineError::TooComplex(format!("regex: {msg}"))
             }
