@@ -373,9 +373,26 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
     for b in (0..=255u8).rev() {
         reps[classes[b as usize] as usize] = b;
     }
-    // Breadth-first numbering of the reachable states.
+    // Breadth-first numbering of the reachable states. regex-automata's ids
+    // are premultiplied by the stride, so `id >> stride2` indexes a vector
+    // (hashing every transition showed in compile profiles).
+    let stride2 = dfa.stride2();
+    const UNSET: u32 = u32::MAX;
+    let mut index: Vec<u32> = Vec::new();
+    let number = |n: StateID, next: u32, index: &mut Vec<u32>| -> (u32, bool) {
+        let k = n.as_usize() >> stride2;
+        if k >= index.len() {
+            index.resize(k + 1, UNSET);
+        }
+        if index[k] == UNSET {
+            index[k] = next;
+            (next, true)
+        } else {
+            (index[k], false)
+        }
+    };
     let mut order: Vec<StateID> = vec![start];
-    let mut index: HashMap<StateID, u32> = HashMap::from([(start, 0)]);
+    number(start, 0, &mut index);
     let mut raw: Vec<u32> = Vec::new();
     let mut i = 0;
     while i < order.len() {
@@ -390,11 +407,10 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
                 raw.push(DEAD);
                 continue;
             }
-            let len = order.len() as u32;
-            let id = *index.entry(n).or_insert_with(|| {
+            let (id, new) = number(n, order.len() as u32, &mut index);
+            if new {
                 order.push(n);
-                len
-            });
+            }
             raw.push(id);
         }
     }
