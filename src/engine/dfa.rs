@@ -14,7 +14,7 @@ use regex_automata::{Anchored, MatchKind};
 use regex_syntax::hir::Hir;
 
 use super::vocab::Vocab;
-use super::{EngineError, Limits, TokenMask};
+use super::{EngineError, Limits, TokenMask, TokenSet};
 
 /// A state of a [`Dfa`]: an index into its transition table.
 pub type DfaState = u32;
@@ -52,7 +52,7 @@ pub struct Dfa {
 }
 
 /// A state's token set and exits, computed together by one trie walk.
-pub type Sets = (Arc<TokenMask>, Arc<Exits>);
+pub type Sets = (Arc<TokenSet>, Arc<Exits>);
 
 
 /// Most entries per per-automaton cache (a 128k-token mask is 16 KiB: this
@@ -270,7 +270,7 @@ impl Dfa {
 
     /// The tokens that keep a match reachable from `s` (no EOS), computed
     /// once per state (and once per future language, across automata).
-    pub fn token_set(&self, vocab: &Vocab, s: DfaState) -> Arc<TokenMask> {
+    pub fn token_set(&self, vocab: &Vocab, s: DfaState) -> Arc<TokenSet> {
         self.sets(vocab, s).0
     }
 
@@ -339,14 +339,14 @@ impl Dfa {
                 x.push(i as u32);
             }
         });
-        (Arc::new(m), Arc::new(Exits { rest: sliced, nodes: x }))
+        (Arc::new(TokenSet::from_mask(m)), Arc::new(Exits { rest: sliced, nodes: x }))
     }
 
     /// Writes into `out` the tokens that keep a match reachable from `s`
     /// (EOS where `s` accepts). `out` may be longer than the vocabulary:
     /// ids past it are never allowed.
     pub fn mask(&self, vocab: &Vocab, s: DfaState, out: &mut TokenMask) {
-        out.copy_prefix(&self.token_set(vocab, s));
+        self.token_set(vocab, s).copy_to(out);
         if self.is_accepting(s) {
             for &e in vocab.eos() {
                 out.set(e);

@@ -232,7 +232,7 @@ impl Parser {
         for sc in scans {
             let dfa = &self.t.cfg.lexemes[sc.lexeme as usize];
             let (set, exits) = dfa.sets(vocab, sc.state);
-            out.union_with(&set);
+            set.add_to(out);
             let trie = exits.trie(vocab);
             if exits.nodes.is_empty() || !self.push_completion(sc.lexeme, sc.origin)? {
                 self.truncate(here + 1);

@@ -82,6 +82,58 @@ impl Default for Limits {
     }
 }
 
+/// A cached set of token ids: a list when small (most lexeme states allow a
+/// handful of tokens), a bitset when not; adding a small one to a mask then
+/// costs its size, not the vocabulary's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSet {
+    /// Ascending ids.
+    Sparse(Vec<u32>),
+    /// A bitset over the vocabulary.
+    Dense(TokenMask),
+}
+
+/// Sets with fewer ids than this are kept as lists.
+const SPARSE_MAX: usize = 512;
+
+impl TokenSet {
+    /// The set of the ids in `mask`, in the cheaper form.
+    pub fn from_mask(mask: TokenMask) -> TokenSet {
+        if mask.count() < SPARSE_MAX {
+            TokenSet::Sparse(mask.ones().collect())
+        } else {
+            TokenSet::Dense(mask)
+        }
+    }
+
+    /// Allows every id of the set in `out`.
+    pub fn add_to(&self, out: &mut TokenMask) {
+        match self {
+            TokenSet::Sparse(ids) => ids.iter().for_each(|&t| out.set(t)),
+            TokenSet::Dense(m) => out.union_with(m),
+        }
+    }
+
+    /// Makes `out` exactly this set (ids past its length dropped).
+    pub fn copy_to(&self, out: &mut TokenMask) {
+        match self {
+            TokenSet::Sparse(ids) => {
+                out.clear();
+                ids.iter().for_each(|&t| out.set(t));
+            }
+            TokenSet::Dense(m) => out.copy_prefix(m),
+        }
+    }
+
+    /// True when `id` is in the set.
+    pub fn contains(&self, id: u32) -> bool {
+        match self {
+            TokenSet::Sparse(ids) => ids.binary_search(&id).is_ok(),
+            TokenSet::Dense(m) => m.get(id),
+        }
+    }
+}
+
 /// A set of token ids as a packed bitset, sized to a model's logit
 /// dimension (which may exceed the vocabulary).
 #[derive(Debug, Clone, PartialEq, Eq)]
