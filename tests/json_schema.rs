@@ -172,3 +172,40 @@ fn jsonschemabench_sample() {
     // Known misses: properties out of the schema's order (see BENCHMARKS.md).
     assert!(valid_ok * 100 >= valid_n * 98, "{refused:#?}");
 }
+
+#[test]
+fn extreme_integer_bounds_do_not_panic() {
+    for (lo, hi) in [
+        (json!(-9223372036854775808i64), json!(-9223372036854775808i64)),
+        (json!(9223372036854775807i64), json!(9223372036854775807i64)),
+        (json!(-1e300), json!(1e300)),
+        (json!(null), json!(-9223372036854775808i64)),
+    ] {
+        let mut schema = json!({"type": "integer", "exclusiveMinimum": lo, "exclusiveMaximum": hi});
+        let _ = Constraint::json_schema(&schema, Whitespace::Compact, &Limits::default());
+        schema = json!({"type": "integer", "minimum": lo, "maximum": hi});
+        let _ = Constraint::json_schema(&schema, Whitespace::Compact, &Limits::default());
+    }
+    let c = compile(json!({"type": "integer", "minimum": -9223372036854775808i64, "maximum": -9223372036854775807i64}));
+    assert!(accepts(&c, "-9223372036854775808") && accepts(&c, "-9223372036854775807") && !accepts(&c, "-1"));
+}
+
+#[test]
+fn contradictory_and_huge_bounds_are_errors_not_panics() {
+    for schema in [
+        json!({"type": "array", "minItems": 5, "maxItems": 2}),
+        json!({"type": "array", "items": {"type": "object", "properties": {"a": {"$ref": "#"}}}, "minItems": 5, "maxItems": 2}),
+        json!({"type": "string", "minLength": 9, "maxLength": 3}),
+        json!({"type": "string", "maxLength": 4294967297u64}),
+        json!({"type": "array", "minItems": 4294967297u64}),
+        json!({"type": "array", "prefixItems": [{"type": "null"}], "minItems": 3}),
+        json!({"type": "object", "minProperties": 18446744073709551615u64}),
+    ] {
+        // Either compiles or says why; never panics, never loops.
+        if let Ok(c) = Constraint::json_schema(&schema, Whitespace::Compact, &Limits::default()) {
+            let _ = accepts(&c, "[]");
+        }
+    }
+    let c = compile(json!({"type": "string", "maxLength": 4294967297u64}));
+    assert!(accepts(&c, "\"abc\""), "a bound past u32 is no tighter than u32::MAX");
+}

@@ -342,8 +342,7 @@ impl<'s> Conv<'s> {
         if let Some(r) = obj.get("format").and_then(Value::as_str).and_then(format_regex) {
             return Ok(self.atomic(format!("\"{r}\"")));
         }
-        let min = obj.get("minLength").and_then(Value::as_u64).unwrap_or(0) as u32;
-        let max = obj.get("maxLength").and_then(Value::as_u64).map(|m| m as u32);
+        let (min, max) = counts(obj, "minLength", "maxLength")?;
         if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
             if min > 0 || max.is_some() {
                 return Err(unsupported("pattern", "together with minLength/maxLength is not supported"));
@@ -379,8 +378,7 @@ impl<'s> Conv<'s> {
             Some(s) => self.schema(s)?,
             None => self.any_value(),
         };
-        let min = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0) as u32;
-        let max = obj.get("maxItems").and_then(Value::as_u64).map(|m| m as u32);
+        let (min, max) = counts(obj, "minItems", "maxItems")?;
         let one = seq(vec![item.clone(), ws.clone()]);
         let more = seq(vec![lit(","), ws.clone(), item, ws.clone()]);
         let list = match (min, max) {
@@ -393,7 +391,7 @@ impl<'s> Conv<'s> {
 
     fn tuple(&mut self, obj: &serde_json::Map<String, Value>, items: Vec<&Value>, rest: Option<&Value>) -> Result<GExpr, EngineError> {
         let ws = self.ws();
-        let min = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let min = counts(obj, "minItems", "maxItems")?.0 as usize;
         if obj.contains_key("maxItems") {
             return Err(unsupported("maxItems", "with a tuple (`prefixItems`) is not supported"));
         }
@@ -596,6 +594,25 @@ fn not_names(names: &[&str]) -> String {
     format!("(?:{})", alts.join("|"))
 }
 
+/// Counts above this are past any generation: as a maximum they bound
+/// nothing, as a minimum they cannot be met.
+const MAX_COUNT: u64 = 100_000;
+
+/// A `min…`/`max…` pair of counts (lengths, items), checked and clamped.
+fn counts(obj: &serde_json::Map<String, Value>, min_key: &str, max_key: &str) -> Result<(u32, Option<u32>), EngineError> {
+    let min = obj.get(min_key).and_then(Value::as_u64).unwrap_or(0);
+    if min > MAX_COUNT {
+        return Err(EngineError::TooComplex(format!("`{min_key}` {min} is past what can be generated ({MAX_COUNT})")));
+    }
+    let max = obj.get(max_key).and_then(Value::as_u64).filter(|&m| m <= MAX_COUNT);
+    if let Some(m) = max {
+        if m < min {
+            return Err(EngineError::Unsatisfiable(format!("`{max_key}` {m} is below `{min_key}` {min}")));
+        }
+    }
+    Ok((min as u32, max.map(|m| m as u32)))
+}
+
 /// Without `type`, a schema allows every type; each keyword constrains
 /// only values of its own type (`items` applies to arrays, and so on).
 fn infer_types(_obj: &serde_json::Map<String, Value>) -> Vec<String> {
@@ -668,17 +685,24 @@ fn format_regex(f: &str) -> Option<&'static str> {
 
 /// An integer regex honouring integer bounds (exact).
 fn integer_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineError> {
-    let bound = |k: &str| obj.get(k).and_then(Value::as_f64);
-    let mut lo = bound("minimum").map(|x| x.ceil() as i64);
-    let mut hi = bound("maximum").map(|x| x.floor() as i64);
+    // Bounds in i128 (exact for 64-bit integers, saturating for floats), so
+    // `+ 1` and negation cannot overflow.
+    let exact = |v: &Value, up: bool| -> Option<i128> {
+        v.as_i64()
+            .map(i128::from)
+            .or_else(|| v.as_u64().map(i128::from))
+            .or_else(|| v.as_f64().map(|f| (if up { f.ceil() } else { f.floor() }) as i128))
+    };
+    let mut lo = obj.get("minimum").and_then(|v| exact(v, true));
+    let mut hi = obj.get("maximum").and_then(|v| exact(v, false));
     match obj.get("exclusiveMinimum") {
-        Some(Value::Bool(true)) => lo = lo.map(|x| x + 1),
-        Some(v) if v.is_number() => lo = Some(v.as_f64().expect("number").floor() as i64 + 1),
+        Some(Value::Bool(true)) => lo = lo.map(|x| x.saturating_add(1)),
+        Some(v) if v.is_number() => lo = exact(v, false).map(|x| x.saturating_add(1)),
         _ => {}
     }
     match obj.get("exclusiveMaximum") {
-        Some(Value::Bool(true)) => hi = hi.map(|x| x - 1),
-        Some(v) if v.is_number() => hi = Some(v.as_f64().expect("number").ceil() as i64 - 1),
+        Some(Value::Bool(true)) => hi = hi.map(|x| x.saturating_sub(1)),
+        Some(v) if v.is_number() => hi = exact(v, true).map(|x| x.saturating_sub(1)),
         _ => {}
     }
     if let (Some(a), Some(b)) = (lo, hi) {
@@ -686,6 +710,13 @@ fn integer_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineE
             return Err(EngineError::Unsatisfiable(format!("no integer lies between {a} and {b}")));
         }
     }
+    let (min, max) = (i128::from(i64::MIN), i128::from(i64::MAX));
+    if lo.is_some_and(|l| l > max) || hi.is_some_and(|h| h < min) {
+        return Err(unsupported("minimum", "integer bounds beyond 64 bits are not supported"));
+    }
+    // A bound far past the 64-bit range (`-1e300`) is taken as none.
+    let lo = lo.filter(|&l| l >= min).map(|l| l as i64);
+    let hi = hi.filter(|&h| h <= max).map(|h| h as i64);
     if lo.is_none() && hi.is_none() {
         return Ok(INTEGER.into());
     }
@@ -712,7 +743,7 @@ fn int_range(lo: Option<i64>, hi: Option<i64>) -> String {
     if lo.is_none_or(|l| l < 0) {
         let neg_hi = hi.map(|h| h.min(-1));
         if neg_hi.is_none_or(|h| h <= -1) {
-            let a = neg_hi.map(|h| (-h) as u64).unwrap_or(1);
+            let a = neg_hi.map(|h| h.unsigned_abs()).unwrap_or(1);
             let b = lo.map(|l| l.unsigned_abs());
             parts.push(format!("-(?:{})", nonneg_range(a, b)));
         }
