@@ -94,6 +94,8 @@ struct Builder<'g> {
     productions: Vec<Production>,
     names: Vec<String>,
     rule_nts: HashMap<&'g str, u32>,
+    /// Inlining depth (a guard: classification should make it shallow).
+    depth: usize,
 }
 
 impl<'g> Builder<'g> {
@@ -114,6 +116,7 @@ impl<'g> Builder<'g> {
             productions: Vec::new(),
             names: Vec::new(),
             rule_nts: HashMap::new(),
+            depth: 0,
         };
         b.classify()?;
         Ok(b)
@@ -121,14 +124,15 @@ impl<'g> Builder<'g> {
 
     /// Marks rules that are recursive or reach a recursive rule.
     fn classify(&mut self) -> Result<(), EngineError> {
+        // From the same definitions `rules` keeps (the first of each name):
+        // classifying one body and inlining another could recurse forever.
         let refs: HashMap<&str, Vec<&str>> = self
-            .g
             .rules
             .iter()
-            .map(|r| {
+            .map(|(name, body)| {
                 let mut out = Vec::new();
-                collect_refs(&r.body, &mut out);
-                (r.name.as_str(), out)
+                collect_refs(body, &mut out);
+                (*name, out)
             })
             .collect();
         for r in refs.values().flatten() {
@@ -137,7 +141,8 @@ impl<'g> Builder<'g> {
             }
         }
         // A rule is non-regular if it can reach itself, or reaches one that can.
-        let names: Vec<&str> = self.g.rules.iter().map(|r| r.name.as_str()).collect();
+        let mut names: Vec<&str> = self.rules.keys().copied().collect();
+        names.sort_unstable();
         let reach = |from: &str| -> std::collections::HashSet<&str> {
             let mut seen = std::collections::HashSet::new();
             let mut todo: Vec<&str> = refs.get(from).cloned().unwrap_or_default();
@@ -171,6 +176,10 @@ impl<'g> Builder<'g> {
     /// The size of rule `name` with its regular references inlined; marks
     /// the rule non-regular when that passes [`MAX_INLINE`].
     fn inline_cost(&mut self, name: &'g str, cost: &mut HashMap<&'g str, usize>) -> usize {
+        stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.inline_cost_inner(name, cost))
+    }
+
+    fn inline_cost_inner(&mut self, name: &'g str, cost: &mut HashMap<&'g str, usize>) -> usize {
         if let Some(&c) = cost.get(name) {
             return c;
         }
@@ -180,7 +189,10 @@ impl<'g> Builder<'g> {
         }
         cost.insert(name, 1); // no cycles here, but be safe against re-entry
         let body = self.rules[name];
-        let c = self.expr_cost(body, cost);
+        // Deep chains of references stay nonterminals (and the stack shallow).
+        self.depth += 1;
+        let c = if self.depth > 64 { usize::MAX } else { self.expr_cost(body, cost) };
+        self.depth -= 1;
         let c = if c > MAX_INLINE {
             self.non_regular.insert(name, true);
             1
@@ -220,6 +232,17 @@ impl<'g> Builder<'g> {
 
     /// The regex of a regular expression (rule references inlined).
     fn hir(&mut self, e: &'g GExpr) -> Result<Hir, EngineError> {
+        self.depth += 1;
+        if self.depth > self.limits.max_nesting * 2 {
+            self.depth -= 1;
+            return Err(EngineError::TooComplex("rules nest too deeply to inline".into()));
+        }
+        let h = stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.hir_inner(e));
+        self.depth -= 1;
+        h
+    }
+
+    fn hir_inner(&mut self, e: &'g GExpr) -> Result<Hir, EngineError> {
         Ok(match &e.kind {
             GKind::Literal(s) => Hir::literal(s.as_bytes().to_vec().into_boxed_slice()),
             GKind::Class { negated, ranges } => {
@@ -245,8 +268,21 @@ impl<'g> Builder<'g> {
                 self.hir_cache.insert(key, h.clone());
                 h
             }
-            GKind::Seq(v) => Hir::concat(v.iter().map(|x| self.hir(x)).collect::<Result<_, _>>()?),
-            GKind::Alt(v) => Hir::alternation(v.iter().map(|x| self.hir(x)).collect::<Result<_, _>>()?),
+            // Plain loops: iterator adapters cost stack frames per level.
+            GKind::Seq(v) => {
+                let mut parts = Vec::with_capacity(v.len());
+                for x in v {
+                    parts.push(self.hir(x)?);
+                }
+                Hir::concat(parts)
+            }
+            GKind::Alt(v) => {
+                let mut parts = Vec::with_capacity(v.len());
+                for x in v {
+                    parts.push(self.hir(x)?);
+                }
+                Hir::alternation(parts)
+            }
             GKind::Repeat { inner, min, max } => {
                 let sub = self.hir(inner)?;
                 Hir::repetition(Repetition { min: *min, max: *max, greedy: true, sub: Box::new(sub) })
@@ -294,6 +330,10 @@ impl<'g> Builder<'g> {
     }
 
     fn define(&mut self, nt: u32, body: &'g GExpr, name: &str) -> Result<(), EngineError> {
+        stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.define_inner(nt, body, name))
+    }
+
+    fn define_inner(&mut self, nt: u32, body: &'g GExpr, name: &str) -> Result<(), EngineError> {
         let alts = match &body.kind {
             GKind::Alt(v) if !self.is_regular(body) => v.iter().collect::<Vec<_>>(),
             _ => vec![body],

@@ -147,9 +147,11 @@ impl<'s> Conv<'s> {
     fn schema(&mut self, s: &Value) -> Result<GExpr, EngineError> {
         self.depth += 1;
         if self.depth > 200 {
+            self.depth -= 1;
             return Err(EngineError::TooComplex("the schema nests deeper than 200".into()));
         }
-        let out = self.schema_inner(s);
+        // Deep schemas recurse deeply: grow the stack on the heap when short.
+        let out = stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.schema_inner(s));
         self.depth -= 1;
         out
     }
