@@ -72,7 +72,12 @@ impl Bias {
                 Some(t) => t,
                 None => {
                     let t = Arc::new(biased_tokens(dfa, vocab, &state.active[i]));
-                    self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, t.clone());
+                    let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+                    // Bounded like every cache of the engine: start over when full.
+                    if cache.len() >= 1024 {
+                        cache.clear();
+                    }
+                    cache.insert(key, t.clone());
                     t
                 }
             };
