@@ -234,10 +234,10 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
             _ => bad(out),
         },
         OptKind::Regexes => match (&c, &value.kind) {
-            (Const::Str(_), _) => check_regex(value, ctx, out),
+            (Const::Str(_), _) => check_stop_regex(value, ctx, out),
             (Const::List(items), ExprKind::List(exprs)) if !items.is_empty() && items.iter().all(|i| matches!(i, Const::Str(_))) => {
                 for e in exprs {
-                    check_regex(e, ctx, out);
+                    check_stop_regex(e, ctx, out);
                 }
             }
             _ => bad(out),
@@ -274,6 +274,25 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
             _ => bad(out),
         },
         OptKind::Grammar => {}
+    }
+}
+
+/// A stop regex: a regex that must not match the empty string (it would
+/// stop before anything is generated).
+fn check_stop_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+    let before = out.len();
+    check_regex(e, ctx, out);
+    if out.len() > before {
+        return;
+    }
+    let Some(pattern) = e.as_str() else { return };
+    if let Ok(d) = crate::engine::Dfa::regex(pattern, &crate::engine::Limits::default()) {
+        if d.is_accepting(d.start()) {
+            out.push(
+                Diagnostic::new(Code::OptionType, ctx.file, e.span, "this stop regex matches the empty string, so it would stop at once")
+                    .with_help("make it need at least one character, e.g. `\\n+` instead of `\\n*`"),
+            );
+        }
     }
 }
 
