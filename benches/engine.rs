@@ -76,14 +76,20 @@ fn load_cases(dir: &std::path::Path, enc: &TextEncoder) -> Vec<Case> {
         .collect()
 }
 
-fn run_lmt(cases: &[Case], vocab: &Vocab, only: Option<&[bool]>) -> (Stats, Vec<bool>) {
-    let limits = Limits::default();
+/// Compiles every case (timing it) and, for cases selected by `only`, walks
+/// each valid instance with `walk`, which times one mask per token into the
+/// vector it is given and stops at the first token refused.
+fn run<C>(
+    cases: &[Case],
+    only: Option<&[bool]>,
+    mut compile: impl FnMut(&serde_json::Value) -> Option<C>,
+    mut walk: impl FnMut(&C, &[u32], &mut Vec<f64>),
+) -> (Stats, Vec<bool>) {
     let mut s = Stats { compiled: 0, compile_ms: Vec::new(), mask_us: Vec::new() };
     let mut ok = Vec::new();
-    let mut mask = TokenMask::new(vocab.len());
     for (i, c) in cases.iter().enumerate() {
         let t0 = Instant::now();
-        let Ok(cons) = Constraint::json_schema(&c.schema, Whitespace::Any, &limits) else {
+        let Some(compiled) = compile(&c.schema) else {
             ok.push(false);
             continue;
         };
@@ -94,49 +100,45 @@ fn run_lmt(cases: &[Case], vocab: &Vocab, only: Option<&[bool]>) -> (Stats, Vec<
             continue;
         }
         for toks in &c.instances {
-            let mut m = cons.matcher(&limits);
-            for &t in toks {
-                let t0 = Instant::now();
-                m.mask(vocab, &mut mask).unwrap();
-                s.mask_us.push(t0.elapsed().as_secs_f64() * 1e6);
-                if !mask.get(t) || !m.feed(vocab.bytes(t)).unwrap() {
-                    break;
-                }
-            }
+            walk(&compiled, toks, &mut s.mask_us);
         }
     }
     (s, ok)
 }
 
-fn run_llg(cases: &[Case], factory: &llguidance::ParserFactory, only: Option<&[bool]>) -> (Stats, Vec<bool>) {
-    let mut s = Stats { compiled: 0, compile_ms: Vec::new(), mask_us: Vec::new() };
-    let mut ok = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
-        let t0 = Instant::now();
-        let grammar = llguidance::api::TopLevelGrammar::from_json_schema(c.schema.clone());
-        let Ok(parser) = factory.create_parser(grammar) else {
-            ok.push(false);
-            continue;
-        };
-        s.compile_ms.push(t0.elapsed().as_secs_f64() * 1e3);
-        s.compiled += 1;
-        ok.push(true);
-        if only.is_some_and(|o| !o[i]) {
-            continue;
-        }
-        for toks in &c.instances {
-            let mut m = llguidance::Matcher::new(Ok(parser.deep_clone()));
-            for &t in toks {
-                let t0 = Instant::now();
-                let Ok(mask) = m.compute_mask() else { break };
-                s.mask_us.push(t0.elapsed().as_secs_f64() * 1e6);
-                if !mask.is_allowed(t) || m.consume_token(t).is_err() {
-                    break;
-                }
+fn run_lmt(cases: &[Case], vocab: &Vocab, only: Option<&[bool]>) -> (Stats, Vec<bool>) {
+    let limits = Limits::default();
+    let mut mask = TokenMask::new(vocab.len());
+    let compile = |schema: &serde_json::Value| Constraint::json_schema(schema, Whitespace::Any, &limits).ok();
+    run(cases, only, compile, |cons, toks, times| {
+        let mut m = cons.matcher(&limits);
+        for &t in toks {
+            let t0 = Instant::now();
+            m.mask(vocab, &mut mask).unwrap();
+            times.push(t0.elapsed().as_secs_f64() * 1e6);
+            if !mask.get(t) || !m.feed(vocab.bytes(t)).unwrap() {
+                break;
             }
         }
-    }
-    (s, ok)
+    })
+}
+
+fn run_llg(cases: &[Case], factory: &llguidance::ParserFactory, only: Option<&[bool]>) -> (Stats, Vec<bool>) {
+    let compile = |schema: &serde_json::Value| {
+        let grammar = llguidance::api::TopLevelGrammar::from_json_schema(schema.clone());
+        factory.create_parser(grammar).ok()
+    };
+    run(cases, only, compile, |parser, toks, times| {
+        let mut m = llguidance::Matcher::new(Ok(parser.deep_clone()));
+        for &t in toks {
+            let t0 = Instant::now();
+            let Ok(mask) = m.compute_mask() else { break };
+            times.push(t0.elapsed().as_secs_f64() * 1e6);
+            if !mask.is_allowed(t) || m.consume_token(t).is_err() {
+                break;
+            }
+        }
+    })
 }
 
 fn row(name: &str, total: usize, s: &mut Stats) -> String {

@@ -3,7 +3,7 @@
 //! Every stage keeps byte offsets; lines and columns are computed only at the
 //! edges (CLI JSON output, the language server), from a [`LineIndex`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// A half-open byte range `start..end` in one source file.
@@ -32,10 +32,6 @@ impl Span {
         Span { start: self.start.min(other.start), end: self.end.max(other.end) }
     }
 
-    /// The same span moved `by` bytes to the right.
-    pub fn shift(self, by: usize) -> Span {
-        Span::new(self.start as usize + by, self.end as usize + by)
-    }
 
     /// The span as a `Range<usize>` for slicing.
     pub fn range(self) -> std::ops::Range<usize> {
@@ -97,15 +93,7 @@ impl SourceMap {
         &self.files[id.0 as usize]
     }
 
-    /// The id of the file at this canonical path, if it was added.
-    pub fn find_path(&self, path: &Path) -> Option<FileId> {
-        self.files.iter().position(|f| f.path.as_deref() == Some(path)).map(|i| FileId(i as u32))
-    }
 
-    /// The id of the file with this display name, if it was added.
-    pub fn find_name(&self, name: &str) -> Option<FileId> {
-        self.files.iter().position(|f| f.name == name).map(|i| FileId(i as u32))
-    }
 
     /// All files with their ids.
     pub fn iter(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
@@ -149,10 +137,6 @@ impl LineIndex {
         self.starts[line.min(self.starts.len() - 1)] as usize
     }
 
-    /// Number of lines.
-    pub fn line_count(&self) -> usize {
-        self.starts.len()
-    }
 
     /// 1-based line and character column of `offset` in `text`. Offsets past
     /// the end or inside a character are clamped to a character boundary.

@@ -230,7 +230,9 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
             _ => bad(out),
         },
         OptKind::Regex => match &c {
-            Const::Str(_) => check_regex(value, ctx, out),
+            Const::Str(_) => {
+                check_regex(value, ctx, out);
+            }
             _ => bad(out),
         },
         OptKind::Regexes => match (&c, &value.kind) {
@@ -280,35 +282,26 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
 /// A stop regex: a regex that must not match the empty string (it would
 /// stop before anything is generated).
 fn check_stop_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
-    let before = out.len();
-    check_regex(e, ctx, out);
-    if out.len() > before {
-        return;
+    if check_regex(e, ctx, out).is_some_and(|d| d.is_accepting(d.start())) {
+        out.push(
+            Diagnostic::new(Code::OptionType, ctx.file, e.span, "this stop regex matches the empty string, so it would stop at once")
+                .with_help("make it need at least one character, e.g. `\\n+` instead of `\\n*`"),
+        );
     }
-    let Some(pattern) = e.as_str() else { return };
-    if let Ok(d) = crate::engine::Dfa::regex(pattern, &crate::engine::Limits::default()) {
-        if d.is_accepting(d.start()) {
-            out.push(
-                Diagnostic::new(Code::OptionType, ctx.file, e.span, "this stop regex matches the empty string, so it would stop at once")
-                    .with_help("make it need at least one character, e.g. `\\n+` instead of `\\n*`"),
-            );
+}
+
+/// A regex literal: its syntax, then the grammar engine's compile, whose
+/// automaton it returns when both pass.
+fn check_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) -> Option<crate::engine::Dfa> {
+    if !check_regex_expr(e, ctx, out) {
+        return None;
+    }
+    match crate::engine::Dfa::regex(e.as_str()?, &crate::engine::Limits::default()) {
+        Ok(d) => Some(d),
+        Err(err) => {
+            out.push(engine_error(err, e.span, ctx));
+            None
         }
-    }
-}
-
-/// A regex literal: its syntax, then the grammar engine's compile.
-fn check_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
-    if check_regex_expr(e, ctx, out) {
-        check_engine_regex(e, ctx, out);
-    }
-}
-
-/// The regex of `e` compiled by the grammar engine: what regex syntax
-/// allows but automata cannot enforce, or what is past the engine's limits.
-fn check_engine_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
-    let Some(pattern) = e.as_str() else { return };
-    if let Err(err) = crate::engine::Dfa::regex(pattern, &crate::engine::Limits::default()) {
-        out.push(engine_error(err, e.span, ctx));
     }
 }
 

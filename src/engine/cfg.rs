@@ -37,8 +37,6 @@ pub struct Production {
 pub struct Cfg {
     /// Lexeme automata (interned process-wide, so equal lexemes share masks).
     pub lexemes: Vec<Arc<Dfa>>,
-    /// Each lexeme as a regex (for messages and tests).
-    pub lexeme_regex: Vec<String>,
     /// Lexemes that match the empty string.
     pub lexeme_nullable: Vec<bool>,
     /// Productions.
@@ -90,7 +88,6 @@ struct Builder<'g> {
     hir_cache: HashMap<&'g str, Hir>,
     lexeme_ids: HashMap<String, u32>,
     lexemes: Vec<Arc<Dfa>>,
-    lexeme_regex: Vec<String>,
     productions: Vec<Production>,
     names: Vec<String>,
     rule_nts: HashMap<&'g str, u32>,
@@ -112,7 +109,6 @@ impl<'g> Builder<'g> {
             hir_cache: HashMap::new(),
             lexeme_ids: HashMap::new(),
             lexemes: Vec::new(),
-            lexeme_regex: Vec::new(),
             productions: Vec::new(),
             names: Vec::new(),
             rule_nts: HashMap::new(),
@@ -298,7 +294,6 @@ impl<'g> Builder<'g> {
         let dfa = intern_lexeme(&key, &h, self.limits)?;
         let id = self.lexemes.len() as u32;
         self.lexemes.push(dfa);
-        self.lexeme_regex.push(key.clone());
         self.lexeme_ids.insert(key, id);
         Ok(Sym::Lex(id))
     }
@@ -475,7 +470,6 @@ impl<'g> Builder<'g> {
         }
         Ok(Cfg {
             lexemes: self.lexemes,
-            lexeme_regex: self.lexeme_regex,
             lexeme_nullable,
             productions: self.productions,
             by_lhs,

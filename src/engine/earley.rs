@@ -17,6 +17,7 @@ const NONE: u32 = u32::MAX;
 
 use super::cfg::{Cfg, Sym};
 use super::dfa::DfaState;
+use super::trie::TokenTrie;
 use super::vocab::Vocab;
 use super::{EngineError, TokenMask};
 
@@ -238,40 +239,45 @@ impl Parser {
                 self.truncate(here + 1);
                 continue;
             }
-            let after = self.rows.len() as u32 - 1;
-            let mut error = None;
             let mut stack = Vec::new();
-            for &node in exits.nodes.iter() {
-                trie.walk_nodes_in(
-                    &mut stack,
-                    node as usize,
-                    after,
-                    |parent, b| {
-                        if error.is_some() {
-                            return None;
-                        }
-                        self.truncate(parent as usize + 1);
-                        match self.step(b) {
-                            Ok(true) => Some(self.rows.len() as u32 - 1),
-                            Ok(false) => None,
-                            Err(e) => {
-                                error = Some(e);
-                                None
-                            }
-                        }
-                    },
-                    |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)),
-                );
-            }
+            let walked = exits.nodes.iter().try_for_each(|&node| self.allow_below(trie, node as usize, &mut stack, out));
             self.truncate(here + 1);
-            if let Some(e) = error {
-                return Err(e);
-            }
+            walked?;
         }
         if self.is_accepting() {
             vocab.eos().iter().for_each(|&e| out.set(e));
         }
         Ok(())
+    }
+
+    /// Allows in `out` every token below trie node `node` whose remaining
+    /// bytes the parser takes from its current row; the rows are as before
+    /// afterwards. `stack` is scratch space, reused across calls.
+    pub fn allow_below(&mut self, trie: &TokenTrie, node: usize, stack: &mut Vec<u32>, out: &mut TokenMask) -> Result<(), EngineError> {
+        let base = self.rows.len();
+        let mut error = None;
+        trie.walk_nodes_in(
+            stack,
+            node,
+            base as u32 - 1,
+            |parent, b| {
+                if error.is_some() {
+                    return None;
+                }
+                self.truncate(parent as usize + 1);
+                match self.step(b) {
+                    Ok(true) => Some(self.rows.len() as u32 - 1),
+                    Ok(false) => None,
+                    Err(e) => {
+                        error = Some(e);
+                        None
+                    }
+                }
+            },
+            |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)),
+        );
+        self.truncate(base);
+        error.map_or(Ok(()), Err)
     }
 
     /// Pushes the row reached when lexeme `lex`, scanned from row `origin`,

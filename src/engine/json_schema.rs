@@ -242,7 +242,7 @@ impl<'s> Conv<'s> {
             Some(Value::String(t)) => vec![t.clone()],
             Some(Value::Array(ts)) => ts.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
             Some(_) => return Err(unsupported("type", "must be a string or a list")),
-            None => infer_types(obj),
+            None => ALL_TYPES.iter().map(|t| t.to_string()).collect(),
         };
         if obj.get("nullable") == Some(&Value::Bool(true)) && !types.iter().any(|t| t == "null") {
             types.push("null".into());
@@ -615,11 +615,9 @@ fn counts(obj: &serde_json::Map<String, Value>, min_key: &str, max_key: &str) ->
     Ok((min as u32, max.map(|m| m as u32)))
 }
 
-/// Without `type`, a schema allows every type; each keyword constrains
-/// only values of its own type (`items` applies to arrays, and so on).
-fn infer_types(_obj: &serde_json::Map<String, Value>) -> Vec<String> {
-    ["null", "boolean", "object", "array", "string", "number"].iter().map(|t| t.to_string()).collect()
-}
+/// Every JSON type: a schema without `type` allows them all, each keyword
+/// constraining only values of its own type (`items` applies to arrays…).
+const ALL_TYPES: &[&str] = &["null", "boolean", "object", "array", "string", "number"];
 
 /// Compact JSON text of a value (as literals in the grammar).
 fn json_text(v: &Value) -> String {

@@ -110,28 +110,7 @@ impl Matcher {
                 trie.walk_nodes(node, s, |st, b| dfa.step(st, b), |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)));
                 Ok(())
             }
-            Matcher::ContextFree(p) => {
-                let base = p.len();
-                let mut error = None;
-                trie.walk_nodes(
-                    node,
-                    base as u32 - 1,
-                    |parent, b| {
-                        p.truncate(parent as usize + 1);
-                        match p.step(b) {
-                            Ok(true) => Some(p.len() as u32 - 1),
-                            Ok(false) => None,
-                            Err(e) => {
-                                error.get_or_insert(e);
-                                None
-                            }
-                        }
-                    },
-                    |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)),
-                );
-                p.truncate(base);
-                error.map_or(Ok(()), Err)
-            }
+            Matcher::ContextFree(p) => p.allow_below(trie, node, &mut Vec::new(), out),
         }
     }
 

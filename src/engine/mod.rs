@@ -125,13 +125,6 @@ impl TokenSet {
         }
     }
 
-    /// True when `id` is in the set.
-    pub fn contains(&self, id: u32) -> bool {
-        match self {
-            TokenSet::Sparse(ids) => ids.binary_search(&id).is_ok(),
-            TokenSet::Dense(m) => m.get(id),
-        }
-    }
 }
 
 /// A set of token ids as a packed bitset, sized to a model's logit
@@ -215,8 +208,4 @@ impl TokenMask {
         })
     }
 
-    /// The packed words (bit `i % 64` of word `i / 64` is id `i`).
-    pub fn words(&self) -> &[u64] {
-        &self.words
-    }
 }
