@@ -80,3 +80,135 @@ fn without_prepend(p: PreTokenizerWrapper) -> PreTokenizerWrapper {
         other => other,
     }
 }
+
+/// A model's tokenizer with everything the runtime needs beside it: the
+/// byte table shared with the grammar engine, the safe encoder, and the
+/// BOS / EOS / end-of-turn ids from the configs.
+#[derive(Debug, Clone)]
+pub struct ModelTokenizer {
+    /// The Hugging Face tokenizer.
+    pub tokenizer: tokenizers::Tokenizer,
+    /// Safe encoding of untrusted text.
+    pub encoder: TextEncoder,
+    /// Exact bytes of every token (shared with the engine).
+    pub vocab: std::sync::Arc<crate::engine::Vocab>,
+    /// BOS, when the tokenizer starts sequences with one.
+    pub bos: Option<u32>,
+    /// Ids that end generation.
+    pub eos: Vec<u32>,
+    /// Ids that end a chat turn (EOS included).
+    pub eot: Vec<u32>,
+    /// The chat template from `tokenizer_config.json`, if any.
+    pub chat_template: Option<String>,
+}
+
+impl ModelTokenizer {
+    /// Loads `tokenizer.json` and the `tokenizer_config.json` beside it,
+    /// with EOS ids also taken from the model config.
+    pub fn load(path: &std::path::Path, cfg: &crate::model::ModelConfig) -> Result<ModelTokenizer, crate::model::ModelError> {
+        use crate::engine::TokenKind;
+        use crate::model::ModelError;
+        let (mut vocab, tok) = crate::engine::Vocab::load(path).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let config: serde_json::Value = path
+            .parent()
+            .and_then(|d| std::fs::read_to_string(d.join("tokenizer_config.json")).ok())
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let named = |key: &str| -> Option<u32> {
+            let v = &config[key];
+            let name = v.as_str().or_else(|| v["content"].as_str())?;
+            tok.token_to_id(name)
+        };
+        // BOS: whatever the tokenizer's own post-processor puts first, or
+        // `add_bos_token` in the config.
+        let probe = tok.encode("a", true).map(|e| e.get_ids().first().copied()).ok().flatten();
+        let probe_bos = probe.filter(|&id| (id as usize) < vocab.len() && vocab.kind(id) == TokenKind::Special);
+        let bos = match config["add_bos_token"].as_bool() {
+            Some(true) => named("bos_token").or(cfg.bos_token_id).or(probe_bos),
+            Some(false) => None,
+            None => probe_bos,
+        };
+        let mut eos: Vec<u32> = Vec::new();
+        for id in named("eos_token").into_iter().chain(cfg.eos_token_ids.iter().copied()).chain(vocab.eos().iter().copied()) {
+            if !eos.contains(&id) {
+                eos.push(id);
+            }
+        }
+        let mut eot = eos.clone();
+        for name in ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"] {
+            if let Some(id) = tok.token_to_id(name) {
+                if !eot.contains(&id) && vocab.kind(id) == TokenKind::Special {
+                    eot.push(id);
+                }
+            }
+        }
+        vocab.set_eos(eos.clone());
+        let chat_template = match &config["chat_template"] {
+            serde_json::Value::String(s) => Some(s.clone()),
+            // A list of named templates: the default one.
+            serde_json::Value::Array(list) => list
+                .iter()
+                .find(|t| t["name"] == "default")
+                .or(list.first())
+                .and_then(|t| t["template"].as_str().map(String::from)),
+            _ => None,
+        };
+        Ok(ModelTokenizer {
+            encoder: TextEncoder::new(&tok),
+            tokenizer: tok,
+            vocab: std::sync::Arc::new(vocab),
+            bos,
+            eos,
+            eot,
+            chat_template,
+        })
+    }
+}
+
+/// Turns token bytes into text as they arrive: holds back an incomplete
+/// UTF-8 sequence until its last byte comes, so streamed text never shows
+/// a replacement character that the next token would have completed.
+#[derive(Debug, Clone, Default)]
+pub struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// Adds `bytes`; returns the text now complete.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(e) => {
+                    let good = e.valid_up_to();
+                    out.push_str(std::str::from_utf8(&self.pending[..good]).unwrap_or_default());
+                    match e.error_len() {
+                        // Invalid bytes (not merely incomplete): show them as
+                        // U+FFFD and go on.
+                        Some(bad) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            self.pending.drain(..good + bad);
+                        }
+                        None => {
+                            self.pending.drain(..good);
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The held-back bytes, lossily, at the end of the stream.
+    pub fn finish(&mut self) -> String {
+        let s = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        s
+    }
+}

@@ -1,0 +1,194 @@
+//! The model runtime: a Llama-family decoder of lmt's own on candle, with a
+//! KV state that appends, truncates, forks and scores; loading from a
+//! Hugging Face directory, a GGUF file or the hub cache; the tokenizer
+//! layer; and the sampler.
+//!
+//! It knows tensors and token ids, not templates. Only the interpreter
+//! drives it. candle-transformers is its test oracle and benchmark
+//! baseline, never a dependency of the runtime.
+
+mod config;
+mod decoder;
+pub mod hub;
+mod sample;
+mod weights;
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device};
+
+pub use config::{Arch, ModelConfig, Rope, RopeScaling, SUPPORTED};
+pub use decoder::{log_softmax, Decoder, ForwardStats, KvState};
+pub use hub::{HubEnv, ModelSpec, DEFAULT_MODEL};
+pub use sample::{Sampled, Sampler, SamplingParams};
+pub use weights::safetensors_files;
+
+use crate::tokenizer::ModelTokenizer;
+
+/// Why a model could not be loaded or run.
+#[derive(Debug)]
+pub enum ModelError {
+    /// A file could not be read.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file the model needs is not there.
+    MissingFile {
+        /// Where it was looked for.
+        path: PathBuf,
+        /// What it is.
+        what: String,
+    },
+    /// A configuration that cannot describe a model lmt runs.
+    Config(String),
+    /// An architecture lmt does not implement.
+    UnsupportedArch(String),
+    /// Weights that do not match the configuration.
+    Weights(String),
+    /// The tokenizer could not be loaded.
+    Tokenizer(String),
+    /// Resolving or downloading from the Hugging Face hub failed.
+    Hub(String),
+    /// The sequence reached the model's context length.
+    ContextFull {
+        /// The context length.
+        max: usize,
+    },
+    /// A misuse of the runtime (bad token id, no logits yet).
+    Runtime(String),
+    /// A tensor operation failed.
+    Candle(candle_core::Error),
+}
+
+impl ModelError {
+    /// An I/O error on `path`.
+    pub fn io(path: &Path, source: std::io::Error) -> ModelError {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            return ModelError::MissingFile { path: path.to_path_buf(), what: "a model file".into() };
+        }
+        ModelError::Io { path: path.to_path_buf(), source }
+    }
+
+    /// The same error, saying which file it came from.
+    pub fn in_file(self, path: &Path) -> ModelError {
+        match self {
+            ModelError::Config(m) => ModelError::Config(format!("{}: {m}", path.display())),
+            other => other,
+        }
+    }
+}
+
+impl std::fmt::Display for ModelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelError::Io { path, source } => write!(f, "cannot read `{}`: {source}", path.display()),
+            ModelError::MissingFile { path, what } => write!(f, "`{}` not found ({what})", path.display()),
+            ModelError::Config(m) => write!(f, "bad model config: {m}"),
+            ModelError::UnsupportedArch(a) => {
+                write!(f, "model architecture `{a}` is not supported (lmt runs: {SUPPORTED})")
+            }
+            ModelError::Weights(m) => write!(f, "bad weights: {m}"),
+            ModelError::Tokenizer(m) => write!(f, "tokenizer: {m}"),
+            ModelError::Hub(m) => write!(f, "{m}"),
+            ModelError::ContextFull { max } => write!(f, "the sequence reached the model's context length ({max} tokens)"),
+            ModelError::Runtime(m) => write!(f, "{m}"),
+            ModelError::Candle(e) => write!(f, "tensor error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+impl From<candle_core::Error> for ModelError {
+    fn from(e: candle_core::Error) -> ModelError {
+        ModelError::Candle(e)
+    }
+}
+
+/// Where and how to run a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The device (CPU unless a `cuda` build asks for a GPU).
+    pub device: Device,
+    /// A `tokenizer.json` to use instead of the one beside the weights.
+    pub tokenizer: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions { device: Device::Cpu, tokenizer: None }
+    }
+}
+
+impl LoadOptions {
+    /// Options for the best device this build has: the first CUDA GPU in a
+    /// `cuda` build when one is present, else the CPU.
+    pub fn best_device() -> LoadOptions {
+        #[cfg(feature = "cuda")]
+        if let Ok(d) = Device::new_cuda(0) {
+            return LoadOptions { device: d, tokenizer: None };
+        }
+        LoadOptions::default()
+    }
+}
+
+/// A loaded model: the decoder and its tokenizer.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// Weights and configuration.
+    pub decoder: Decoder,
+    /// Encoding, decoding and the special ids.
+    pub tokenizer: ModelTokenizer,
+    /// Where it was loaded from.
+    pub source: PathBuf,
+}
+
+impl Model {
+    /// Loads what `spec` names (resolving hub ids through the cache, and
+    /// downloading when allowed).
+    pub fn load(spec: &ModelSpec, opts: &LoadOptions) -> Result<Model, ModelError> {
+        let path = spec.local_path(&HubEnv::from_process())?;
+        Model::load_path(&path, opts)
+    }
+
+    /// Loads a model directory or a `.gguf` file.
+    pub fn load_path(path: &Path, opts: &LoadOptions) -> Result<Model, ModelError> {
+        let decoder = Decoder::load(path, &opts.device)?;
+        let dir = if path.is_dir() { path } else { path.parent().unwrap_or(Path::new(".")) };
+        let tok_file = match &opts.tokenizer {
+            Some(t) => t.clone(),
+            None => dir.join("tokenizer.json"),
+        };
+        if !tok_file.is_file() {
+            return Err(ModelError::MissingFile {
+                path: tok_file,
+                what: "the tokenizer (put tokenizer.json beside the weights or pass --tokenizer)".into(),
+            });
+        }
+        let tokenizer = ModelTokenizer::load(&tok_file, &decoder.config)?;
+        Ok(Model { decoder, tokenizer, source: path.to_path_buf() })
+    }
+}
+
+impl Decoder {
+    /// Loads weights only: a Hugging Face directory (`config.json` and
+    /// safetensors) or a `.gguf` file.
+    pub fn load(path: &Path, device: &Device) -> Result<Decoder, ModelError> {
+        if path.is_dir() {
+            let cfg = ModelConfig::from_hf_file(&path.join("config.json"))?;
+            let files = safetensors_files(path)?;
+            // CPU matmuls are fast in f32 only; GPUs keep half precision.
+            let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
+            let weights = weights::load_safetensors(&files, &cfg, device, dtype)?;
+            Ok(Decoder { config: cfg, weights, device: device.clone(), dtype })
+        } else if path.is_file() {
+            let (cfg, weights) = weights::load_gguf(path, device)?;
+            Ok(Decoder { config: cfg, weights, device: device.clone(), dtype: DType::F32 })
+        } else {
+            Err(ModelError::MissingFile { path: path.to_path_buf(), what: "a model directory or .gguf file".into() })
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Loading weights: a Hugging Face safetensors directory (one file or
+//! sharded with an index) or a GGUF file, into one structure. Every linear
+//! layer is a `QMatMul`, so GGUF-quantized and plain tensors share one code
+//! path in the decoder.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::{gguf_file, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+
+use super::config::{Arch, ModelConfig, Rope, RopeScaling};
+use super::ModelError;
+
+/// A linear layer: `x W^T (+ b)`.
+#[derive(Debug, Clone)]
+pub(crate) struct Linear {
+    pub w: QMatMul,
+    pub b: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = self.w.forward(x)?;
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// Projections that may be stored fused (one matmul, outputs side by side)
+/// or apart (GGUF-quantized Llama: quantized blocks cannot be concatenated
+/// cheaply).
+#[derive(Debug, Clone)]
+pub(crate) enum Proj {
+    Fused(Linear, Vec<usize>),
+    Split(Vec<Linear>),
+}
+
+impl Proj {
+    /// The outputs of each part, in order.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        match self {
+            Proj::Fused(l, sizes) => {
+                let y = l.forward(x)?;
+                let mut start = 0;
+                sizes
+                    .iter()
+                    .map(|&n| {
+                        let part = y.narrow(candle_core::D::Minus1, start, n);
+                        start += n;
+                        part
+                    })
+                    .collect()
+            }
+            Proj::Split(ls) => ls.iter().map(|l| l.forward(x)).collect(),
+        }
+    }
+}
+
+/// One decoder layer's weights.
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    pub attn_norm: Tensor,
+    pub qkv: Proj,
+    pub o: Linear,
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub mlp_norm: Tensor,
+    pub gate_up: Proj,
+    pub down: Linear,
+}
+
+/// All weights of a decoder.
+#[derive(Debug, Clone)]
+pub(crate) struct Weights {
+    pub embed: Tensor,
+    pub layers: Vec<Layer>,
+    pub norm: Tensor,
+    pub lm_head: QMatMul,
+    /// Bytes of weights read per token (for bandwidth figures).
+    pub bytes: usize,
+}
+
+/// The safetensors files of a model directory: `model.safetensors`, or the
+/// shards named by `model.safetensors.index.json`.
+pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| ModelError::Config(format!("`{}` is not valid JSON: {e}", index.display())))?;
+        let files: BTreeSet<&str> =
+            json["weight_map"].as_object().into_iter().flatten().filter_map(|(_, v)| v.as_str()).collect();
+        if files.is_empty() {
+            return Err(ModelError::Config(format!("`{}` has no `weight_map`", index.display())));
+        }
+        return files
+            .into_iter()
+            .map(|f| {
+                let p = dir.join(f);
+                if p.is_file() {
+                    Ok(p)
+                } else {
+                    Err(ModelError::MissingFile { path: p, what: "a weight shard named by the index".into() })
+                }
+            })
+            .collect();
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    Err(ModelError::MissingFile {
+        path: single,
+        what: "the weights (model.safetensors or model.safetensors.index.json)".into(),
+    })
+}
+
+/// Loads a safetensors model directory's weights for `cfg`.
+pub(crate) fn load_safetensors(
+    files: &[PathBuf],
+    cfg: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<Weights, ModelError> {
+    // SAFETY: the files are mapped read-only; lmt never writes to them. A
+    // file changed by another process while mapped is outside our control,
+    // as for every mmap-based loader (candle, safetensors, llama.cpp).
+    let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files) }
+        .map_err(|e| ModelError::Weights(format!("cannot read safetensors: {e}")))?;
+    let names: BTreeSet<String> = st.tensors().into_iter().map(|(n, _)| n).collect();
+    let get = |name: &str| -> Result<Tensor, ModelError> {
+        if !names.contains(name) {
+            return Err(ModelError::Weights(format!("tensor `{name}` is missing")));
+        }
+        st.load(name, device)
+            .and_then(|t| t.to_dtype(dtype))
+            .map_err(|e| ModelError::Weights(format!("tensor `{name}`: {e}")))
+    };
+    let maybe = |name: &str| if names.contains(name) { get(name).map(Some) } else { Ok(None) };
+    let mut bytes = 0usize;
+    let mut linear = |w: Tensor, b: Option<Tensor>, rows: usize, cols: usize, name: &str| -> Result<Linear, ModelError> {
+        check_shape(&w, &[rows, cols], name)?;
+        bytes += w.elem_count() * dtype.size_in_bytes();
+        Ok(Linear { w: QMatMul::Tensor(w), b })
+    };
+    let (h, d) = (cfg.hidden_size, cfg.head_dim);
+    let (qn, kvn) = (cfg.num_heads * d, cfg.num_kv_heads * d);
+    let embed = get("model.embed_tokens.weight")?;
+    check_shape(&embed, &[cfg.vocab_size, h], "model.embed_tokens.weight")?;
+    let mut layers = Vec::with_capacity(cfg.num_layers);
+    for i in 0..cfg.num_layers {
+        let p = format!("model.layers.{i}");
+        let cat = |parts: Vec<Tensor>| Tensor::cat(&parts, 0).map_err(ModelError::from);
+        let qkv = if cfg.arch == Arch::Phi3 {
+            get(&format!("{p}.self_attn.qkv_proj.weight"))?
+        } else {
+            let w = ["q", "k", "v"].map(|n| get(&format!("{p}.self_attn.{n}_proj.weight")));
+            let [q, k, v] = w;
+            cat(vec![q?, k?, v?])?
+        };
+        let bias = if cfg.qkv_bias {
+            let [q, k, v] = ["q", "k", "v"].map(|n| get(&format!("{p}.self_attn.{n}_proj.bias")));
+            Some(cat(vec![q?, k?, v?])?)
+        } else {
+            None
+        };
+        let qkv = Proj::Fused(linear(qkv, bias, qn + 2 * kvn, h, &format!("{p} qkv"))?, vec![qn, kvn, kvn]);
+        let o = linear(get(&format!("{p}.self_attn.o_proj.weight"))?, None, h, qn, &format!("{p}.self_attn.o_proj"))?;
+        let m = cfg.intermediate_size;
+        let gate_up = if cfg.arch == Arch::Phi3 {
+            get(&format!("{p}.mlp.gate_up_proj.weight"))?
+        } else {
+            cat(vec![get(&format!("{p}.mlp.gate_proj.weight"))?, get(&format!("{p}.mlp.up_proj.weight"))?])?
+        };
+        let gate_up = Proj::Fused(linear(gate_up, None, 2 * m, h, &format!("{p} gate/up"))?, vec![m, m]);
+        let down = linear(get(&format!("{p}.mlp.down_proj.weight"))?, None, h, m, &format!("{p}.mlp.down_proj"))?;
+        let (q_norm, k_norm) = if cfg.qk_norm {
+            (Some(get(&format!("{p}.self_attn.q_norm.weight"))?), Some(get(&format!("{p}.self_attn.k_norm.weight"))?))
+        } else {
+            (None, None)
+        };
+        layers.push(Layer {
+            attn_norm: get(&format!("{p}.input_layernorm.weight"))?,
+            qkv,
+            o,
+            q_norm,
+            k_norm,
+            mlp_norm: get(&format!("{p}.post_attention_layernorm.weight"))?,
+            gate_up,
+            down,
+        });
+    }
+    let lm_head = match maybe("lm_head.weight")? {
+        Some(w) if !cfg.tie_word_embeddings => w,
+        _ if cfg.tie_word_embeddings => embed.clone(),
+        _ => return Err(ModelError::Weights("tensor `lm_head.weight` is missing (and embeddings are not tied)".into())),
+    };
+    let lm_head = linear(lm_head, None, cfg.vocab_size, h, "lm_head.weight")?.w;
+    Ok(Weights { embed, layers, norm: get("model.norm.weight")?, lm_head, bytes })
+}
+
+/// A GGUF file's configuration and weights.
+pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, Weights), ModelError> {
+    let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let content = gguf_file::Content::read(&mut file)
+        .map_err(|e| ModelError::Weights(format!("`{}` is not a readable GGUF file: {e}", path.display())))?;
+    let cfg = gguf_config(&content)?;
+    let mut bytes = 0usize;
+    let mut q = |name: &str| -> Result<QTensor, ModelError> {
+        let t = content
+            .tensor(&mut file, name, device)
+            .map_err(|e| ModelError::Weights(format!("tensor `{name}`: {e}")))?;
+        bytes += t.storage_size_in_bytes();
+        Ok(t)
+    };
+    let has = |name: &str| content.tensor_infos.contains_key(name);
+    let dense = |t: &QTensor| t.dequantize(device).map_err(ModelError::from);
+    let lin = |t: QTensor, b: Option<Tensor>| -> Result<Linear, ModelError> { Ok(Linear { w: QMatMul::from_qtensor(t)?, b }) };
+    let embed_q = q("token_embd.weight")?;
+    let embed = dense(&embed_q)?;
+    check_shape(&embed, &[cfg.vocab_size, cfg.hidden_size], "token_embd.weight")?;
+    let (qn, kvn) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+    let mut layers = Vec::with_capacity(cfg.num_layers);
+    for i in 0..cfg.num_layers {
+        let p = format!("blk.{i}");
+        let bias = |q: &mut dyn FnMut(&str) -> Result<QTensor, ModelError>, n: &str| -> Result<Option<Tensor>, ModelError> {
+            let name = format!("{p}.{n}.bias");
+            if has(&name) { Ok(Some(dense(&q(&name)?)?)) } else { Ok(None) }
+        };
+        let qkv = if has(&format!("{p}.attn_qkv.weight")) {
+            let b = bias(&mut q, "attn_qkv")?;
+            Proj::Fused(lin(q(&format!("{p}.attn_qkv.weight"))?, b)?, vec![qn, kvn, kvn])
+        } else {
+            let mut parts = Vec::new();
+            for n in ["attn_q", "attn_k", "attn_v"] {
+                let b = bias(&mut q, n)?;
+                parts.push(lin(q(&format!("{p}.{n}.weight"))?, b)?);
+            }
+            Proj::Split(parts)
+        };
+        let m = cfg.intermediate_size;
+        let gate_up = if has(&format!("{p}.ffn_gate.weight")) {
+            Proj::Split(vec![lin(q(&format!("{p}.ffn_gate.weight"))?, None)?, lin(q(&format!("{p}.ffn_up.weight"))?, None)?])
+        } else {
+            // Phi-3: `ffn_up` holds gate and up side by side.
+            Proj::Fused(lin(q(&format!("{p}.ffn_up.weight"))?, None)?, vec![m, m])
+        };
+        let norm = |q: &mut dyn FnMut(&str) -> Result<QTensor, ModelError>, n: &str| dense(&q(&format!("{p}.{n}.weight"))?);
+        let (q_norm, k_norm) = if cfg.qk_norm {
+            (Some(norm(&mut q, "attn_q_norm")?), Some(norm(&mut q, "attn_k_norm")?))
+        } else {
+            (None, None)
+        };
+        layers.push(Layer {
+            attn_norm: norm(&mut q, "attn_norm")?,
+            qkv,
+            o: lin(q(&format!("{p}.attn_output.weight"))?, None)?,
+            q_norm,
+            k_norm,
+            mlp_norm: norm(&mut q, "ffn_norm")?,
+            gate_up,
+            down: lin(q(&format!("{p}.ffn_down.weight"))?, None)?,
+        });
+    }
+    let norm = dense(&q("output_norm.weight")?)?;
+    let lm_head = if has("output.weight") { q("output.weight")? } else { embed_q };
+    let lm_head = QMatMul::from_qtensor(lm_head)?;
+    let mut cfg = cfg;
+    if has("rope_freqs.weight") {
+        let f = dense(&q("rope_freqs.weight")?)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+        cfg.rope.freq_factors = Some(f);
+    }
+    Ok((cfg, Weights { embed, layers, norm, lm_head, bytes }))
+}
+
+/// The configuration stored in GGUF metadata (llama.cpp's keys).
+fn gguf_config(content: &gguf_file::Content) -> Result<ModelConfig, ModelError> {
+    let md = &content.metadata;
+    let arch_name = md
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .ok_or_else(|| ModelError::Config("GGUF metadata has no `general.architecture`".into()))?;
+    let arch = Arch::from_name(&arch_name).ok_or_else(|| ModelError::UnsupportedArch(arch_name.clone()))?;
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let u = |k: &str| md.get(&key(k)).and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(u64::from))).map(|v| v as usize);
+    let f = |k: &str| md.get(&key(k)).and_then(|v| v.to_f32().ok());
+    let need = |k: &str| u(k).ok_or_else(|| ModelError::Config(format!("GGUF metadata has no `{}`", key(k))));
+    let hidden_size = need("embedding_length")?;
+    let num_heads = need("attention.head_count")?;
+    let head_dim = u("attention.key_length").unwrap_or(hidden_size / num_heads.max(1));
+    let num_layers = need("block_count")?;
+    let vocab_size = content
+        .tensor_infos
+        .get("token_embd.weight")
+        .map(|t| t.shape.dims()[0])
+        .ok_or_else(|| ModelError::Weights("tensor `token_embd.weight` is missing".into()))?;
+    let window = u("attention.sliding_window");
+    let tok = |k: &str| md.get(k).and_then(|v| v.to_u32().ok());
+    let cfg = ModelConfig {
+        arch,
+        hidden_size,
+        intermediate_size: need("feed_forward_length")?,
+        num_layers,
+        num_heads,
+        num_kv_heads: u("attention.head_count_kv").unwrap_or(num_heads),
+        head_dim,
+        vocab_size,
+        rms_norm_eps: f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f64,
+        rope: Rope {
+            theta: f("rope.freq_base").unwrap_or(10_000.0) as f64,
+            dim: u("rope.dimension_count").unwrap_or(head_dim),
+            // llama.cpp's converter permutes q/k rows of Llama-type models
+            // into the interleaved layout; Qwen and Phi-3 keep NeoX halves.
+            interleaved: matches!(arch, Arch::Llama | Arch::Mistral),
+            scaling: RopeScaling::None,
+            freq_factors: None,
+        },
+        windows: vec![window; num_layers],
+        tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
+        qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
+        qk_norm: content.tensor_infos.contains_key("blk.0.attn_q_norm.weight"),
+        max_position_embeddings: u("context_length").unwrap_or(4096),
+        bos_token_id: tok("tokenizer.ggml.bos_token_id"),
+        eos_token_ids: tok("tokenizer.ggml.eos_token_id").into_iter().collect(),
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// An error unless `t` has shape `dims`.
+fn check_shape(t: &Tensor, dims: &[usize], name: &str) -> Result<(), ModelError> {
+    if t.dims() != dims {
+        return Err(ModelError::Weights(format!("tensor `{name}` has shape {:?}, the config says {dims:?}", t.dims())));
+    }
+    Ok(())
+}

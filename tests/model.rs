@@ -1,0 +1,414 @@
+//! The model runtime against independent implementations: tiny random
+//! models built here in the real formats, loaded through lmt's loader, and
+//! compared with candle-transformers' own models of the same architecture;
+//! the state invariants (append, truncate, fork, score, sampling).
+
+mod support;
+
+use candle_core::quantized::GgmlDType;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models as ct;
+use lmt::model::{log_softmax, Decoder, KvState, Sampler, SamplingParams};
+use support::tiny::{temp_dir, Spec};
+
+const PROMPT: [u32; 9] = [1, 17, 230, 5, 99, 42, 7, 150, 3];
+const DECODE: [u32; 4] = [12, 250, 8, 64];
+
+/// The oracle: one candle-transformers model, fed like lmt.
+enum Oracle {
+    Llama(ct::llama::Llama, ct::llama::Cache),
+    Mistral(ct::mistral::Model),
+    Qwen2(ct::qwen2::ModelForCausalLM),
+    Qwen3(ct::qwen3::ModelForCausalLM),
+    Phi3(ct::phi3::Model),
+    QLlama(ct::quantized_llama::ModelWeights),
+}
+
+impl Oracle {
+    fn load_hf(spec: &Spec, dir: &std::path::Path) -> Oracle {
+        let cfg_text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu) }.unwrap();
+        match spec.arch {
+            "llama" => {
+                let c: ct::llama::LlamaConfig = serde_json::from_str(&cfg_text).unwrap();
+                let c = c.into_config(false);
+                let cache = ct::llama::Cache::new(true, DType::F32, &c, &Device::Cpu).unwrap();
+                Oracle::Llama(ct::llama::Llama::load(vb, &c).unwrap(), cache)
+            }
+            "mistral" => Oracle::Mistral(ct::mistral::Model::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap()),
+            "qwen2" => Oracle::Qwen2(ct::qwen2::ModelForCausalLM::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap()),
+            "qwen3" => Oracle::Qwen3(ct::qwen3::ModelForCausalLM::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap()),
+            "phi3" => Oracle::Phi3(ct::phi3::Model::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap()),
+            other => panic!("no oracle for {other}"),
+        }
+    }
+
+    fn load_gguf(path: &std::path::Path) -> Oracle {
+        let mut f = std::fs::File::open(path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
+        Oracle::QLlama(ct::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap())
+    }
+
+    /// The last position's logits after feeding `tokens` at `offset`.
+    fn forward(&mut self, tokens: &[u32], offset: usize) -> Vec<f32> {
+        let x = Tensor::new(tokens, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let out = match self {
+            Oracle::Llama(m, cache) => m.forward(&x, offset, cache),
+            Oracle::Mistral(m) => m.forward(&x, offset),
+            Oracle::Qwen2(m) => m.forward(&x, offset),
+            Oracle::Qwen3(m) => m.forward(&x, offset),
+            Oracle::Phi3(m) => m.forward(&x, offset),
+            Oracle::QLlama(m) => m.forward(&x, offset),
+        }
+        .unwrap();
+        out.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1().unwrap()
+    }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "logit dimensions differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Prefill then token-by-token decode, lmt against the oracle.
+fn compare(decoder: &Decoder, oracle: &mut Oracle, tol: f32, what: &str) {
+    let mut st = decoder.new_state();
+    let ours = decoder.append(&mut st, &PROMPT).unwrap();
+    let theirs = oracle.forward(&PROMPT, 0);
+    let d = max_diff(&ours, &theirs);
+    assert!(d < tol, "{what}: prefill logits differ by {d}");
+    // The logits must not be trivial, or the comparison proves nothing.
+    let spread = ours.iter().copied().fold(f32::MIN, f32::max) - ours.iter().copied().fold(f32::MAX, f32::min);
+    assert!(spread > 0.1, "{what}: logits are nearly flat ({spread})");
+    for (i, &t) in DECODE.iter().enumerate() {
+        let ours = decoder.append(&mut st, &[t]).unwrap();
+        let theirs = oracle.forward(&[t], PROMPT.len() + i);
+        let d = max_diff(&ours, &theirs);
+        assert!(d < tol, "{what}: decode step {i} logits differ by {d}");
+    }
+}
+
+fn hf_case(arch: &'static str) {
+    let spec = Spec::small(arch);
+    let dir_tmp = temp_dir(&format!("hf-{arch}"));
+    let dir = spec.write_hf(&dir_tmp);
+    let decoder = Decoder::load(&dir, &Device::Cpu).unwrap();
+    let mut oracle = Oracle::load_hf(&spec, &dir);
+    compare(&decoder, &mut oracle, 1e-4, arch);
+}
+
+#[test]
+fn llama_with_llama3_rope_scaling_and_tied_embeddings_matches_candle_transformers() {
+    hf_case("llama");
+}
+
+#[test]
+fn mistral_matches_candle_transformers() {
+    let mut spec = Spec::small("mistral");
+    spec.window = Some(4096);
+    let dir_tmp = temp_dir("hf-mistral-nowindow");
+    let dir = spec.write_hf(&dir_tmp);
+    let decoder = Decoder::load(&dir, &Device::Cpu).unwrap();
+    compare(&decoder, &mut Oracle::load_hf(&spec, &dir), 1e-4, "mistral");
+}
+
+#[test]
+fn mistral_sliding_window_matches_transformers_semantics() {
+    // transformers lets a token see `window` tokens, itself included;
+    // candle-transformers' mistral lets it see one more, and only in a
+    // prefill from position 0 (decode steps ignore the window). So the
+    // oracle gets window - 1 and is compared on one prefill longer than
+    // the window.
+    let spec = Spec::small("mistral");
+    let window = spec.window.unwrap();
+    assert!(PROMPT.len() > window);
+    let dir_tmp = temp_dir("hf-mistral-window");
+    let dir = spec.write_hf(&dir_tmp);
+    let decoder = Decoder::load(&dir, &Device::Cpu).unwrap();
+    let oracle_dir = temp_dir("hf-mistral-window-oracle");
+    let mut oracle_spec = spec.clone();
+    oracle_spec.window = Some(window - 1);
+    oracle_spec.write_hf(&oracle_dir);
+    let mut oracle = Oracle::load_hf(&oracle_spec, &oracle_dir);
+    let ours = decoder.append(&mut decoder.new_state(), &PROMPT).unwrap();
+    let d = max_diff(&ours, &oracle.forward(&PROMPT, 0));
+    assert!(d < 1e-4, "windowed prefill differs by {d}");
+    // And the window is really in effect: without it the logits differ.
+    let mut wide = spec.clone();
+    wide.window = Some(4096);
+    let wide_dir_tmp = temp_dir("hf-mistral-window-wide");
+    let wide_dir = wide.write_hf(&wide_dir_tmp);
+    let wide = Decoder::load(&wide_dir, &Device::Cpu).unwrap();
+    assert!(max_diff(&ours, &wide.append(&mut wide.new_state(), &PROMPT).unwrap()) > 1e-3);
+    // Decode past the window equals one prefill of everything.
+    let mut st = decoder.new_state();
+    decoder.append(&mut st, &PROMPT[..3]).unwrap();
+    let mut last = Vec::new();
+    for &t in PROMPT[3..].iter().chain(&DECODE) {
+        last = decoder.append(&mut st, &[t]).unwrap();
+    }
+    let all: Vec<u32> = PROMPT.iter().chain(&DECODE).copied().collect();
+    let d = max_diff(&last, &decoder.append(&mut decoder.new_state(), &all).unwrap());
+    assert!(d < 1e-4, "windowed decode differs from prefill by {d}");
+}
+
+#[test]
+fn qwen2_with_qkv_bias_matches_candle_transformers() {
+    hf_case("qwen2");
+}
+
+#[test]
+fn qwen3_with_qk_norm_matches_candle_transformers() {
+    hf_case("qwen3");
+}
+
+#[test]
+fn phi3_with_fused_projections_matches_candle_transformers() {
+    hf_case("phi3");
+}
+
+/// GGUF Llama models: quantized_llama reads the same file.
+fn gguf_case(ty: GgmlDType, tol: f32) {
+    let mut spec = Spec::small("llama");
+    // k-quants work on rows of 256.
+    spec.hidden = 256;
+    spec.intermediate = 512;
+    spec.head_dim = 64;
+    spec.llama3_rope = false;
+    spec.tied = false;
+    let dir = temp_dir(&format!("gguf-{ty:?}"));
+    let path = dir.join("model.gguf");
+    spec.write_gguf(&path, ty);
+    let decoder = Decoder::load(&path, &Device::Cpu).unwrap();
+    assert!(decoder.config.rope.interleaved);
+    let mut oracle = Oracle::load_gguf(&path);
+    compare(&decoder, &mut oracle, tol, &format!("gguf {ty:?}"));
+    if ty == GgmlDType::F32 {
+        // The same weights as safetensors: the GGUF layout (permuted q/k,
+        // interleaved rope) computes what the Hugging Face layout computes.
+        let hf = spec.write_hf(&dir.join("hf"));
+        let from_hf = Decoder::load(&hf, &Device::Cpu).unwrap();
+        let a = decoder.append(&mut decoder.new_state(), &PROMPT).unwrap();
+        let b = from_hf.append(&mut from_hf.new_state(), &PROMPT).unwrap();
+        let d = max_diff(&a, &b);
+        assert!(d < 1e-4, "GGUF F32 and safetensors differ by {d}");
+    }
+}
+
+#[test]
+fn gguf_f32_matches_quantized_llama_and_the_safetensors_model() {
+    gguf_case(GgmlDType::F32, 1e-4);
+}
+
+#[test]
+fn gguf_q8_0_matches_quantized_llama() {
+    // Both dequantize the same blocks; the activations are quantized to
+    // Q8 by both inside the matmul, so the results agree closely.
+    gguf_case(GgmlDType::Q8_0, 1e-4);
+}
+
+#[test]
+fn gguf_q4k_matches_quantized_llama() {
+    gguf_case(GgmlDType::Q4K, 1e-4);
+}
+
+fn tiny_llama() -> Decoder {
+    let spec = Spec::small("llama");
+    let dir_tmp = temp_dir("inv-llama");
+    let dir = spec.write_hf(&dir_tmp);
+    Decoder::load(&dir, &Device::Cpu).unwrap()
+}
+
+fn full(decoder: &Decoder, tokens: &[u32]) -> (KvState, Vec<f32>) {
+    let mut st = decoder.new_state();
+    let l = decoder.append(&mut st, tokens).unwrap();
+    (st, l)
+}
+
+#[test]
+fn chunked_appends_equal_one_full_prefill() {
+    let m = tiny_llama();
+    let all: Vec<u32> = PROMPT.iter().chain(&DECODE).copied().collect();
+    let (_, want) = full(&m, &all);
+    for split in [vec![1, 12], vec![4, 5, 4], vec![1; 13], vec![9, 1, 3]] {
+        let mut st = m.new_state();
+        let mut at = 0;
+        let mut got = Vec::new();
+        for n in split.iter() {
+            got = m.append(&mut st, &all[at..at + n]).unwrap();
+            at += n;
+        }
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-4, "chunks {split:?} differ by {d}");
+        assert_eq!(st.tokens(), &all[..]);
+        assert_eq!(st.stats.passes as usize, split.len());
+    }
+}
+
+#[test]
+fn logits_for_every_row_equal_the_prefix_runs() {
+    let m = tiny_llama();
+    let mut st = m.new_state();
+    let rows = m.append_rows(&mut st, &PROMPT, &[0, 3, 8]).unwrap();
+    for (r, &i) in rows.iter().zip(&[0usize, 3, 8]) {
+        let (_, want) = full(&m, &PROMPT[..=i]);
+        assert!(max_diff(r, &want) < 1e-4, "row {i}");
+    }
+}
+
+#[test]
+fn truncate_then_append_equals_a_fresh_run() {
+    let m = tiny_llama();
+    let (mut st, _) = full(&m, &PROMPT);
+    st.truncate(4).unwrap();
+    assert_eq!(st.len(), 4);
+    let got = m.append(&mut st, &DECODE).unwrap();
+    let fresh: Vec<u32> = PROMPT[..4].iter().chain(&DECODE).copied().collect();
+    let (_, want) = full(&m, &fresh);
+    assert!(max_diff(&got, &want) < 1e-4);
+    // Logits after a truncation are recomputed, not stale.
+    st.truncate(2).unwrap();
+    let got = m.logits(&mut st).unwrap();
+    let (_, want) = full(&m, &PROMPT[..2]);
+    assert!(max_diff(&got, &want) < 1e-4);
+    // Truncating to nothing leaves a usable empty state.
+    st.truncate(0).unwrap();
+    assert!(st.is_empty());
+    assert!(m.logits(&mut st).is_err(), "no logits before the first token");
+    let got = m.append(&mut st, &PROMPT).unwrap();
+    assert!(max_diff(&got, &full(&m, &PROMPT).1) < 1e-4);
+}
+
+#[test]
+fn forks_are_independent() {
+    let m = tiny_llama();
+    let (mut a, _) = full(&m, &PROMPT[..5]);
+    let mut b = a.fork();
+    let la = m.append(&mut a, &[10, 11]).unwrap();
+    let lb = m.append(&mut b, &[200]).unwrap();
+    // Each fork equals its own fresh run: neither wrote into the other.
+    let (_, wa) = full(&m, &[&PROMPT[..5], &[10, 11][..]].concat());
+    let (_, wb) = full(&m, &[&PROMPT[..5], &[200][..]].concat());
+    assert!(max_diff(&la, &wa) < 1e-4);
+    assert!(max_diff(&lb, &wb) < 1e-4);
+    let la2 = m.append(&mut a, &[12]).unwrap();
+    let (_, wa2) = full(&m, &[&PROMPT[..5], &[10, 11, 12][..]].concat());
+    assert!(max_diff(&la2, &wa2) < 1e-4);
+    assert_eq!(b.len(), 6);
+}
+
+/// An option's log-probs by feeding it for real.
+fn score_by_feeding(m: &Decoder, prefix: &[u32], opt: &[u32]) -> Vec<f32> {
+    let (mut st, mut logits) = full(m, prefix);
+    let mut out = Vec::new();
+    for &t in opt {
+        out.push(log_softmax(&logits)[t as usize]);
+        logits = m.append(&mut st, &[t]).unwrap();
+    }
+    out
+}
+
+#[test]
+fn batched_scoring_equals_scoring_each_option_separately() {
+    let m = tiny_llama();
+    let options: Vec<Vec<u32>> = vec![vec![5], vec![5, 6, 7], vec![250, 3], vec![5, 6], vec![]];
+    let (mut st, before) = full(&m, &PROMPT);
+    let stats = st.stats;
+    let scores = m.score(&mut st, &options).unwrap();
+    assert_eq!(st.stats.passes, stats.passes + 1, "all options in one pass");
+    for (opt, got) in options.iter().zip(&scores) {
+        let want = score_by_feeding(&m, &PROMPT, opt);
+        assert_eq!(got.len(), opt.len());
+        assert!(max_diff(got, &want) < 1e-4, "option {opt:?}: {got:?} vs {want:?}");
+    }
+    // Back at the prefix, with the same logits as before.
+    assert_eq!(st.tokens(), &PROMPT[..]);
+    assert!(max_diff(&m.logits(&mut st).unwrap(), &before) < 1e-6);
+    let after = m.append(&mut st, &DECODE).unwrap();
+    let (_, want) = full(&m, &[&PROMPT[..], &DECODE[..]].concat());
+    assert!(max_diff(&after, &want) < 1e-4);
+}
+
+#[test]
+fn scoring_with_a_sliding_window_equals_feeding() {
+    let spec = Spec::small("mistral");
+    let dir_tmp = temp_dir("score-mistral");
+    let dir = spec.write_hf(&dir_tmp);
+    let m = Decoder::load(&dir, &Device::Cpu).unwrap();
+    let options = vec![vec![9, 8, 7, 6, 5, 4, 3], vec![1, 2]];
+    let (mut st, _) = full(&m, &PROMPT);
+    let scores = m.score(&mut st, &options).unwrap();
+    for (opt, got) in options.iter().zip(&scores) {
+        assert!(max_diff(got, &score_by_feeding(&m, &PROMPT, opt)) < 1e-4);
+    }
+}
+
+#[test]
+fn bad_token_ids_and_rows_are_errors_that_leave_the_state_intact() {
+    let m = tiny_llama();
+    let (mut st, want) = full(&m, &PROMPT);
+    let err = m.append(&mut st, &[5, 100_000]).unwrap_err().to_string();
+    assert!(err.contains("100000"), "{err}");
+    assert!(m.append_rows(&mut st, &[5], &[3]).is_err());
+    assert!(m.score(&mut st, &[vec![1, 999_999]]).is_err());
+    assert_eq!(st.tokens(), &PROMPT[..]);
+    assert!(max_diff(&m.logits(&mut st).unwrap(), &want) < 1e-6);
+}
+
+#[test]
+fn the_context_length_is_enforced() {
+    let m = tiny_llama();
+    let mut st = m.new_state();
+    let long = vec![5u32; m.config.max_position_embeddings + 1];
+    let err = m.append(&mut st, &long).unwrap_err().to_string();
+    assert!(err.contains("context length"), "{err}");
+    assert!(st.is_empty());
+}
+
+#[test]
+fn seeded_sampling_is_reproducible_and_respects_the_mask() {
+    let m = tiny_llama();
+    let run = |seed: u64, mask: Option<&lmt::engine::TokenMask>| {
+        let params = SamplingParams { temperature: 1.5, top_k: 50, top_p: 0.95, min_p: 0.01, seed, top_alternatives: 3 };
+        let mut s = Sampler::new(params).unwrap();
+        let (mut st, mut logits) = full(&m, &PROMPT);
+        let mut out = Vec::new();
+        for _ in 0..12 {
+            let t = s.sample(&logits, mask, &[]).unwrap();
+            assert!(t.logprob <= 0.0 && t.top.len() == 3 && t.top[0].1 >= t.top[1].1);
+            out.push(t.token);
+            logits = m.append(&mut st, &[t.token]).unwrap();
+        }
+        out
+    };
+    let a = run(42, None);
+    assert_eq!(a, run(42, None), "same seed, same tokens");
+    assert_ne!(a, run(43, None), "another seed, other tokens (12 draws at temperature 1.5)");
+    let mut mask = lmt::engine::TokenMask::new(m.config.vocab_size);
+    for t in [3, 30, 77] {
+        mask.set(t);
+    }
+    assert!(run(7, Some(&mask)).iter().all(|t| [3, 30, 77].contains(t)));
+}
+
+#[test]
+fn greedy_sampling_is_the_argmax_with_biases_and_masks_applied() {
+    let logits = vec![0.0, 3.0, 1.0, 2.5, -1.0];
+    let mut s = Sampler::new(SamplingParams::default()).unwrap();
+    let t = s.sample(&logits, None, &[]).unwrap();
+    assert_eq!(t.token, 1);
+    assert!((t.logprob - log_softmax(&logits)[1]).abs() < 1e-6);
+    assert_eq!(s.sample(&logits, None, &[(1, -1.0)]).unwrap().token, 3);
+    let mut mask = lmt::engine::TokenMask::new(5);
+    mask.set(2);
+    mask.set(4);
+    let t = s.sample(&logits, Some(&mask), &[]).unwrap();
+    assert_eq!(t.token, 2);
+    // The reported log-prob is the model's, not the masked distribution's.
+    assert!((t.logprob - log_softmax(&logits)[2]).abs() < 1e-6);
+    let empty = lmt::engine::TokenMask::new(5);
+    assert!(s.sample(&logits, Some(&empty), &[]).is_err());
+    assert!(Sampler::new(SamplingParams { top_p: 0.0, ..SamplingParams::default() }).is_err());
+    assert!(Sampler::new(SamplingParams { temperature: f32::NAN, ..SamplingParams::default() }).is_err());
+}
