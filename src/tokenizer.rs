@@ -119,21 +119,24 @@ impl ModelTokenizer {
             let name = v.as_str().or_else(|| v["content"].as_str())?;
             tok.token_to_id(name)
         };
-        // BOS: whatever the tokenizer's own post-processor puts first, or
-        // `add_bos_token` in the config.
-        let probe = tok.encode("a", true).map(|e| e.get_ids().first().copied()).ok().flatten();
-        let probe_bos = probe.filter(|&id| (id as usize) < vocab.len() && vocab.kind(id) == TokenKind::Special);
-        let bos = match config["add_bos_token"].as_bool() {
-            Some(true) => named("bos_token").or(cfg.bos_token_id).or(probe_bos),
-            Some(false) => None,
-            None => probe_bos,
-        };
         let mut eos: Vec<u32> = Vec::new();
         for id in named("eos_token").into_iter().chain(cfg.eos_token_ids.iter().copied()).chain(vocab.eos().iter().copied()) {
             if !eos.contains(&id) {
                 eos.push(id);
             }
         }
+        // BOS: `add_bos_token` when the config says; else whatever the
+        // tokenizer's post-processor puts first; else the named BOS token
+        // when it is a token of its own (Llama 3's `<|begin_of_text|>`),
+        // not Qwen's `<|endoftext|>` that doubles as EOS.
+        let probe = tok.encode("a", true).map(|e| e.get_ids().first().copied()).ok().flatten();
+        let probe_bos = probe.filter(|&id| (id as usize) < vocab.len() && vocab.kind(id) == TokenKind::Special);
+        let named_bos = named("bos_token").or(cfg.bos_token_id);
+        let bos = match config["add_bos_token"].as_bool() {
+            Some(true) => named_bos.or(probe_bos),
+            Some(false) => None,
+            None => probe_bos.or(named_bos.filter(|id| !eos.contains(id))),
+        };
         let mut eot = eos.clone();
         for name in ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"] {
             if let Some(id) = tok.token_to_id(name) {

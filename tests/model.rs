@@ -3,14 +3,14 @@
 //! compared with candle-transformers' own models of the same architecture;
 //! the state invariants (append, truncate, fork, score, sampling).
 
-mod support;
+mod common;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models as ct;
 use lmt::model::{log_softmax, Decoder, KvState, Sampler, SamplingParams};
-use support::tiny::{temp_dir, Spec};
+use common::tiny::{temp_dir, Spec};
 
 const PROMPT: [u32; 9] = [1, 17, 230, 5, 99, 42, 7, 150, 3];
 const DECODE: [u32; 4] = [12, 250, 8, 64];

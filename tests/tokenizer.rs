@@ -56,3 +56,29 @@ fn ordinary_text_gets_the_tokenizers_own_ids() {
         }
     }
 }
+
+#[test]
+fn utf8_stream_holds_back_split_characters() {
+    use lmt::tokenizer::Utf8Stream;
+    let text = "café 日本 😀!";
+    let bytes = text.as_bytes();
+    // Every split of the bytes into two pushes gives the text back with no
+    // replacement character.
+    for cut in 0..=bytes.len() {
+        let mut s = Utf8Stream::default();
+        let mut out = s.push(&bytes[..cut]);
+        out += &s.push(&bytes[cut..]);
+        out += &s.finish();
+        assert_eq!(out, text, "cut at {cut}");
+    }
+    // One byte at a time: nothing incomplete is ever shown.
+    let mut s = Utf8Stream::default();
+    let parts: Vec<String> = bytes.iter().map(|b| s.push(&[*b])).collect();
+    assert!(parts.iter().all(|p| !p.contains('\u{FFFD}')));
+    assert_eq!(parts.concat(), text);
+    // Invalid bytes become U+FFFD and the stream goes on.
+    let mut s = Utf8Stream::default();
+    assert_eq!(s.push(b"a\xFFb"), "a\u{FFFD}b");
+    assert_eq!(s.push(b"\xE6\x97"), "");
+    assert_eq!(s.finish(), "\u{FFFD}");
+}

@@ -2,6 +2,8 @@
 //! train themselves so nothing depends on `../shared` being there.
 #![allow(dead_code)]
 
+pub mod tiny;
+
 use std::path::PathBuf;
 
 /// `../shared/data` (or `$LMT_SHARED_DATA`), if it exists. Prints a loud

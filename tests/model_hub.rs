@@ -1,0 +1,155 @@
+//! Model specs, the Hugging Face cache layout, offline mode and the errors a
+//! user sees for a bad `--model`, tested up to the network boundary.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use common::tiny::{temp_dir, Spec};
+use lmt::model::{HubEnv, LoadOptions, Model, ModelSpec};
+
+fn env(vars: &[(&str, &str)]) -> HubEnv {
+    let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    HubEnv::from_vars(|k| map.get(k).cloned())
+}
+
+#[test]
+fn specs_parse_into_paths_and_hub_ids() {
+    let hub = |r: &str, v: &str| ModelSpec::Hub { repo: r.into(), revision: v.into() };
+    assert_eq!(ModelSpec::parse("Qwen/Qwen2.5-0.5B-Instruct").unwrap(), hub("Qwen/Qwen2.5-0.5B-Instruct", "main"));
+    assert_eq!(ModelSpec::parse("org/name@v1.2").unwrap(), hub("org/name", "v1.2"));
+    assert_eq!(ModelSpec::parse("models/tiny.gguf").unwrap(), ModelSpec::Path("models/tiny.gguf".into()));
+    assert_eq!(ModelSpec::parse("./org/name").unwrap(), ModelSpec::Path("./org/name".into()));
+    let here = env!("CARGO_MANIFEST_DIR");
+    assert_eq!(ModelSpec::parse(here).unwrap(), ModelSpec::Path(here.into()));
+    for bad in ["a/b/c", "justaname", "org/", "org/na me", "org/name@"] {
+        let e = ModelSpec::parse(bad).unwrap_err().to_string();
+        assert!(e.contains("hub id"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn the_cache_directory_token_and_offline_mode_follow_huggingface_hub() {
+    let e = env(&[("HOME", "/home/u")]);
+    assert_eq!(e.cache, Path::new("/home/u/.cache/huggingface/hub"));
+    assert!(!e.offline && e.token.is_none());
+    assert_eq!(e.endpoint, "https://huggingface.co");
+    let e = env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/xdg")]);
+    assert_eq!(e.cache, Path::new("/xdg/huggingface/hub"));
+    let e = env(&[("HOME", "/home/u"), ("HF_HOME", "/hf")]);
+    assert_eq!(e.cache, Path::new("/hf/hub"));
+    let e = env(&[("HF_HOME", "/hf"), ("HF_HUB_CACHE", "/cache")]);
+    assert_eq!(e.cache, Path::new("/cache"));
+    for (v, off) in [("1", true), ("TRUE", true), ("yes", true), ("0", false), ("false", false)] {
+        assert_eq!(env(&[("HF_HUB_OFFLINE", v)]).offline, off, "HF_HUB_OFFLINE={v}");
+    }
+    assert_eq!(env(&[("HF_TOKEN", " hf_abc\n")]).token.as_deref(), Some("hf_abc"));
+    let home = temp_dir("hf-home");
+    std::fs::write(home.join("token"), "hf_from_file\n").unwrap();
+    let e = env(&[("HF_HOME", home.to_str().unwrap())]);
+    assert_eq!(e.token.as_deref(), Some("hf_from_file"));
+    assert_eq!(env(&[("HF_ENDPOINT", "https://mirror.example/")]).endpoint, "https://mirror.example");
+}
+
+/// A cache holding `org/tiny` at commit `c0ffee…` under `refs/main`.
+fn fake_cache(root: &Path) -> (String, std::path::PathBuf) {
+    let commit = "c0ffee0000000000000000000000000000000001".to_string();
+    let repo = root.join("models--org--tiny");
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), &commit).unwrap();
+    let snap = repo.join("snapshots").join(&commit);
+    let tok = common::trained_byte_level();
+    let mut spec = Spec::small("qwen2");
+    spec.vocab = tok.get_vocab_size(true);
+    spec.write_hf(&snap);
+    tok.save(snap.join("tokenizer.json"), false).unwrap();
+    (commit, snap)
+}
+
+#[test]
+fn hub_ids_resolve_to_snapshots_in_the_cache_without_network() {
+    let root = temp_dir("hf-cache");
+    let (commit, snap) = fake_cache(&root);
+    // Offline, and an endpoint that refuses connections: nothing may be
+    // downloaded, so success proves the cache was used.
+    let e = env(&[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1"), ("HF_ENDPOINT", "http://127.0.0.1:9")]);
+    let spec = ModelSpec::parse("org/tiny").unwrap();
+    assert_eq!(spec.local_path(&e).unwrap(), snap);
+    let by_commit = ModelSpec::parse(&format!("org/tiny@{commit}")).unwrap();
+    assert_eq!(by_commit.local_path(&e).unwrap(), snap);
+    let model = Model::load_path(&spec.local_path(&e).unwrap(), &LoadOptions::default()).unwrap();
+    assert_eq!(model.decoder.config.arch, lmt::model::Arch::Qwen2);
+    // A snapshot without its tokenizer is not a cached model.
+    std::fs::remove_file(snap.join("tokenizer.json")).unwrap();
+    let err = spec.local_path(&e).unwrap_err().to_string();
+    assert!(err.contains("not in the Hugging Face cache"), "{err}");
+}
+
+#[test]
+fn offline_with_an_empty_cache_names_the_variables_to_set() {
+    let root = temp_dir("hf-empty");
+    let e = env(&[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1")]);
+    let err = ModelSpec::parse("org/absent").unwrap().local_path(&e).unwrap_err().to_string();
+    for needle in ["org/absent@main", "HF_HUB_OFFLINE", "HF_HUB_CACHE", root.to_str().unwrap()] {
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
+}
+
+#[test]
+fn a_failed_download_says_how_to_work_offline() {
+    let root = temp_dir("hf-refused");
+    // Port 9 (discard) on loopback refuses at once: the real download code
+    // runs up to the network and fails there.
+    let e = env(&[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_ENDPOINT", "http://127.0.0.1:9")]);
+    let err = ModelSpec::parse("org/absent").unwrap().local_path(&e).unwrap_err().to_string();
+    for needle in ["cannot download `org/absent@main`", "http://127.0.0.1:9", "HF_HUB_OFFLINE=1", "HF_HUB_CACHE"] {
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
+}
+
+#[test]
+fn bad_models_get_clear_errors() {
+    let load = |p: &Path| Model::load_path(p, &LoadOptions::default()).unwrap_err().to_string();
+    let dir = temp_dir("bad-models");
+    // Missing path.
+    let err = load(&dir.join("nope"));
+    assert!(err.contains("nope") && err.contains("not found"), "{err}");
+    // Unsupported architecture, named.
+    let gptneox = dir.join("neox");
+    std::fs::create_dir_all(&gptneox).unwrap();
+    std::fs::write(gptneox.join("config.json"), r#"{"model_type": "gpt_neox", "hidden_size": 8}"#).unwrap();
+    let err = load(&gptneox);
+    assert!(err.contains("`gpt_neox` is not supported") && err.contains("llama"), "{err}");
+    // A config without weights.
+    let spec = Spec::small("llama");
+    let noweights = dir.join("noweights");
+    spec.write_hf(&noweights);
+    std::fs::remove_file(noweights.join("model.safetensors")).unwrap();
+    let err = load(&noweights);
+    assert!(err.contains("model.safetensors"), "{err}");
+    // Weights that disagree with the config.
+    let mut wrong = spec.clone();
+    wrong.hidden = 32;
+    let mismatch = dir.join("mismatch");
+    wrong.write_hf(&mismatch);
+    std::fs::write(mismatch.join("config.json"), serde_json::to_string(&spec.config_json()).unwrap()).unwrap();
+    let err = load(&mismatch);
+    assert!(err.contains("shape") && err.contains("embed_tokens"), "{err}");
+    // Weights but no tokenizer.
+    let notok = dir.join("notok");
+    spec.write_hf(&notok);
+    let err = load(&notok);
+    assert!(err.contains("tokenizer.json"), "{err}");
+    // A file that is not GGUF.
+    let fake = dir.join("fake.gguf");
+    std::fs::write(&fake, b"not a gguf file at all").unwrap();
+    let err = load(&fake);
+    assert!(err.contains("not a readable GGUF"), "{err}");
+    // A config with heads that cannot share key/value heads.
+    let mut bad = spec.config_json();
+    bad["num_key_value_heads"] = serde_json::json!(3);
+    std::fs::write(notok.join("config.json"), bad.to_string()).unwrap();
+    let err = load(&notok);
+    assert!(err.contains("key/value heads"), "{err}");
+}

@@ -1,2 +1,0 @@
-//! Helpers shared by integration tests and benchmarks.
-pub mod tiny;
