@@ -153,3 +153,61 @@ fn bad_models_get_clear_errors() {
     let err = load(&notok);
     assert!(err.contains("key/value heads"), "{err}");
 }
+
+fn lmt_complete(args: &[&str], vars: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lmt"));
+    cmd.arg("complete").args(args).env_remove("LMT_MODEL").env("NO_COLOR", "1");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn lmt_complete_loads_a_model_and_generates_reproducibly() {
+    let root = temp_dir("cli-complete");
+    let (_, snap) = fake_cache(&root);
+    let model = snap.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--model", model, "The quick brown", "--max-tokens", "8"];
+        args.extend_from_slice(extra);
+        let out = lmt_complete(&args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("qwen2 · 2 layers"), "{err}");
+        (String::from_utf8(out.stdout).unwrap(), err)
+    };
+    let (a, err) = run(&[]);
+    assert!(a.starts_with("The quick brown"), "{a}");
+    assert!(err.contains("generated") && err.contains("finish:"), "{err}");
+    assert_eq!(a, run(&[]).0, "greedy is deterministic");
+    let (s1, _) = run(&["--temperature", "1.0", "--seed", "5"]);
+    assert_eq!(s1, run(&["--temperature", "1.0", "--seed", "5"]).0, "seeded sampling is reproducible");
+    // The same model through the hub cache, offline.
+    let out = lmt_complete(&["--model", "org/tiny", "--max-tokens", "8", "The quick brown"], &[
+        ("HF_HUB_CACHE", root.to_str().unwrap()),
+        ("HF_HUB_OFFLINE", "1"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), a);
+}
+
+#[test]
+fn lmt_complete_reports_model_errors_with_exit_code_3() {
+    let root = temp_dir("cli-errors");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--model", "/no/such/model"], "/no/such/model"),
+        (vec!["--model", "org/absent"], "HF_HUB_OFFLINE"),
+        (vec!["--model", "not a model"], "hub id"),
+        (vec!["--temperature=-1", "--model", "org/absent"], "temperature"),
+    ];
+    for (args, needle) in cases {
+        let out = lmt_complete(&args, &[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {needle} missing from {err}");
+    }
+    // The default model comes from LMT_MODEL when no --model is given.
+    let out = lmt_complete(&[], &[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1"), ("LMT_MODEL", "org/from-env")]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("org/from-env"));
+}

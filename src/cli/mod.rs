@@ -2,6 +2,7 @@
 //! here is an edge: it reads files, renders diagnostics and sets the exit
 //! code; the work is done by the library's stages.
 
+pub mod complete;
 pub mod matching;
 pub mod report;
 
@@ -34,6 +35,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Check a text against a constraint token by token, with no model.
     Match(matching::MatchArgs),
+    /// Load a model and continue a plain prompt (no template).
+    Complete(complete::CompleteArgs),
     /// Explain a diagnostic code, e.g. `lmt explain E0201`.
     Explain {
         /// The code (`E0201`) or its name (`unclosed-block`); all codes when omitted.
@@ -85,6 +88,7 @@ pub fn main() -> i32 {
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Match(args) => matching::run(&args),
+        Command::Complete(args) => complete::run(&args),
         Command::Explain { code } => explain(code.as_deref()),
     }
 }

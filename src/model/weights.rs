@@ -80,7 +80,8 @@ pub(crate) struct Weights {
     pub layers: Vec<Layer>,
     pub norm: Tensor,
     pub lm_head: QMatMul,
-    /// Bytes of weights read per token (for bandwidth figures).
+    /// Bytes of weights read per decoded token (for bandwidth figures): the
+    /// matrices, not the embedding table (one row per token).
     pub bytes: usize,
 }
 
@@ -267,12 +268,18 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
         });
     }
     let norm = dense(&q("output_norm.weight")?)?;
-    let lm_head = if has("output.weight") { q("output.weight")? } else { embed_q };
+    let untied = has("output.weight");
+    let embed_bytes = embed_q.storage_size_in_bytes();
+    let lm_head = if untied { q("output.weight")? } else { embed_q };
     let lm_head = QMatMul::from_qtensor(lm_head)?;
     let mut cfg = cfg;
     if has("rope_freqs.weight") {
         let f = dense(&q("rope_freqs.weight")?)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
         cfg.rope.freq_factors = Some(f);
+    }
+    if untied {
+        // Decoding reads one embedding row per token, not the table.
+        bytes -= embed_bytes;
     }
     Ok((cfg, Weights { embed, layers, norm, lm_head, bytes }))
 }

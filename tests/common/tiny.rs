@@ -121,49 +121,52 @@ impl Spec {
         c
     }
 
+    /// Every tensor under its Hugging Face name, in generation order: shape,
+    /// spread and centre of its random values.
+    pub fn hf_layout(&self) -> Vec<(String, Vec<usize>, f32, f32)> {
+        let mut t = Vec::new();
+        let (h, m, d) = (self.hidden, self.intermediate, self.head_dim);
+        let (qn, kvn) = (self.heads * d, self.kv_heads * d);
+        let lin = 1.0 / (h as f32).sqrt();
+        let mut put = |name: String, shape: &[usize], scale: f32, offset: f32| t.push((name, shape.to_vec(), scale, offset));
+        put("model.embed_tokens.weight".into(), &[self.vocab, h], 0.5, 0.0);
+        for i in 0..self.layers {
+            let p = format!("model.layers.{i}");
+            if self.arch == "phi3" {
+                put(format!("{p}.self_attn.qkv_proj.weight"), &[qn + 2 * kvn, h], lin, 0.0);
+                put(format!("{p}.mlp.gate_up_proj.weight"), &[2 * m, h], lin, 0.0);
+            } else {
+                put(format!("{p}.self_attn.q_proj.weight"), &[qn, h], lin, 0.0);
+                put(format!("{p}.self_attn.k_proj.weight"), &[kvn, h], lin, 0.0);
+                put(format!("{p}.self_attn.v_proj.weight"), &[kvn, h], lin, 0.0);
+                put(format!("{p}.mlp.gate_proj.weight"), &[m, h], lin, 0.0);
+                put(format!("{p}.mlp.up_proj.weight"), &[m, h], lin, 0.0);
+            }
+            if self.arch == "qwen2" {
+                put(format!("{p}.self_attn.q_proj.bias"), &[qn], 0.2, 0.0);
+                put(format!("{p}.self_attn.k_proj.bias"), &[kvn], 0.2, 0.0);
+                put(format!("{p}.self_attn.v_proj.bias"), &[kvn], 0.2, 0.0);
+            }
+            if self.arch == "qwen3" {
+                put(format!("{p}.self_attn.q_norm.weight"), &[d], 0.2, 1.0);
+                put(format!("{p}.self_attn.k_norm.weight"), &[d], 0.2, 1.0);
+            }
+            put(format!("{p}.self_attn.o_proj.weight"), &[h, qn], 1.0 / (qn as f32).sqrt(), 0.0);
+            put(format!("{p}.mlp.down_proj.weight"), &[h, m], 1.0 / (m as f32).sqrt(), 0.0);
+            put(format!("{p}.input_layernorm.weight"), &[h], 0.2, 1.0);
+            put(format!("{p}.post_attention_layernorm.weight"), &[h], 0.2, 1.0);
+        }
+        put("model.norm.weight".into(), &[h], 0.2, 1.0);
+        if !self.tied {
+            put("lm_head.weight".into(), &[self.vocab, h], lin, 0.0);
+        }
+        t
+    }
+
     /// Random weights under Hugging Face names.
     pub fn hf_tensors(&self) -> HashMap<String, Tensor> {
         let mut rng = Rng(self.seed);
-        let mut t = HashMap::new();
-        let (h, m, d) = (self.hidden, self.intermediate, self.head_dim);
-        let (qn, kvn) = (self.heads * d, self.kv_heads * d);
-        let mut put = |name: String, shape: &[usize], scale: f32, offset: f32, rng: &mut Rng| {
-            t.insert(name, rng.tensor(shape, scale, offset));
-        };
-        put("model.embed_tokens.weight".into(), &[self.vocab, h], 0.5, 0.0, &mut rng);
-        for i in 0..self.layers {
-            let p = format!("model.layers.{i}");
-            let lin = 1.0 / (h as f32).sqrt();
-            if self.arch == "phi3" {
-                put(format!("{p}.self_attn.qkv_proj.weight"), &[qn + 2 * kvn, h], lin, 0.0, &mut rng);
-                put(format!("{p}.mlp.gate_up_proj.weight"), &[2 * m, h], lin, 0.0, &mut rng);
-            } else {
-                put(format!("{p}.self_attn.q_proj.weight"), &[qn, h], lin, 0.0, &mut rng);
-                put(format!("{p}.self_attn.k_proj.weight"), &[kvn, h], lin, 0.0, &mut rng);
-                put(format!("{p}.self_attn.v_proj.weight"), &[kvn, h], lin, 0.0, &mut rng);
-                put(format!("{p}.mlp.gate_proj.weight"), &[m, h], lin, 0.0, &mut rng);
-                put(format!("{p}.mlp.up_proj.weight"), &[m, h], lin, 0.0, &mut rng);
-            }
-            if self.arch == "qwen2" {
-                for n in ["q", "k", "v"] {
-                    let rows = if n == "q" { qn } else { kvn };
-                    put(format!("{p}.self_attn.{n}_proj.bias"), &[rows], 0.2, 0.0, &mut rng);
-                }
-            }
-            if self.arch == "qwen3" {
-                put(format!("{p}.self_attn.q_norm.weight"), &[d], 0.2, 1.0, &mut rng);
-                put(format!("{p}.self_attn.k_norm.weight"), &[d], 0.2, 1.0, &mut rng);
-            }
-            put(format!("{p}.self_attn.o_proj.weight"), &[h, qn], 1.0 / (qn as f32).sqrt(), 0.0, &mut rng);
-            put(format!("{p}.mlp.down_proj.weight"), &[h, m], 1.0 / (m as f32).sqrt(), 0.0, &mut rng);
-            put(format!("{p}.input_layernorm.weight"), &[h], 0.2, 1.0, &mut rng);
-            put(format!("{p}.post_attention_layernorm.weight"), &[h], 0.2, 1.0, &mut rng);
-        }
-        put("model.norm.weight".into(), &[h], 0.2, 1.0, &mut rng);
-        if !self.tied {
-            put("lm_head.weight".into(), &[self.vocab, h], 1.0 / (h as f32).sqrt(), 0.0, &mut rng);
-        }
-        t
+        self.hf_layout().into_iter().map(|(name, shape, scale, offset)| (name, rng.tensor(&shape, scale, offset))).collect()
     }
 
     /// Writes a Hugging Face model directory (no tokenizer) under `dir`.
@@ -174,36 +177,30 @@ impl Spec {
         dir.to_path_buf()
     }
 
-    /// Writes a GGUF file of a Llama model at ggml type `ty`, with q/k rows
-    /// permuted as llama.cpp's converter does.
+    /// Writes a GGUF file of a Llama model at ggml type `ty` (norms stay
+    /// F32, as llama.cpp keeps them), with q/k rows permuted as llama.cpp's
+    /// converter does. Tensors are made and quantized one at a time, so a
+    /// TinyLlama-sized file needs little more memory than its own size.
     pub fn write_gguf(&self, path: &Path, ty: GgmlDType) {
         assert_eq!(self.arch, "llama", "GGUF fixtures are Llama models");
-        let hf = self.hf_tensors();
-        let q = |t: &Tensor| QTensor::quantize(t, ty).unwrap();
-        let keep = |t: &Tensor| QTensor::quantize(t, GgmlDType::F32).unwrap();
+        let mut rng = Rng(self.seed);
         let permute = |t: &Tensor, heads: usize| {
             let (rows, cols) = t.dims2().unwrap();
             t.reshape((heads, 2, rows / heads / 2, cols)).unwrap().transpose(1, 2).unwrap().reshape((rows, cols)).unwrap()
         };
         let mut tensors: Vec<(String, QTensor)> = Vec::new();
-        tensors.push(("token_embd.weight".into(), q(&hf["model.embed_tokens.weight"])));
-        tensors.push(("output_norm.weight".into(), keep(&hf["model.norm.weight"])));
-        if !self.tied {
-            tensors.push(("output.weight".into(), q(&hf["lm_head.weight"])));
-        }
-        for i in 0..self.layers {
-            let p = format!("model.layers.{i}");
-            let b = format!("blk.{i}");
-            let w = |n: &str| &hf[&format!("{p}.{n}.weight")];
-            tensors.push((format!("{b}.attn_q.weight"), q(&permute(w("self_attn.q_proj"), self.heads))));
-            tensors.push((format!("{b}.attn_k.weight"), q(&permute(w("self_attn.k_proj"), self.kv_heads))));
-            tensors.push((format!("{b}.attn_v.weight"), q(w("self_attn.v_proj"))));
-            tensors.push((format!("{b}.attn_output.weight"), q(w("self_attn.o_proj"))));
-            tensors.push((format!("{b}.ffn_gate.weight"), q(w("mlp.gate_proj"))));
-            tensors.push((format!("{b}.ffn_up.weight"), q(w("mlp.up_proj"))));
-            tensors.push((format!("{b}.ffn_down.weight"), q(w("mlp.down_proj"))));
-            tensors.push((format!("{b}.attn_norm.weight"), keep(w("input_layernorm"))));
-            tensors.push((format!("{b}.ffn_norm.weight"), keep(w("post_attention_layernorm"))));
+        for (name, shape, scale, offset) in self.hf_layout() {
+            let t = rng.tensor(&shape, scale, offset);
+            let t = if name.ends_with("q_proj.weight") {
+                permute(&t, self.heads)
+            } else if name.ends_with("k_proj.weight") {
+                permute(&t, self.kv_heads)
+            } else {
+                t
+            };
+            let gguf_name = gguf_name(&name);
+            let dtype = if shape.len() == 1 { GgmlDType::F32 } else { ty };
+            tensors.push((gguf_name, QTensor::quantize(&t, dtype).unwrap()));
         }
         self.write_gguf_tensors(path, &tensors);
     }
@@ -230,6 +227,33 @@ impl Spec {
         let mut f = std::fs::File::create(path).unwrap();
         gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
     }
+}
+
+/// llama.cpp's name for a Hugging Face Llama tensor.
+fn gguf_name(hf: &str) -> String {
+    let fixed = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
+        return g.to_string();
+    }
+    let rest = hf.strip_prefix("model.layers.").expect("a layer tensor");
+    let (i, part) = rest.split_once('.').unwrap();
+    let part = match part {
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        other => panic!("no GGUF name for {other}"),
+    };
+    format!("blk.{i}.{part}")
 }
 
 /// A seeded generator for weights (same numbers on every machine).
