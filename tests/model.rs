@@ -213,6 +213,59 @@ fn gguf_q4k_matches_quantized_llama() {
     gguf_case(GgmlDType::Q4K, 1e-4);
 }
 
+/// Every architecture as GGUF (F32, the llama.cpp tensor names and
+/// metadata) computes what its safetensors directory computes; a quantized
+/// file stays close to it.
+#[test]
+fn gguf_files_of_every_architecture_match_their_safetensors_model() {
+    for arch in ["mistral", "qwen2", "qwen3", "phi3"] {
+        let mut spec = Spec::small(arch);
+        spec.window = None; // GGUF metadata here carries no window
+        let dir = temp_dir(&format!("gguf-{arch}"));
+        let hf = Decoder::load(&spec.write_hf(&dir.join("hf")), &Device::Cpu).unwrap();
+        let want = hf.append(&mut hf.new_state(), &PROMPT).unwrap();
+        for (ty, tol) in [(GgmlDType::F32, 1e-4), (GgmlDType::F16, 2e-2), (GgmlDType::Q8_0, 0.1)] {
+            let path = dir.join(format!("{ty:?}.gguf"));
+            spec.write_gguf(&path, ty);
+            let g = Decoder::load(&path, &Device::Cpu).unwrap_or_else(|e| panic!("{arch} {ty:?}: {e}"));
+            if arch != "mistral" {
+                assert_eq!(g.config.arch, hf.config.arch, "llama.cpp files Mistral as llama");
+            }
+            let got = g.append(&mut g.new_state(), &PROMPT).unwrap();
+            let d = max_diff(&got, &want);
+            assert!(d < tol, "{arch} GGUF {ty:?} differs from safetensors by {d}");
+        }
+    }
+}
+
+/// bf16 and f16 safetensors load (converted to f32 on the CPU) and compute
+/// what the f32 model of the same rounded weights computes.
+#[test]
+fn half_precision_safetensors_load() {
+    let spec = Spec::small("qwen2");
+    let dir = temp_dir("half");
+    for dtype in [DType::BF16, DType::F16] {
+        let rounded: std::collections::HashMap<String, Tensor> = spec
+            .hf_tensors()
+            .into_iter()
+            .map(|(k, v)| (k, v.to_dtype(dtype).unwrap()))
+            .collect();
+        let half_dir = dir.join(format!("{dtype:?}"));
+        let f32_dir = dir.join(format!("{dtype:?}-f32"));
+        for (d, ts) in [
+            (&half_dir, rounded.clone()),
+            (&f32_dir, rounded.into_iter().map(|(k, v)| (k, v.to_dtype(DType::F32).unwrap())).collect()),
+        ] {
+            spec.write_hf(d);
+            candle_core::safetensors::save(&ts, d.join("model.safetensors")).unwrap();
+        }
+        let a = Decoder::load(&half_dir, &Device::Cpu).unwrap();
+        let b = Decoder::load(&f32_dir, &Device::Cpu).unwrap();
+        let d = max_diff(&a.append(&mut a.new_state(), &PROMPT).unwrap(), &b.append(&mut b.new_state(), &PROMPT).unwrap());
+        assert!(d < 1e-5, "{dtype:?}: {d}");
+    }
+}
+
 fn tiny_llama() -> Decoder {
     let spec = Spec::small("llama");
     let dir_tmp = temp_dir("inv-llama");

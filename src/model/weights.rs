@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::{gguf_file, QMatMul, QTensor};
+use candle_core::quantized::{gguf_file, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{Arch, ModelConfig, Rope, RopeScaling};
@@ -30,9 +30,8 @@ impl Linear {
     }
 }
 
-/// Projections that may be stored fused (one matmul, outputs side by side)
-/// or apart (GGUF-quantized Llama: quantized blocks cannot be concatenated
-/// cheaply).
+/// Projections that read the same input: fused (one matmul, outputs side by
+/// side) or apart (GGUF files whose q/k/v or gate/up have different types).
 #[derive(Debug, Clone)]
 pub(crate) enum Proj {
     Fused(Linear, Vec<usize>),
@@ -236,16 +235,18 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
             let b = bias(&mut q, "attn_qkv")?;
             Proj::Fused(lin(q(&format!("{p}.attn_qkv.weight"))?, b)?, vec![qn, kvn, kvn])
         } else {
-            let mut parts = Vec::new();
+            let mut ws = Vec::new();
+            let mut bs = Vec::new();
             for n in ["attn_q", "attn_k", "attn_v"] {
-                let b = bias(&mut q, n)?;
-                parts.push(lin(q(&format!("{p}.{n}.weight"))?, b)?);
+                bs.push(bias(&mut q, n)?);
+                ws.push(q(&format!("{p}.{n}.weight"))?);
             }
-            Proj::Split(parts)
+            fused_or_split(ws, bs, device)?
         };
         let m = cfg.intermediate_size;
         let gate_up = if has(&format!("{p}.ffn_gate.weight")) {
-            Proj::Split(vec![lin(q(&format!("{p}.ffn_gate.weight"))?, None)?, lin(q(&format!("{p}.ffn_up.weight"))?, None)?])
+            let ws = vec![q(&format!("{p}.ffn_gate.weight"))?, q(&format!("{p}.ffn_up.weight"))?];
+            fused_or_split(ws, vec![None, None], device)?
         } else {
             // Phi-3: `ffn_up` holds gate and up side by side.
             Proj::Fused(lin(q(&format!("{p}.ffn_up.weight"))?, None)?, vec![m, m])
@@ -282,6 +283,35 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
         bytes -= embed_bytes;
     }
     Ok((cfg, Weights { embed, layers, norm, lm_head, bytes }))
+}
+
+/// One matmul for projections that read the same input: block-quantized
+/// rows are independent runs of bytes, so matrices of one type stack by
+/// concatenating their data. Mixed types (llama.cpp's `_M` mixes) stay apart.
+fn fused_or_split(ws: Vec<QTensor>, bs: Vec<Option<Tensor>>, device: &Device) -> Result<Proj, ModelError> {
+    let dtype = ws[0].dtype();
+    let dims: Vec<(usize, usize)> = ws.iter().map(|w| w.shape().dims2()).collect::<Result<_, _>>()?;
+    let cols = dims[0].1;
+    let same = ws.iter().zip(&dims).all(|(w, d)| w.dtype() == dtype && d.1 == cols);
+    let all_bias = bs.iter().all(Option::is_some);
+    let no_bias = bs.iter().all(Option::is_none);
+    if !same || !(all_bias || no_bias) {
+        let parts = ws
+            .into_iter()
+            .zip(bs)
+            .map(|(w, b)| Ok(Linear { w: QMatMul::from_qtensor(w)?, b }))
+            .collect::<Result<_, ModelError>>()?;
+        return Ok(Proj::Split(parts));
+    }
+    let mut data = Vec::new();
+    for w in &ws {
+        data.extend_from_slice(&w.data()?);
+    }
+    let rows: Vec<usize> = dims.iter().map(|d| d.0).collect();
+    let storage = QStorage::from_data(std::borrow::Cow::Owned(data), device, dtype)?;
+    let w = QMatMul::from_qtensor(QTensor::new(storage, (rows.iter().sum::<usize>(), cols))?)?;
+    let b = if all_bias { Some(Tensor::cat(&bs.iter().flatten().collect::<Vec<_>>(), 0)?) } else { None };
+    Ok(Proj::Fused(Linear { w, b }, rows))
 }
 
 /// The configuration stored in GGUF metadata (llama.cpp's keys).

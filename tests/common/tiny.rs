@@ -182,7 +182,8 @@ impl Spec {
     /// converter does. Tensors are made and quantized one at a time, so a
     /// TinyLlama-sized file needs little more memory than its own size.
     pub fn write_gguf(&self, path: &Path, ty: GgmlDType) {
-        assert_eq!(self.arch, "llama", "GGUF fixtures are Llama models");
+        // llama.cpp's converter permutes q/k only for Llama-type models.
+        let permute_qk = matches!(self.arch, "llama" | "mistral");
         let mut rng = Rng(self.seed);
         let permute = |t: &Tensor, heads: usize| {
             let (rows, cols) = t.dims2().unwrap();
@@ -191,15 +192,15 @@ impl Spec {
         let mut tensors: Vec<(String, QTensor)> = Vec::new();
         for (name, shape, scale, offset) in self.hf_layout() {
             let t = rng.tensor(&shape, scale, offset);
-            let t = if name.ends_with("q_proj.weight") {
+            let t = if permute_qk && name.ends_with("q_proj.weight") {
                 permute(&t, self.heads)
-            } else if name.ends_with("k_proj.weight") {
+            } else if permute_qk && name.ends_with("k_proj.weight") {
                 permute(&t, self.kv_heads)
             } else {
                 t
             };
             let gguf_name = gguf_name(&name);
-            let dtype = if shape.len() == 1 { GgmlDType::F32 } else { ty };
+            let dtype = if shape.len() == 1 || shape[shape.len() - 1] % ty.block_size() != 0 { GgmlDType::F32 } else { ty };
             tensors.push((gguf_name, QTensor::quantize(&t, dtype).unwrap()));
         }
         self.write_gguf_tensors(path, &tensors);
@@ -208,21 +209,24 @@ impl Spec {
     /// Writes `tensors` with this spec's llama.cpp metadata.
     pub fn write_gguf_tensors(&self, path: &Path, tensors: &[(String, QTensor)]) {
         use gguf_file::Value as V;
-        let md: Vec<(&str, V)> = vec![
-            ("general.architecture", V::String("llama".into())),
-            ("llama.embedding_length", V::U32(self.hidden as u32)),
-            ("llama.feed_forward_length", V::U32(self.intermediate as u32)),
-            ("llama.block_count", V::U32(self.layers as u32)),
-            ("llama.attention.head_count", V::U32(self.heads as u32)),
-            ("llama.attention.head_count_kv", V::U32(self.kv_heads as u32)),
-            ("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5)),
-            ("llama.rope.dimension_count", V::U32(self.head_dim as u32)),
-            ("llama.rope.freq_base", V::F32(10000.0)),
-            ("llama.context_length", V::U32(512)),
-            ("tokenizer.ggml.bos_token_id", V::U32(1)),
-            ("tokenizer.ggml.eos_token_id", V::U32(2)),
+        // llama.cpp files Mistral under `llama`.
+        let a = if self.arch == "mistral" { "llama" } else { self.arch };
+        let md: Vec<(String, V)> = vec![
+            ("general.architecture".into(), V::String(a.into())),
+            (format!("{a}.embedding_length"), V::U32(self.hidden as u32)),
+            (format!("{a}.feed_forward_length"), V::U32(self.intermediate as u32)),
+            (format!("{a}.block_count"), V::U32(self.layers as u32)),
+            (format!("{a}.attention.head_count"), V::U32(self.heads as u32)),
+            (format!("{a}.attention.head_count_kv"), V::U32(self.kv_heads as u32)),
+            (format!("{a}.attention.key_length"), V::U32(self.head_dim as u32)),
+            (format!("{a}.attention.layer_norm_rms_epsilon"), V::F32(1e-5)),
+            (format!("{a}.rope.dimension_count"), V::U32(self.head_dim as u32)),
+            (format!("{a}.rope.freq_base"), V::F32(10000.0)),
+            (format!("{a}.context_length"), V::U32(512)),
+            ("tokenizer.ggml.bos_token_id".into(), V::U32(1)),
+            ("tokenizer.ggml.eos_token_id".into(), V::U32(2)),
         ];
-        let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (*k, v)).collect();
+        let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let mut f = std::fs::File::create(path).unwrap();
         gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
@@ -242,6 +246,13 @@ fn gguf_name(hf: &str) -> String {
     let rest = hf.strip_prefix("model.layers.").expect("a layer tensor");
     let (i, part) = rest.split_once('.').unwrap();
     let part = match part {
+        "self_attn.qkv_proj.weight" => "attn_qkv.weight",
+        "mlp.gate_up_proj.weight" => "ffn_up.weight",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
         "self_attn.q_proj.weight" => "attn_q.weight",
         "self_attn.k_proj.weight" => "attn_k.weight",
         "self_attn.v_proj.weight" => "attn_v.weight",
