@@ -14,6 +14,7 @@ pub mod cli;
 pub mod diagnostic;
 pub mod engine;
 pub mod ir;
+pub mod lsp;
 pub mod model;
 pub mod span;
 pub mod stdlib;

@@ -37,6 +37,8 @@ pub enum Command {
     Match(matching::MatchArgs),
     /// Load a model and continue a plain prompt (no template).
     Complete(complete::CompleteArgs),
+    /// Run the language server over standard input/output (for editors).
+    Lsp,
     /// Explain a diagnostic code, e.g. `lmt explain E0201`.
     Explain {
         /// The code (`E0201`) or its name (`unclosed-block`); all codes when omitted.
@@ -89,6 +91,7 @@ pub fn main() -> i32 {
         Command::Check(args) => check(&args),
         Command::Match(args) => matching::run(&args),
         Command::Complete(args) => complete::run(&args),
+        Command::Lsp => crate::lsp::run_stdio(),
         Command::Explain { code } => explain(code.as_deref()),
     }
 }

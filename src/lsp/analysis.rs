@@ -1,0 +1,436 @@
+//! Editor features on a checked workspace, as plain data with byte offsets:
+//! what is defined where, what the cursor is on (hover), what may be typed
+//! next (completion), where a name comes from (definition), and the outline.
+//! The protocol layer (`super`) converts offsets to LSP positions.
+
+use crate::builtins;
+use crate::check::options::{OptionSpec, GEN_OPTIONS, SELECT_OPTIONS};
+use crate::span::{FileId, Span};
+use crate::syntax::ast::{Node, RoleName};
+use crate::workspace::Workspace;
+
+/// Statement keywords with one line of documentation: the one list that
+/// completion, hover and the TextMate grammar's keyword scope share.
+pub const KEYWORDS: &[(&str, &str)] = &[
+    ("gen", "`{% gen name options %}` — generate a value (constrained by regex, grammar, json, stop…) and capture it."),
+    ("select", "`{% select name %}…{% or %}…{% end %}` or `{% select name in list %}` — choose one option by its likelihood."),
+    ("or", "Separates the options of a `select` block."),
+    ("system", "`{% system %}…{% end %}` — a system message, rendered by the model's chat template."),
+    ("user", "`{% user %}…{% end %}` — a user message, rendered by the model's chat template."),
+    ("assistant", "`{% assistant %}…{% end %}` — an assistant message; generation inside ends at the end of turn."),
+    ("role", "`{% role expr %}…{% end %}` — a message of the role the expression names."),
+    ("capture", "`{% capture name %}…{% end %}` — capture the text (prompt and generated) of the block."),
+    ("hidden", "`{% hidden %}…{% end %}` — run the block but keep it out of the prompt afterwards (scratchpads)."),
+    ("set", "`{% set name = expr %}` — assign a variable (`name[]` appends to a list)."),
+    ("if", "`{% if cond %}…{% elif cond %}…{% else %}…{% end %}` — conditional text."),
+    ("elif", "Another condition of an `if` block."),
+    ("else", "The fallback branch of an `if` or `for` block."),
+    ("for", "`{% for x in list %}…{% end %}` — repeat the block; `loop.index` and friends inside."),
+    ("def", "`{% def name(params) %}…{% end %}` — a reusable template fragment, called as `{{ name(args) }}`."),
+    ("import", "`{% import \"path\" as name %}` — definitions of another file (`std/…` for the standard library)."),
+    ("grammar", "`{% grammar name %}GBNF rules{% end %}` — a grammar for `gen … grammar=name`."),
+    ("input", "`{% input a, b=default %}` — the variables the template takes from `--var`."),
+    ("raw", "`{% raw %}…{% endraw %}` — text taken literally, tags and all."),
+    ("end", "Closes the innermost open block."),
+];
+
+/// What a defined name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefKind {
+    /// `{% set %}`.
+    Variable,
+    /// A `gen`, `select` or `capture` target.
+    Capture,
+    /// `{% input %}`.
+    Input,
+    /// A `for` variable.
+    LoopVar,
+    /// `{% def %}`.
+    Def,
+    /// A `def` parameter.
+    Param,
+    /// `{% grammar %}`.
+    Grammar,
+    /// A GBNF rule inside a grammar.
+    Rule,
+    /// `{% import … as name %}`.
+    Import,
+    /// A role block (outline only).
+    Role,
+}
+
+impl DefKind {
+    /// How hovers and completions describe it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            DefKind::Variable => "variable",
+            DefKind::Capture => "captured value",
+            DefKind::Input => "input",
+            DefKind::LoopVar => "loop variable",
+            DefKind::Def => "def",
+            DefKind::Param => "parameter",
+            DefKind::Grammar => "grammar",
+            DefKind::Rule => "grammar rule",
+            DefKind::Import => "imported module",
+            DefKind::Role => "role",
+        }
+    }
+}
+
+/// A definition in a file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Definition {
+    /// The name.
+    pub name: String,
+    /// What it is.
+    pub kind: DefKind,
+    /// Where the name is written.
+    pub name_span: Span,
+    /// The whole construct (for the outline).
+    pub span: Span,
+    /// Where it is visible: the whole file, or a `for`/`def` body.
+    pub scope: Span,
+    /// The imported file, for imports.
+    pub target: Option<FileId>,
+}
+
+/// Every definition in the root file, in source order.
+pub fn definitions(ws: &Workspace) -> Vec<Definition> {
+    let m = ws.module(ws.root);
+    let file_len = ws.sources.get(ws.root).text.len();
+    let mut out = Vec::new();
+    let imports = &m.imports;
+    walk(&m.template.body, Span::new(0, file_len), imports, &mut out);
+    out
+}
+
+fn walk(nodes: &[Node], scope: Span, imports: &[(String, FileId)], out: &mut Vec<Definition>) {
+    for n in nodes {
+        match n {
+            Node::Gen(g) => {
+                if let Some(t) = &g.target {
+                    push(out, &t.name, DefKind::Capture, g.span, scope, None);
+                }
+            }
+            Node::Select(s) => {
+                if let Some(t) = &s.target {
+                    push(out, &t.name, DefKind::Capture, s.span, scope, None);
+                }
+                if let crate::syntax::ast::Choices::Branches(bs) = &s.choices {
+                    for b in bs {
+                        walk(&b.body, scope, imports, out);
+                    }
+                }
+            }
+            Node::Capture(b) => {
+                push(out, &b.head.name, DefKind::Capture, b.span, scope, None);
+                walk(&b.body, scope, imports, out);
+            }
+            Node::Set { target, span, .. } => push(out, &target.name, DefKind::Variable, *span, scope, None),
+            Node::Input { params, span } => {
+                for p in params {
+                    push(out, &p.name, DefKind::Input, *span, scope, None);
+                }
+            }
+            Node::For(f) => {
+                for v in &f.vars {
+                    push(out, v, DefKind::LoopVar, f.open, f.span, None);
+                }
+                walk(&f.body, scope, imports, out);
+                if let Some(e) = &f.else_body {
+                    walk(e, scope, imports, out);
+                }
+            }
+            Node::Def(d) => {
+                push(out, &d.name, DefKind::Def, d.span, scope, None);
+                for p in &d.params {
+                    push(out, &p.name, DefKind::Param, d.open, d.span, None);
+                }
+                walk(&d.body, d.span, imports, out);
+            }
+            Node::Import(i) => {
+                let target = imports.iter().find(|(p, _)| *p == i.path).map(|(_, f)| *f);
+                push(out, &i.alias, DefKind::Import, i.span, scope, target);
+            }
+            Node::Grammar(g) => {
+                push(out, &g.name, DefKind::Grammar, g.span, scope, None);
+                for r in &g.grammar.rules {
+                    out.push(Definition {
+                        name: r.name.clone(),
+                        kind: DefKind::Rule,
+                        name_span: r.name_span,
+                        span: r.span,
+                        scope: g.span,
+                        target: None,
+                    });
+                }
+            }
+            Node::Role(b) => {
+                let name = match &b.head {
+                    RoleName::System => "system",
+                    RoleName::User => "user",
+                    RoleName::Assistant => "assistant",
+                    RoleName::Expr(_) => "role",
+                };
+                out.push(Definition {
+                    name: name.into(),
+                    kind: DefKind::Role,
+                    name_span: b.open,
+                    span: b.span,
+                    scope,
+                    target: None,
+                });
+                walk(&b.body, scope, imports, out);
+            }
+            Node::Hidden(b) => walk(&b.body, scope, imports, out),
+            Node::If(i) => {
+                for (_, body) in &i.branches {
+                    walk(body, scope, imports, out);
+                }
+                if let Some(e) = &i.else_body {
+                    walk(e, scope, imports, out);
+                }
+            }
+            Node::Text { .. } | Node::Emit { .. } => {}
+        }
+    }
+}
+
+fn push(out: &mut Vec<Definition>, name: &crate::syntax::ast::Ident, kind: DefKind, span: Span, scope: Span, target: Option<FileId>) {
+    out.push(Definition { name: name.name.clone(), kind, name_span: name.span, span, scope, target });
+}
+
+/// Where the cursor is, as far as editing goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Context {
+    /// Prompt text, outside any tag.
+    Text,
+    /// Right after `{%`, where a statement keyword goes.
+    Keyword,
+    /// Inside a `gen` or `select` tag, where an option name may go.
+    Options {
+        /// True for `select`.
+        select: bool,
+    },
+    /// Right after `|`: a filter name.
+    Filter,
+    /// Inside the string of an `import`.
+    ImportPath,
+    /// Anywhere else in a tag: an expression.
+    Expr,
+}
+
+/// The context of `offset` in `text`.
+pub fn context_at(text: &str, offset: usize) -> Context {
+    let offset = crate::span::floor_char_boundary(text, offset);
+    let before = &text[..offset];
+    let open_stmt = before.rfind("{%");
+    let open_expr = before.rfind("{{");
+    let close = before.rfind("%}").into_iter().chain(before.rfind("}}")).max();
+    let (start, stmt) = match (open_stmt, open_expr) {
+        (Some(s), Some(e)) if e > s => (e, false),
+        (Some(s), _) => (s, true),
+        (None, Some(e)) => (e, false),
+        (None, None) => return Context::Text,
+    };
+    if close.is_some_and(|c| c > start) {
+        return Context::Text;
+    }
+    let inside = before[start + 2..].trim_start_matches('-');
+    let word_start = inside.rfind(|c: char| !is_ident_char(c)).map(|i| i + 1).unwrap_or(0);
+    let head = inside[..word_start].trim_end();
+    if stmt && head.is_empty() {
+        return Context::Keyword;
+    }
+    if inside.matches('"').count() % 2 == 1 {
+        let first = inside.split_whitespace().next().unwrap_or("");
+        return if stmt && first == "import" { Context::ImportPath } else { Context::Text };
+    }
+    if head.ends_with('|') {
+        return Context::Filter;
+    }
+    let first = inside.split_whitespace().next().unwrap_or("");
+    if stmt && (first == "gen" || first == "select") && !head.ends_with('=') && !in_brackets(inside) {
+        return Context::Options { select: first == "select" };
+    }
+    Context::Expr
+}
+
+/// True when `s` has an unclosed `[`, `(` or `{`.
+fn in_brackets(s: &str) -> bool {
+    let mut depth = 0i32;
+    for c in s.chars() {
+        match c {
+            '[' | '(' | '{' => depth += 1,
+            ']' | ')' | '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    depth > 0
+}
+
+/// True for characters of names.
+pub fn is_ident_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The name under (or just before) `offset`, with its span.
+pub fn word_at(text: &str, offset: usize) -> Option<(String, Span)> {
+    let offset = crate::span::floor_char_boundary(text, offset);
+    let start = text[..offset].rfind(|c: char| !is_ident_char(c)).map(|i| i + 1).unwrap_or(0);
+    let end = text[offset..].find(|c: char| !is_ident_char(c)).map(|i| offset + i).unwrap_or(text.len());
+    (start < end).then(|| (text[start..end].to_string(), Span::new(start, end)))
+}
+
+/// One completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// What is inserted.
+    pub label: String,
+    /// What it is (keyword, option, filter…).
+    pub kind: &'static str,
+    /// A line of detail (type, default).
+    pub detail: String,
+    /// Documentation.
+    pub doc: String,
+}
+
+/// What may be typed at `offset` of the root file.
+pub fn completions(ws: &Workspace, offset: usize) -> Vec<Completion> {
+    let text = &ws.sources.get(ws.root).text;
+    let c = |label: &str, kind, detail: String, doc: &str| Completion { label: label.into(), kind, detail, doc: doc.into() };
+    match context_at(text, offset) {
+        Context::Text => Vec::new(),
+        Context::Keyword => KEYWORDS.iter().map(|(k, d)| c(k, "keyword", String::new(), d)).collect(),
+        Context::Options { select } => {
+            let opts = if select { SELECT_OPTIONS } else { GEN_OPTIONS };
+            opts.iter().map(|o| c(o.name, "option", format!("{} = {}", o.ty, o.default), o.doc)).collect()
+        }
+        Context::Filter => builtins::FILTERS.iter().map(|b| c(b.name, "filter", signature(b), b.doc)).collect(),
+        Context::ImportPath => crate::stdlib::names().map(|n| c(n, "module", "standard library".into(), "")).collect(),
+        Context::Expr => {
+            let mut out: Vec<Completion> = Vec::new();
+            for d in definitions(ws) {
+                let visible = d.scope.range().start <= offset && offset <= d.scope.range().end;
+                if visible && !matches!(d.kind, DefKind::Role | DefKind::Rule) && !out.iter().any(|o| o.label == d.name) {
+                    out.push(c(&d.name, d.kind.describe(), String::new(), ""));
+                }
+            }
+            out.extend(builtins::FUNCTIONS.iter().map(|b| c(b.name, "function", signature(b), b.doc)));
+            out
+        }
+    }
+}
+
+/// A hover: markdown and the range it is about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hover {
+    /// Markdown.
+    pub markdown: String,
+    /// The word hovered.
+    pub span: Span,
+}
+
+/// What to show for the cursor at `offset` of the root file.
+pub fn hover(ws: &Workspace, offset: usize) -> Option<Hover> {
+    let text = &ws.sources.get(ws.root).text;
+    let (word, span) = word_at(text, offset)?;
+    let ctx = context_at(text, span.range().start);
+    if ctx == Context::Text {
+        return None;
+    }
+    let after = text[span.range().end..].trim_start();
+    let before = text[..span.range().start].trim_end();
+    let md = |s: String| Some(Hover { markdown: s, span });
+    if ctx == Context::Keyword {
+        if let Some((k, d)) = KEYWORDS.iter().find(|(k, _)| *k == word) {
+            return md(format!("**{k}**\n\n{d}"));
+        }
+    }
+    if let Context::Options { select } = ctx {
+        if after.starts_with('=') && !after.starts_with("==") {
+            let opts = if select { SELECT_OPTIONS } else { GEN_OPTIONS };
+            if let Some(o) = opts.iter().find(|o| o.name == word) {
+                return md(option_doc(o, select));
+            }
+        }
+    }
+    if before.ends_with('|') {
+        if let Some(b) = builtins::filter(&word) {
+            return md(format!("filter **{}**{}\n\n{}", b.name, signature(b), b.doc));
+        }
+    }
+    if before.ends_with(" is") || before.ends_with(" is not") {
+        if let Some(b) = builtins::test(&word) {
+            return md(format!("test **{}**\n\n{}", b.name, b.doc));
+        }
+    }
+    let defs = definitions(ws);
+    if let Some(d) = visible_definition(&defs, &word, span.range().start) {
+        let line = crate::span::LineIndex::new(text).line_of(d.name_span.range().start) + 1;
+        let snippet = text[d.span.range()].lines().next().unwrap_or("").trim();
+        return md(format!("{} **{}** — defined on line {line}\n\n```lmt\n{snippet}\n```", d.kind.describe(), d.name));
+    }
+    if after.starts_with('(') {
+        if let Some((b, _)) = builtins::function(&word) {
+            return md(format!("function **{}**{}\n\n{}", b.name, signature(b), b.doc));
+        }
+    }
+    KEYWORDS.iter().find(|(k, _)| *k == word).and_then(|(k, d)| md(format!("**{k}**\n\n{d}")))
+}
+
+/// The definition of `name` visible at `offset`: the nearest enclosing
+/// scope's last definition before it, else the first one anywhere (names
+/// defined later in the file, which the checker reports when used early).
+pub fn visible_definition<'a>(defs: &'a [Definition], name: &str, offset: usize) -> Option<&'a Definition> {
+    let candidates = defs.iter().filter(|d| d.name == name && d.kind != DefKind::Role && d.scope.range().start <= offset && offset <= d.scope.range().end);
+    let inner = candidates.clone().filter(|d| d.name_span.range().start <= offset).min_by_key(|d| (d.scope.len(), usize::MAX - d.name_span.range().start));
+    inner.or_else(|| candidates.min_by_key(|d| d.name_span.range().start))
+}
+
+/// Where the thing at `offset` is defined: a file and a span in it.
+pub fn definition(ws: &Workspace, offset: usize) -> Option<(FileId, Span)> {
+    let text = &ws.sources.get(ws.root).text;
+    let m = ws.module(ws.root);
+    // An import's path: the imported file.
+    for n in &m.template.body {
+        if let Node::Import(i) = n {
+            if i.path_span.range().start <= offset && offset <= i.path_span.range().end {
+                let (_, f) = m.imports.iter().find(|(p, _)| *p == i.path)?;
+                return Some((*f, Span::at(0)));
+            }
+        }
+    }
+    let (word, span) = word_at(text, offset)?;
+    let defs = definitions(ws);
+    // `alias.name`: the definition in the imported file.
+    let before = &text[..span.range().start];
+    if let Some(prefix) = before.strip_suffix('.') {
+        let (alias, _) = word_at(prefix, prefix.len())?;
+        let imp = defs.iter().find(|d| d.kind == DefKind::Import && d.name == alias)?;
+        let target = imp.target?;
+        let sub = Workspace { root: target, ..ws.clone() };
+        let d = definitions(&sub).into_iter().find(|d| d.name == word && d.kind != DefKind::Rule)?;
+        return Some((target, d.name_span));
+    }
+    let d = visible_definition(&defs, &word, span.range().start)?;
+    Some((ws.root, d.name_span))
+}
+
+/// The outline: defs, grammars, captures, roles, inputs and imports.
+pub fn symbols(ws: &Workspace) -> Vec<Definition> {
+    definitions(ws).into_iter().filter(|d| !matches!(d.kind, DefKind::LoopVar | DefKind::Param | DefKind::Rule)).collect()
+}
+
+fn option_doc(o: &OptionSpec, select: bool) -> String {
+    let tag = if select { "select" } else { "gen" };
+    format!("`{tag}` option **{}**: {}\n\ndefault: {}\n\n{}", o.name, o.ty, o.default, o.doc)
+}
+
+fn signature(b: &builtins::Builtin) -> String {
+    if b.params.is_empty() {
+        String::new()
+    } else {
+        format!("({})", b.params.join(", "))
+    }
+}
