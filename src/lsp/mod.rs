@@ -236,8 +236,7 @@ impl Server {
         use lt::request as rq;
         let id = req.id.clone();
         let result = match req.method.as_str() {
-            rq::HoverRequest::METHOD => self.at::<lt::HoverParams, _>(req, |p| &p.text_document_position_params, |ws, uri, off| {
-                let _ = uri;
+            rq::HoverRequest::METHOD => self.at::<lt::HoverParams, _>(req, |p| &p.text_document_position_params, |ws, _, off| {
                 analysis::hover(ws, off).map(|h| lt::Hover {
                     contents: lt::HoverContents::Markup(lt::MarkupContent { kind: lt::MarkupKind::Markdown, value: h.markdown }),
                     range: Some(range(ws, ws.root, h.span)),
@@ -268,6 +267,8 @@ impl Server {
                 Ok(p) => match self.docs.get(p.text_document.uri.as_str()) {
                     Some((_, doc)) => {
                         let ws = &doc.ws;
+                        let text = &ws.sources.get(ws.root).text;
+                        let idx = LineIndex::new(text);
                         #[allow(deprecated)]
                         let syms: Vec<lt::DocumentSymbol> = analysis::symbols(ws)
                             .into_iter()
@@ -277,8 +278,8 @@ impl Server {
                                 kind: symbol_kind(d.kind),
                                 tags: None,
                                 deprecated: None,
-                                range: range(ws, ws.root, d.span),
-                                selection_range: range(ws, ws.root, d.name_span),
+                                range: range_in(text, &idx, d.span),
+                                selection_range: range_in(text, &idx, d.name_span),
                                 children: None,
                             })
                             .collect();
@@ -331,6 +332,7 @@ fn publish(conn: &Connection, uri: Uri, diagnostics: Vec<lt::Diagnostic>) -> Res
 /// they have any.
 pub fn lsp_diagnostics(ws: &Workspace, root_uri: &Uri) -> Vec<(Uri, Vec<lt::Diagnostic>)> {
     let mut out: Vec<(Uri, Vec<lt::Diagnostic>)> = vec![(root_uri.clone(), Vec::new())];
+    let mut lines: HashMap<FileId, LineIndex> = HashMap::new();
     for d in &ws.diagnostics {
         let uri = if d.file == ws.root {
             root_uri.clone()
@@ -340,7 +342,7 @@ pub fn lsp_diagnostics(ws: &Workspace, root_uri: &Uri) -> Vec<(Uri, Vec<lt::Diag
                 None => continue, // the embedded stdlib has no file to show
             }
         };
-        let ld = to_lsp(ws, d, root_uri);
+        let ld = to_lsp(ws, d, root_uri, &mut lines);
         match out.iter_mut().find(|(u, _)| *u == uri) {
             Some((_, v)) => v.push(ld),
             None => out.push((uri, vec![ld])),
@@ -351,7 +353,11 @@ pub fn lsp_diagnostics(ws: &Workspace, root_uri: &Uri) -> Vec<(Uri, Vec<lt::Diag
 
 /// One diagnostic in LSP form: the same code, message and span as `lmt
 /// check`; the help goes after the message.
-fn to_lsp(ws: &Workspace, d: &Diagnostic, root_uri: &Uri) -> lt::Diagnostic {
+fn to_lsp(ws: &Workspace, d: &Diagnostic, root_uri: &Uri, lines: &mut HashMap<FileId, LineIndex>) -> lt::Diagnostic {
+    let mut range = |file: FileId, span: Span| {
+        let text = &ws.sources.get(file).text;
+        range_in(text, lines.entry(file).or_insert_with(|| LineIndex::new(text)), span)
+    };
     let mut message = d.message.clone();
     if let Some(h) = &d.help {
         message.push_str("\nhelp: ");
@@ -363,13 +369,13 @@ fn to_lsp(ws: &Workspace, d: &Diagnostic, root_uri: &Uri) -> lt::Diagnostic {
         .filter_map(|l| {
             let uri = if l.file == ws.root { root_uri.clone() } else { path_to_uri(ws.sources.get(l.file).path.as_deref()?)? };
             Some(lt::DiagnosticRelatedInformation {
-                location: lt::Location { uri, range: range(ws, l.file, l.span) },
+                location: lt::Location { uri, range: range(l.file, l.span) },
                 message: if l.message.is_empty() { "here".into() } else { l.message.clone() },
             })
         })
         .collect();
     lt::Diagnostic {
-        range: range(ws, d.file, d.span),
+        range: range(d.file, d.span),
         severity: Some(match d.severity {
             Severity::Error => lt::DiagnosticSeverity::ERROR,
             Severity::Warning => lt::DiagnosticSeverity::WARNING,
@@ -385,7 +391,12 @@ fn to_lsp(ws: &Workspace, d: &Diagnostic, root_uri: &Uri) -> lt::Diagnostic {
 /// A byte span of `file` as an LSP range in UTF-16 code units.
 pub fn range(ws: &Workspace, file: FileId, span: Span) -> lt::Range {
     let text = &ws.sources.get(file).text;
-    let idx = LineIndex::new(text);
+    range_in(text, &LineIndex::new(text), span)
+}
+
+/// Like [`range`], with the file's line index already built (many ranges
+/// in one file would otherwise rebuild it each time).
+fn range_in(text: &str, idx: &LineIndex, span: Span) -> lt::Range {
     let pos = |o: usize| {
         let (line, character) = idx.utf16_position(text, o.min(text.len()));
         lt::Position { line, character }
