@@ -174,7 +174,7 @@ const PROGRAM: &str = r#"{% input topic %}
 {% def ask(q) %}Q: {{ q }}{% end %}
 {% set n = 3 %}
 {% user %}{{ ask(topic) }}{% end %}
-{% gen answer max_tokens=20 stop="\n" %}
+{% gen answer max_tokens=20 stop="\n" regex=re.word %}
 {% select pick %}yes{% or %}no{% end %}
 {{ answer | upper }} {{ n }}
 "#;
@@ -195,6 +195,9 @@ fn hover_explains_keywords_options_filters_and_variables() {
     assert!(cap.contains("captured value **answer**") && cap.contains("line 7"), "{cap}");
     assert!(hover(&mut c, 5, 14).contains("def **ask**"));
     assert!(hover(&mut c, 5, 18).contains("input **topic**"));
+    // A stdlib definition through its import alias.
+    let std = hover(&mut c, 6, 48);
+    assert!(std.contains("variable **word** from `std/regex`") && std.contains("[A-Za-z]+"), "{std}");
     // Prompt text has no hover.
     assert!(c.at("textDocument/hover", uri, 7, 19).is_null(), "text inside a select branch");
 }

@@ -366,6 +366,11 @@ pub fn hover(ws: &Workspace, offset: usize) -> Option<Hover> {
         }
     }
     let defs = definitions(ws);
+    if let Some((file, d)) = imported_definition(ws, &defs, text, span) {
+        let src = ws.sources.get(file);
+        let snippet = src.text[d.span.range()].lines().next().unwrap_or("").trim();
+        return md(format!("{} **{}** from `{}`\n\n```lmt\n{snippet}\n```", d.kind.describe(), d.name, src.name));
+    }
     if let Some(d) = visible_definition(&defs, &word, span.range().start) {
         let line = crate::span::LineIndex::new(text).line_of(d.name_span.range().start) + 1;
         let snippet = text[d.span.range()].lines().next().unwrap_or("").trim();
@@ -403,18 +408,24 @@ pub fn definition(ws: &Workspace, offset: usize) -> Option<(FileId, Span)> {
     }
     let (word, span) = word_at(text, offset)?;
     let defs = definitions(ws);
-    // `alias.name`: the definition in the imported file.
-    let before = &text[..span.range().start];
-    if let Some(prefix) = before.strip_suffix('.') {
-        let (alias, _) = word_at(prefix, prefix.len())?;
-        let imp = defs.iter().find(|d| d.kind == DefKind::Import && d.name == alias)?;
-        let target = imp.target?;
-        let sub = Workspace { root: target, ..ws.clone() };
-        let d = definitions(&sub).into_iter().find(|d| d.name == word && d.kind != DefKind::Rule)?;
-        return Some((target, d.name_span));
+    if let Some((file, d)) = imported_definition(ws, &defs, text, span) {
+        return Some((file, d.name_span));
     }
     let d = visible_definition(&defs, &word, span.range().start)?;
     Some((ws.root, d.name_span))
+}
+
+/// For `alias.name` at `span`: the file `alias` imports and `name`'s
+/// definition in it.
+fn imported_definition(ws: &Workspace, defs: &[Definition], text: &str, span: Span) -> Option<(FileId, Definition)> {
+    let prefix = text[..span.range().start].strip_suffix('.')?;
+    let (alias, _) = word_at(prefix, prefix.len())?;
+    let imp = defs.iter().find(|d| d.kind == DefKind::Import && d.name == alias)?;
+    let target = imp.target?;
+    let sub = Workspace { root: target, ..ws.clone() };
+    let name = &text[span.range()];
+    let d = definitions(&sub).into_iter().find(|d| d.name == name && d.kind != DefKind::Rule)?;
+    Some((target, d))
 }
 
 /// The outline: defs, grammars, captures, roles, inputs and imports.
