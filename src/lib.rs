@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod builtins;
+pub mod chat;
 pub mod check;
 pub mod cli;
 pub mod diagnostic;

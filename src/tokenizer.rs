@@ -33,11 +33,28 @@ impl TextEncoder {
     /// The token ids of `text`, with no special or added token among them
     /// and no dummy-prefix space.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.encode_with(text, false)
+    }
+
+    /// The ids the tokenizer gives `text` as one stretch between added
+    /// tokens: the SentencePiece dummy prefix included where the tokenizer
+    /// adds one (as Hugging Face does after a special token), still never
+    /// an added or special token.
+    pub fn encode_split(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.encode_with(text, true)
+    }
+
+    fn encode_with(&self, text: &str, prefix: bool) -> Result<Vec<u32>, String> {
         let mut pts = PreTokenizedString::from(text);
         if let Some(n) = self.tok.get_normalizer() {
-            pts.normalize(|s| normalize_without_prefix(n, s)).map_err(|e| e.to_string())?;
+            if prefix {
+                pts.normalize(|s| n.normalize(s)).map_err(|e| e.to_string())?;
+            } else {
+                pts.normalize(|s| normalize_without_prefix(n, s)).map_err(|e| e.to_string())?;
+            }
         }
-        if let Some(p) = &self.pre {
+        let original = self.tok.get_pre_tokenizer();
+        if let Some(p) = if prefix { original } else { self.pre.as_ref() } {
             p.pre_tokenize(&mut pts).map_err(|e| e.to_string())?;
         }
         let model = self.tok.get_model();
