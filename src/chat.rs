@@ -12,7 +12,6 @@
 //! prompt is encoded piece by piece: template text with its special tokens,
 //! content with the safe encoder, which never emits one.
 
-use crate::engine::TokenKind;
 use crate::tokenizer::ModelTokenizer;
 
 /// One chat message.
@@ -142,7 +141,7 @@ impl ChatTemplate {
 /// their special tokens and content encoded safely.
 pub fn encode(tok: &ModelTokenizer, r: &Rendered) -> Result<Vec<u32>, String> {
     let enc = tok.tokenizer.encode(r.text.as_str(), false).map_err(|e| e.to_string())?;
-    let is_special = |id: u32| (id as usize) < tok.vocab.len() && matches!(tok.vocab.kind(id), TokenKind::Special | TokenKind::Added);
+    let is_special = |id: u32| tok.vocab.is_special_or_added(id);
     let forged = enc.get_ids().iter().zip(enc.get_offsets()).any(|(&id, &(s, e))| {
         if !is_special(id) {
             return false;

@@ -125,7 +125,8 @@ impl ModelTokenizer {
     pub fn load(path: &std::path::Path, cfg: &crate::model::ModelConfig) -> Result<ModelTokenizer, crate::model::ModelError> {
         use crate::engine::TokenKind;
         use crate::model::ModelError;
-        let (mut vocab, tok) = crate::engine::Vocab::load(path).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let tok = Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer(format!("cannot load `{}`: {e}", path.display())))?;
+        let mut vocab = crate::engine::Vocab::from_tokenizer(&tok);
         let config: serde_json::Value = path
             .parent()
             .and_then(|d| std::fs::read_to_string(d.join("tokenizer_config.json")).ok())
@@ -137,7 +138,9 @@ impl ModelTokenizer {
             tok.token_to_id(name)
         };
         let mut eos: Vec<u32> = Vec::new();
-        for id in named("eos_token").into_iter().chain(cfg.eos_token_ids.iter().copied()).chain(vocab.eos().iter().copied()) {
+        // The common EOS names only when the tokenizer config names none.
+        let fallback = if named("eos_token").is_none() { vocab.eos().to_vec() } else { Vec::new() };
+        for id in named("eos_token").into_iter().chain(cfg.eos_token_ids.iter().copied()).chain(fallback) {
             if !eos.contains(&id) {
                 eos.push(id);
             }
@@ -147,7 +150,7 @@ impl ModelTokenizer {
         // when it is a token of its own (Llama 3's `<|begin_of_text|>`),
         // not Qwen's `<|endoftext|>` that doubles as EOS.
         let probe = tok.encode("a", true).map(|e| e.get_ids().first().copied()).ok().flatten();
-        let probe_bos = probe.filter(|&id| (id as usize) < vocab.len() && vocab.kind(id) == TokenKind::Special);
+        let probe_bos = probe.filter(|&id| vocab.kind(id) == TokenKind::Special);
         let named_bos = named("bos_token").or(cfg.bos_token_id);
         let bos = match config["add_bos_token"].as_bool() {
             Some(true) => named_bos.or(probe_bos),

@@ -75,7 +75,7 @@ fn content_can_never_forge_a_role_marker() {
         let t = ChatTemplate::new(tok.chat_template.as_deref().unwrap(), "<s>", "</s>").unwrap();
         // Every special and added token's text, as content.
         let specials: Vec<String> = (0..tok.vocab.len() as u32)
-            .filter(|&i| matches!(tok.vocab.kind(i), lmt::engine::TokenKind::Special | lmt::engine::TokenKind::Added))
+            .filter(|&i| tok.vocab.is_special_or_added(i))
             .filter_map(|i| tok.tokenizer.id_to_token(i))
             .take(300)
             .collect();
@@ -84,7 +84,7 @@ fn content_can_never_forge_a_role_marker() {
         let r = t.render(&msgs, true).unwrap();
         let ids = encode(tok, &r).unwrap();
         let template_only = encode(tok, &t.render(&[Message { role: "user".into(), content: String::new() }], true).unwrap()).unwrap();
-        let count = |v: &[u32]| v.iter().filter(|&&i| matches!(tok.vocab.kind(i), lmt::engine::TokenKind::Special | lmt::engine::TokenKind::Added)).count();
+        let count = |v: &[u32]| v.iter().filter(|&&i| tok.vocab.is_special_or_added(i)).count();
         assert_eq!(count(&ids), count(&template_only), "{name}: special tokens came from content");
         // And the content's bytes are all there.
         let bytes = tok.vocab.decode(&ids);

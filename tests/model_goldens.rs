@@ -13,18 +13,7 @@ use serde_json::Value;
 const MODELS: [&str; 5] = ["llama3-tiny", "mistral-tiny", "phi3-tiny", "qwen2-tiny", "qwen3-tiny"];
 
 fn model_dirs() -> Vec<(String, PathBuf)> {
-    let Some(data) = common::shared_data() else { return Vec::new() };
-    MODELS
-        .iter()
-        .map(|n| (n.to_string(), data.join("tiny_models").join(n)))
-        .filter(|(n, p)| {
-            let ok = p.join("goldens.json").is_file();
-            if !ok {
-                eprintln!("SKIPPED: tiny model {n} missing at {}", p.display());
-            }
-            ok
-        })
-        .collect()
+    common::shared_dirs("tiny_models", &MODELS, "goldens.json")
 }
 
 fn argmax(v: &[f32]) -> usize {

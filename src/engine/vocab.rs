@@ -205,6 +205,12 @@ impl Vocab {
         matches!(self.kind(id), TokenKind::Normal | TokenKind::Added) && !self.bytes(id).is_empty()
     }
 
+    /// True for special and added tokens: ids that untrusted text must never
+    /// produce (role markers and the like).
+    pub fn is_special_or_added(&self, id: u32) -> bool {
+        matches!(self.kind(id), TokenKind::Special | TokenKind::Added)
+    }
+
     /// Concatenated bytes of a token sequence.
     pub fn decode(&self, ids: &[u32]) -> Vec<u8> {
         ids.iter().flat_map(|&i| self.bytes(i).iter().copied()).collect()

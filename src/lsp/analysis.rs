@@ -310,9 +310,10 @@ pub fn completions(ws: &Workspace, offset: usize) -> Vec<Completion> {
         Context::ImportPath => crate::stdlib::names().map(|n| c(n, "module", "standard library".into(), "")).collect(),
         Context::Expr => {
             let mut out: Vec<Completion> = Vec::new();
+            let mut seen = std::collections::HashSet::new();
             for d in definitions(ws) {
                 let visible = d.scope.range().start <= offset && offset <= d.scope.range().end;
-                if visible && !matches!(d.kind, DefKind::Role | DefKind::Rule) && !out.iter().any(|o| o.label == d.name) {
+                if visible && !matches!(d.kind, DefKind::Role | DefKind::Rule) && seen.insert(d.name.clone()) {
                     out.push(c(&d.name, d.kind.describe(), String::new(), ""));
                 }
             }

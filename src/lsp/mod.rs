@@ -34,14 +34,9 @@ pub fn run_stdio() -> i32 {
     let (conn, io) = Connection::stdio();
     let result = serve(&conn);
     drop(conn);
-    let joined = io.join();
-    match (result, joined) {
-        (Ok(()), Ok(())) => 0,
-        (Err(e), _) => {
-            eprintln!("lmt lsp: {e}");
-            1
-        }
-        (_, Err(e)) => {
+    match result.and(io.join().map_err(BoxError::from)) {
+        Ok(()) => 0,
+        Err(e) => {
             eprintln!("lmt lsp: {e}");
             1
         }
@@ -263,32 +258,9 @@ impl Server {
                 let target = if file == ws.root { uri.clone() } else { path_to_uri(ws.sources.get(file).path.as_deref()?)? };
                 Some(lt::GotoDefinitionResponse::Scalar(lt::Location { uri: target, range: range(ws, file, span) }))
             }),
-            rq::DocumentSymbolRequest::METHOD => match serde_json::from_value::<lt::DocumentSymbolParams>(req.params) {
-                Ok(p) => match self.docs.get(p.text_document.uri.as_str()) {
-                    Some((_, doc)) => {
-                        let ws = &doc.ws;
-                        let text = &ws.sources.get(ws.root).text;
-                        let idx = LineIndex::new(text);
-                        #[allow(deprecated)]
-                        let syms: Vec<lt::DocumentSymbol> = analysis::symbols(ws)
-                            .into_iter()
-                            .map(|d| lt::DocumentSymbol {
-                                name: d.name,
-                                detail: Some(d.kind.describe().to_string()),
-                                kind: symbol_kind(d.kind),
-                                tags: None,
-                                deprecated: None,
-                                range: range_in(text, &idx, d.span),
-                                selection_range: range_in(text, &idx, d.name_span),
-                                children: None,
-                            })
-                            .collect();
-                        serde_json::to_value(lt::DocumentSymbolResponse::Nested(syms)).map_err(|e| e.to_string())
-                    }
-                    None => Ok(serde_json::Value::Null),
-                },
-                Err(e) => Err(e.to_string()),
-            },
+            rq::DocumentSymbolRequest::METHOD => {
+                self.on_doc::<lt::DocumentSymbolParams, _>(req, |p| &p.text_document.uri, |ws, _, _| Some(document_symbols(ws)))
+            }
             other => {
                 return Response::new_err(id, ErrorCode::MethodNotFound as i32, format!("lmt lsp does not handle `{other}`"));
             }
@@ -310,14 +282,50 @@ impl Server {
         P: serde::de::DeserializeOwned,
         R: serde::Serialize,
     {
-        let p: P = serde_json::from_value(req.params).map_err(|e| e.to_string())?;
-        let tdp = pos(&p);
-        let Some((uri, doc)) = self.docs.get(tdp.text_document.uri.as_str()) else { return Ok(serde_json::Value::Null) };
-        let ws = &doc.ws;
-        let text = &ws.sources.get(ws.root).text;
-        let off = LineIndex::new(text).offset_of_utf16(text, tdp.position.line, tdp.position.character);
-        serde_json::to_value(f(ws, uri, off)).map_err(|e| e.to_string())
+        self.on_doc(req, |p: &P| &pos(p).text_document.uri, |ws, uri, p| {
+            let text = &ws.sources.get(ws.root).text;
+            let at = pos(p).position;
+            f(ws, uri, LineIndex::new(text).offset_of_utf16(text, at.line, at.character))
+        })
     }
+
+    /// Runs `f` on the open document a request names (`null` when it is
+    /// not open).
+    fn on_doc<P, R>(
+        &self,
+        req: Request,
+        uri: impl Fn(&P) -> &Uri,
+        f: impl Fn(&Workspace, &Uri, &P) -> Option<R>,
+    ) -> Result<serde_json::Value, String>
+    where
+        P: serde::de::DeserializeOwned,
+        R: serde::Serialize,
+    {
+        let p: P = serde_json::from_value(req.params).map_err(|e| e.to_string())?;
+        let Some((uri, doc)) = self.docs.get(uri(&p).as_str()) else { return Ok(serde_json::Value::Null) };
+        serde_json::to_value(f(&doc.ws, uri, &p)).map_err(|e| e.to_string())
+    }
+}
+
+/// The outline of the root file.
+fn document_symbols(ws: &Workspace) -> lt::DocumentSymbolResponse {
+    let text = &ws.sources.get(ws.root).text;
+    let idx = LineIndex::new(text);
+    #[allow(deprecated)] // `deprecated` is a required field of the struct
+    let syms = analysis::symbols(ws)
+        .into_iter()
+        .map(|d| lt::DocumentSymbol {
+            name: d.name,
+            detail: Some(d.kind.describe().to_string()),
+            kind: symbol_kind(d.kind),
+            tags: None,
+            deprecated: None,
+            range: range_in(text, &idx, d.span),
+            selection_range: range_in(text, &idx, d.name_span),
+            children: None,
+        })
+        .collect();
+    lt::DocumentSymbolResponse::Nested(syms)
 }
 
 fn publish(conn: &Connection, uri: Uri, diagnostics: Vec<lt::Diagnostic>) -> Result<(), BoxError> {

@@ -152,7 +152,6 @@ impl Decoder {
     /// holding the prefix only.
     pub fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
         let first = self.logits(st)?;
-        let first = log_softmax(&first);
         let prefix = st.tokens.len();
         let mut tokens = Vec::new();
         let mut groups = Vec::new();
@@ -182,27 +181,22 @@ impl Decoder {
             st.last = saved;
             out?
         };
+        // The forward pass checked every id; each option's first token is
+        // predicted by the prefix, the others by the rows in order.
+        let first_lse = log_sum_exp(&first);
         let mut next = out.iter();
-        let vocab = self.config.vocab_size;
-        options
+        Ok(options
             .iter()
             .map(|opt| {
-                let mut lps = Vec::with_capacity(opt.len());
-                for (i, &t) in opt.iter().enumerate() {
-                    let id = t as usize;
-                    if id >= vocab {
-                        return Err(ModelError::Runtime(format!("token id {id} is outside the model's {vocab} logits")));
-                    }
-                    if i == 0 {
-                        lps.push(first[id]);
-                    } else {
-                        let row = next.next().ok_or_else(|| ModelError::Runtime("scoring lost a row".into()))?;
-                        lps.push(log_softmax(row)[id]);
-                    }
-                }
-                Ok(lps)
+                opt.iter()
+                    .enumerate()
+                    .map(|(i, &t)| match i {
+                        0 => first[t as usize] - first_lse,
+                        _ => next.next().map_or(f32::NAN, |row| row[t as usize] - log_sum_exp(row)),
+                    })
+                    .collect()
             })
-            .collect()
+            .collect())
     }
 
     /// One forward pass over `tokens` at `positions`, appending their K/V
@@ -227,17 +221,11 @@ impl Decoder {
         if let Some(&r) = rows.iter().find(|&&r| r >= tokens.len()) {
             return Err(ModelError::Runtime(format!("logits row {r} asked of a chunk of {}", tokens.len())));
         }
-        let past = st.tokens.len();
-        let n = tokens.len();
         let dev = &self.device;
-        let ids = Tensor::new(tokens, dev)?;
-        let mut x = self.weights.embed.index_select(&ids, 0)?.unsqueeze(0)?;
-        let (cos, sin) = self.rope_tables(positions)?;
         // A failed pass must leave the cache as it was (cheap: tensors are
         // reference-counted).
         let saved = st.layers.clone();
-        let result = self.run_layers(st, x, positions, &vis, past, &cos, &sin);
-        x = match result {
+        let x = match self.run_layers(st, tokens, positions, &vis) {
             Ok(x) => x,
             Err(e) => {
                 st.layers = saved;
@@ -245,7 +233,7 @@ impl Decoder {
             }
         };
         st.stats.passes += 1;
-        st.stats.tokens += n as u64;
+        st.stats.tokens += tokens.len() as u64;
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -256,19 +244,14 @@ impl Decoder {
         Ok(logits.to_vec2::<f32>()?)
     }
 
-    /// Every layer over the embedded chunk `x`, appending to the caches.
-    #[allow(clippy::too_many_arguments)]
-    fn run_layers(
-        &self,
-        st: &mut KvState,
-        mut x: Tensor,
-        positions: &[usize],
-        vis: &Visibility<'_>,
-        past: usize,
-        cos: &Tensor,
-        sin: &Tensor,
-    ) -> Result<Tensor, ModelError> {
+    /// Embeds `tokens` and runs every layer, appending to the caches (which
+    /// hold the state's tokens, not yet these).
+    fn run_layers(&self, st: &mut KvState, tokens: &[u32], positions: &[usize], vis: &Visibility<'_>) -> Result<Tensor, ModelError> {
         let cfg = &self.config;
+        let past = st.tokens.len();
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.weights.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        let (cos, sin) = self.rope_tables(positions)?;
         let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
         for (li, layer) in self.weights.layers.iter().enumerate() {
             let window = cfg.windows.get(li).copied().flatten();
@@ -280,7 +263,7 @@ impl Decoder {
                     m
                 }
             };
-            x = self.layer(layer, &x, cos, sin, mask.as_ref(), &mut st.layers[li])?;
+            x = self.layer(layer, &x, &cos, &sin, mask.as_ref(), &mut st.layers[li])?;
         }
         Ok(x)
     }
@@ -418,8 +401,13 @@ impl Decoder {
 
 /// `log(softmax(x))`, computed stably in f64 for the sum.
 pub fn log_softmax(x: &[f32]) -> Vec<f32> {
+    let lse = log_sum_exp(x);
+    x.iter().map(|&v| v - lse).collect()
+}
+
+/// `log(Σ exp(x))`, stably.
+fn log_sum_exp(x: &[f32]) -> f32 {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = x.iter().map(|&v| ((v - max) as f64).exp()).sum();
-    let lse = max + sum.ln() as f32;
-    x.iter().map(|&v| v - lse).collect()
+    max + sum.ln() as f32
 }

@@ -140,7 +140,6 @@ pub(crate) fn load_safetensors(
             .and_then(|t| t.to_dtype(dtype))
             .map_err(|e| ModelError::Weights(format!("tensor `{name}`: {e}")))
     };
-    let maybe = |name: &str| if names.contains(name) { get(name).map(Some) } else { Ok(None) };
     let mut bytes = 0usize;
     let mut linear = |w: Tensor, b: Option<Tensor>, rows: usize, cols: usize, name: &str| -> Result<Linear, ModelError> {
         check_shape(&w, &[rows, cols], name)?;
@@ -158,8 +157,7 @@ pub(crate) fn load_safetensors(
         let qkv = if cfg.arch == Arch::Phi3 {
             get(&format!("{p}.self_attn.qkv_proj.weight"))?
         } else {
-            let w = ["q", "k", "v"].map(|n| get(&format!("{p}.self_attn.{n}_proj.weight")));
-            let [q, k, v] = w;
+            let [q, k, v] = ["q", "k", "v"].map(|n| get(&format!("{p}.self_attn.{n}_proj.weight")));
             cat(vec![q?, k?, v?])?
         };
         let bias = if cfg.qkv_bias {
@@ -194,11 +192,9 @@ pub(crate) fn load_safetensors(
             down,
         });
     }
-    let lm_head = match maybe("lm_head.weight")? {
-        Some(w) if !cfg.tie_word_embeddings => w,
-        _ if cfg.tie_word_embeddings => embed.clone(),
-        _ => return Err(ModelError::Weights("tensor `lm_head.weight` is missing (and embeddings are not tied)".into())),
-    };
+    // Tied checkpoints sometimes ship a copy of the embeddings as
+    // `lm_head.weight`; it is not read.
+    let lm_head = if cfg.tie_word_embeddings { embed.clone() } else { get("lm_head.weight")? };
     let lm_head = linear(lm_head, None, cfg.vocab_size, h, "lm_head.weight")?.w;
     Ok(Weights { embed, layers, norm: get("model.norm.weight")?, lm_head, bytes })
 }
@@ -208,81 +204,101 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
     let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
     let content = gguf_file::Content::read(&mut file)
         .map_err(|e| ModelError::Weights(format!("`{}` is not a readable GGUF file: {e}", path.display())))?;
-    let cfg = gguf_config(&content)?;
-    let mut bytes = 0usize;
-    let mut q = |name: &str| -> Result<QTensor, ModelError> {
-        let t = content
-            .tensor(&mut file, name, device)
-            .map_err(|e| ModelError::Weights(format!("tensor `{name}`: {e}")))?;
-        bytes += t.storage_size_in_bytes();
-        Ok(t)
-    };
-    let has = |name: &str| content.tensor_infos.contains_key(name);
-    let dense = |t: &QTensor| t.dequantize(device).map_err(ModelError::from);
+    let mut cfg = gguf_config(&content)?;
+    let mut r = GgufReader { content: &content, file, device, bytes: 0 };
     let lin = |t: QTensor, b: Option<Tensor>| -> Result<Linear, ModelError> { Ok(Linear { w: QMatMul::from_qtensor(t)?, b }) };
-    let embed_q = q("token_embd.weight")?;
-    let embed = dense(&embed_q)?;
+    let embed_q = r.q("token_embd.weight")?;
+    let embed = embed_q.dequantize(device)?;
     check_shape(&embed, &[cfg.vocab_size, cfg.hidden_size], "token_embd.weight")?;
     let (qn, kvn) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+    let m = cfg.intermediate_size;
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = format!("blk.{i}");
-        let bias = |q: &mut dyn FnMut(&str) -> Result<QTensor, ModelError>, n: &str| -> Result<Option<Tensor>, ModelError> {
-            let name = format!("{p}.{n}.bias");
-            if has(&name) { Ok(Some(dense(&q(&name)?)?)) } else { Ok(None) }
-        };
-        let qkv = if has(&format!("{p}.attn_qkv.weight")) {
-            let b = bias(&mut q, "attn_qkv")?;
-            Proj::Fused(lin(q(&format!("{p}.attn_qkv.weight"))?, b)?, vec![qn, kvn, kvn])
+        let qkv = if r.has(&format!("{p}.attn_qkv.weight")) {
+            let b = r.bias(&format!("{p}.attn_qkv"))?;
+            Proj::Fused(lin(r.q(&format!("{p}.attn_qkv.weight"))?, b)?, vec![qn, kvn, kvn])
         } else {
             let mut ws = Vec::new();
             let mut bs = Vec::new();
             for n in ["attn_q", "attn_k", "attn_v"] {
-                bs.push(bias(&mut q, n)?);
-                ws.push(q(&format!("{p}.{n}.weight"))?);
+                bs.push(r.bias(&format!("{p}.{n}"))?);
+                ws.push(r.q(&format!("{p}.{n}.weight"))?);
             }
             fused_or_split(ws, bs, device)?
         };
-        let m = cfg.intermediate_size;
-        let gate_up = if has(&format!("{p}.ffn_gate.weight")) {
-            let ws = vec![q(&format!("{p}.ffn_gate.weight"))?, q(&format!("{p}.ffn_up.weight"))?];
+        let gate_up = if r.has(&format!("{p}.ffn_gate.weight")) {
+            let ws = vec![r.q(&format!("{p}.ffn_gate.weight"))?, r.q(&format!("{p}.ffn_up.weight"))?];
             fused_or_split(ws, vec![None, None], device)?
         } else {
             // Phi-3: `ffn_up` holds gate and up side by side.
-            Proj::Fused(lin(q(&format!("{p}.ffn_up.weight"))?, None)?, vec![m, m])
+            Proj::Fused(lin(r.q(&format!("{p}.ffn_up.weight"))?, None)?, vec![m, m])
         };
-        let norm = |q: &mut dyn FnMut(&str) -> Result<QTensor, ModelError>, n: &str| dense(&q(&format!("{p}.{n}.weight"))?);
         let (q_norm, k_norm) = if cfg.qk_norm {
-            (Some(norm(&mut q, "attn_q_norm")?), Some(norm(&mut q, "attn_k_norm")?))
+            (Some(r.dense(&format!("{p}.attn_q_norm.weight"))?), Some(r.dense(&format!("{p}.attn_k_norm.weight"))?))
         } else {
             (None, None)
         };
         layers.push(Layer {
-            attn_norm: norm(&mut q, "attn_norm")?,
+            attn_norm: r.dense(&format!("{p}.attn_norm.weight"))?,
             qkv,
-            o: lin(q(&format!("{p}.attn_output.weight"))?, None)?,
+            o: lin(r.q(&format!("{p}.attn_output.weight"))?, None)?,
             q_norm,
             k_norm,
-            mlp_norm: norm(&mut q, "ffn_norm")?,
+            mlp_norm: r.dense(&format!("{p}.ffn_norm.weight"))?,
             gate_up,
-            down: lin(q(&format!("{p}.ffn_down.weight"))?, None)?,
+            down: lin(r.q(&format!("{p}.ffn_down.weight"))?, None)?,
         });
     }
-    let norm = dense(&q("output_norm.weight")?)?;
-    let untied = has("output.weight");
-    let embed_bytes = embed_q.storage_size_in_bytes();
-    let lm_head = if untied { q("output.weight")? } else { embed_q };
-    let lm_head = QMatMul::from_qtensor(lm_head)?;
-    let mut cfg = cfg;
-    if has("rope_freqs.weight") {
-        let f = dense(&q("rope_freqs.weight")?)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    let norm = r.dense("output_norm.weight")?;
+    let lm_head = if r.has("output.weight") {
+        // Decoding reads one embedding row per token, not the table.
+        r.bytes -= embed_q.storage_size_in_bytes();
+        r.q("output.weight")?
+    } else {
+        embed_q
+    };
+    if r.has("rope_freqs.weight") {
+        let f = r.dense("rope_freqs.weight")?.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
         cfg.rope.freq_factors = Some(f);
     }
-    if untied {
-        // Decoding reads one embedding row per token, not the table.
-        bytes -= embed_bytes;
+    let lm_head = QMatMul::from_qtensor(lm_head)?;
+    Ok((cfg, Weights { embed, layers, norm, lm_head, bytes: r.bytes }))
+}
+
+/// Reads tensors from a GGUF file, counting the bytes read.
+struct GgufReader<'a> {
+    content: &'a gguf_file::Content,
+    file: File,
+    device: &'a Device,
+    bytes: usize,
+}
+
+impl GgufReader<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
     }
-    Ok((cfg, Weights { embed, layers, norm, lm_head, bytes }))
+
+    /// A tensor as stored (quantized or not).
+    fn q(&mut self, name: &str) -> Result<QTensor, ModelError> {
+        let t = self
+            .content
+            .tensor(&mut self.file, name, self.device)
+            .map_err(|e| ModelError::Weights(format!("tensor `{name}`: {e}")))?;
+        self.bytes += t.storage_size_in_bytes();
+        Ok(t)
+    }
+
+    /// A tensor dequantized (norms, biases).
+    fn dense(&mut self, name: &str) -> Result<Tensor, ModelError> {
+        Ok(self.q(name)?.dequantize(self.device)?)
+    }
+
+    /// `{prefix}.bias`, if the file has it.
+    fn bias(&mut self, prefix: &str) -> Result<Option<Tensor>, ModelError> {
+        let name = format!("{prefix}.bias");
+        if self.has(&name) { self.dense(&name).map(Some) } else { Ok(None) }
+    }
 }
 
 /// One matmul for projections that read the same input: block-quantized

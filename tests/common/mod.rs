@@ -22,14 +22,20 @@ pub fn shared_data() -> Option<PathBuf> {
 
 /// The real tokenizers in the shared data: (name, tokenizer directory).
 pub fn real_tokenizers() -> Vec<(String, PathBuf)> {
+    shared_dirs("tokenizers", &["gpt2", "llama2", "phi3", "llama3"], "tokenizer.json")
+}
+
+/// `data/<sub>/<name>` for each name whose `marker` file exists; says
+/// loudly which are missing.
+pub fn shared_dirs(sub: &str, names: &[&str], marker: &str) -> Vec<(String, PathBuf)> {
     let Some(data) = shared_data() else { return Vec::new() };
-    ["gpt2", "llama2", "phi3", "llama3"]
+    names
         .iter()
-        .map(|n| (n.to_string(), data.join("tokenizers").join(n)))
+        .map(|n| (n.to_string(), data.join(sub).join(n)))
         .filter(|(n, p)| {
-            let ok = p.join("tokenizer.json").is_file();
+            let ok = p.join(marker).is_file();
             if !ok {
-                eprintln!("SKIPPED: tokenizer {n} missing at {}", p.display());
+                eprintln!("SKIPPED: {n} missing at {}", p.display());
             }
             ok
         })
