@@ -69,7 +69,11 @@ impl Diagnostic {
 
     /// Adds a secondary span in the same file.
     pub fn with_secondary(mut self, span: Span, message: impl Into<String>) -> Self {
-        self.secondary.push(Label { file: self.file, span, message: message.into() });
+        self.secondary.push(Label {
+            file: self.file,
+            span,
+            message: message.into(),
+        });
         self
     }
 
@@ -190,6 +194,8 @@ codes! {
     SingleOption = "W0701", "single-option", Warning, "A `select` with one option always picks it.";
     DuplicateChoice = "W0702", "duplicate-choice", Warning, "A `select` lists the same option twice.";
     EmptyChoices = "E0703", "empty-choices", Error, "A `select … in [...]` has no options.";
+    // Running.
+    Runtime = "E0801", "runtime", Error, "An error while running: a missing input, a failed filter, a constraint the model cannot satisfy, a model failure.";
 }
 
 /// Sorts diagnostics by file and position so output is stable.

@@ -1,0 +1,287 @@
+//! `lmt run`: check a template, load a model, run it with text streaming
+//! to the terminal, and write the JSON or HTML views of the result.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+
+use super::complete::{model_spec, EXIT_MODEL_ERROR};
+use super::{report, terminal_width, EXIT_TEMPLATE_ERROR, EXIT_USAGE};
+use crate::diagnostic::{Code, Diagnostic, Severity};
+use crate::interp::value::{FinishReason, Value};
+use crate::interp::{self, Event, RunOptions};
+use crate::model::{LoadOptions, Model, ModelSpec};
+use crate::render::{self, Styles};
+use crate::state::Origin;
+use crate::workspace::{FsLoader, Workspace};
+
+/// Exit code: the run was interrupted (Ctrl-C), as shells report SIGINT.
+pub const EXIT_CANCELLED: i32 = 130;
+
+/// Arguments of `lmt run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The template.
+    pub file: PathBuf,
+    /// A model directory, a .gguf file, or a hub id `org/name[@revision]`
+    /// (default: $LMT_MODEL, else the default model).
+    #[arg(long, short)]
+    pub model: Option<String>,
+    /// A tokenizer.json to use instead of the one beside the weights.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// An input value, `NAME=VALUE` (VALUE is read as JSON when it parses, else as a string). Repeatable.
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
+    /// Input values from a JSON object file (`--var` wins over it).
+    #[arg(long = "vars", value_name = "FILE.json")]
+    pub vars_file: Option<PathBuf>,
+    /// Base random seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Default sampling temperature for `gen` (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Print one JSON document (text, messages, captures, tokens, usage, finish_reason) instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML report here.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
+    /// No progress, warnings or summary on standard error.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs `lmt run` and returns the exit code.
+pub fn run(args: &RunArgs) -> i32 {
+    let color = report::use_color(std::io::stderr().is_terminal());
+    let width = terminal_width();
+    let ws = match Workspace::load_file(&args.file, &FsLoader::default()) {
+        Ok(ws) => ws,
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", args.file.display());
+            return EXIT_USAGE;
+        }
+    };
+    for d in &ws.diagnostics {
+        if d.severity == Severity::Error || !args.quiet {
+            eprint!("{}", report::render(d, &ws.sources, color, width));
+        }
+    }
+    if ws.has_errors() {
+        return EXIT_TEMPLATE_ERROR;
+    }
+    let program = crate::ir::compile(&ws);
+    let vars = match read_vars(args) {
+        Ok(v) => v,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return EXIT_USAGE;
+        }
+    };
+    // Inputs are checked before the model loads: no wait to learn of a typo.
+    let declared = interp::inputs(&program);
+    if let Some(unknown) = vars.keys().find(|k| !declared.iter().any(|(n, _)| n == *k)) {
+        let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
+        let known = if names.is_empty() {
+            "it declares none".to_string()
+        } else {
+            format!("its inputs are: {}", names.join(", "))
+        };
+        eprintln!("error: `--var {unknown}`: the template has no input `{unknown}` ({known}; declare it with `{{% input {unknown} %}}`)");
+        return EXIT_USAGE;
+    }
+    if let Some(d) = missing_input(&program, &vars) {
+        eprint!("{}", report::render(&d, &ws.sources, color, width));
+        return EXIT_MODEL_ERROR;
+    }
+    let model = match load_model(args) {
+        Ok(m) => m,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return EXIT_MODEL_ERROR;
+        }
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    // A second Ctrl-C ends the process at once.
+    let _ = signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        EXIT_CANCELLED,
+        cancel.clone(),
+    );
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone());
+    let opts = RunOptions {
+        vars,
+        seed: args.seed,
+        temperature: args.temperature,
+        limits: Default::default(),
+        cancel: Some(cancel),
+    };
+    let stream = !args.json;
+    let styles = Styles::new(stream && std::io::stdout().is_terminal() && report::use_color(true));
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut on_event = |e: Event<'_>| {
+        if !stream {
+            return;
+        }
+        let _ = match e {
+            Event::Text {
+                text,
+                origin,
+                hidden,
+            } => {
+                let style = match (origin, hidden) {
+                    (_, true) => styles.hidden,
+                    (Origin::Generated, _) => styles.generated,
+                    _ => "",
+                };
+                if style.is_empty() {
+                    write!(out, "{text}")
+                } else {
+                    write!(out, "{style}{text}{}", styles.reset)
+                }
+            }
+            Event::RoleOpen(role) => write!(out, "{}[{role}]{}\n", styles.role, styles.reset),
+            Event::RoleClose(_) => writeln!(out),
+            _ => Ok(()),
+        };
+        let _ = out.flush();
+    };
+    let outcome = interp::run(&program, &ws.sources, &model, &opts, &mut on_event);
+    let state = &outcome.state;
+    if stream {
+        let _ = writeln!(out);
+    }
+    if args.json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&render::json(state)).unwrap_or_default()
+        );
+    }
+    drop(out);
+    if let Some(path) = &args.html {
+        let title = args
+            .file
+            .file_name()
+            .map_or("lmt run".into(), |n| n.to_string_lossy().into_owned());
+        if let Err(e) = std::fs::write(path, render::html(state, &title)) {
+            eprintln!("error: cannot write `{}`: {e}", path.display());
+        }
+    }
+    if !args.quiet {
+        let u = &state.usage;
+        eprintln!(
+            "finish: {} · {} prompt + {} generated + {} forced tokens · {} forward passes ({} tokens, {} reused from the cache) · {:.1} tokens/s · {:.0} ms",
+            state.finish_reason.as_str(),
+            u.prompt_tokens,
+            u.generated_tokens,
+            u.forced_tokens,
+            u.forward_passes,
+            u.forward_tokens,
+            u.reused_tokens,
+            u.tokens_per_second,
+            u.total_ms
+        );
+    }
+    if let Some(e) = &outcome.error {
+        eprint!(
+            "{}",
+            report::render(&e.to_diagnostic(), &ws.sources, color, width)
+        );
+        return EXIT_MODEL_ERROR;
+    }
+    if state.finish_reason == FinishReason::Cancelled {
+        eprintln!("cancelled: partial result kept");
+        return EXIT_CANCELLED;
+    }
+    0
+}
+
+/// The first required input that was not given, as a diagnostic at its declaration.
+fn missing_input(
+    program: &crate::ir::Program,
+    vars: &IndexMap<String, Value>,
+) -> Option<Diagnostic> {
+    let m = &program.modules[program.entry];
+    m.code.iter().zip(&m.spans).find_map(|(i, span)| match i {
+        crate::ir::Instr::Input(s) if !vars.contains_key(&m.names[*s as usize]) => {
+            let name = &m.names[*s as usize];
+            Some(
+                Diagnostic::new(Code::Runtime, m.file, *span, format!("the input `{name}` was not given"))
+                    .with_label("declared here without a default")
+                    .with_help(format!("pass it with `--var {name}=VALUE` or in `--vars FILE.json`, or give it a default: `{{% input {name}=\"…\" %}}`")),
+            )
+        }
+        _ => None,
+    })
+}
+
+fn read_vars(args: &RunArgs) -> Result<IndexMap<String, Value>, String> {
+    let mut vars = IndexMap::new();
+    if let Some(path) = &args.vars_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+        let j: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
+        let serde_json::Value::Object(o) = j else {
+            return Err(format!(
+                "`{}` must hold a JSON object of input values",
+                path.display()
+            ));
+        };
+        for (k, v) in o {
+            vars.insert(k, Value::from_json(&v));
+        }
+    }
+    for kv in &args.vars {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("`--var {kv}`: expected NAME=VALUE"))?;
+        let value = serde_json::from_str::<serde_json::Value>(v)
+            .map(|j| Value::from_json(&j))
+            .unwrap_or_else(|_| Value::str(v));
+        vars.insert(k.trim().to_string(), value);
+    }
+    Ok(vars)
+}
+
+fn load_model(args: &RunArgs) -> Result<Model, String> {
+    let spec_text = model_spec(args.model.as_deref());
+    let spec = ModelSpec::parse(&spec_text).map_err(|e| e.to_string())?;
+    let mut opts = LoadOptions::best_device();
+    opts.tokenizer = args.tokenizer.clone();
+    let bar = if args.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        b.set_message(format!("loading {spec_text}"));
+        b.enable_steady_tick(Duration::from_millis(100));
+        b
+    };
+    let t0 = Instant::now();
+    let model = Model::load(&spec, &opts).map_err(|e| e.to_string());
+    bar.finish_and_clear();
+    let model = model?;
+    if !args.quiet {
+        let c = &model.decoder.config;
+        eprintln!(
+            "loaded {} ({}, {} layers) in {:.1?}",
+            spec_text,
+            c.arch.name(),
+            c.num_layers,
+            t0.elapsed()
+        );
+    }
+    Ok(model)
+}

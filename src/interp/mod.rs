@@ -1,0 +1,914 @@
+//! The interpreter: runs a compiled [`Program`] against a model, keeping one
+//! model state ([`lm::Lm`]) for the whole run and the structured record
+//! ([`State`]) beside it. Streams [`Event`]s as it goes.
+//!
+//! Its own state is a value stack, frames (module, pc, locals, loops) and
+//! the open captures, roles and hidden sections: all plain data, so a run
+//! can be forked as a whole once program-level sampling needs it.
+
+pub mod lm;
+pub mod ops;
+mod options;
+pub mod value;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use crate::diagnostic::{Code, Diagnostic};
+use crate::engine::Limits;
+use crate::ir::{CodeModule, Instr, Program, Store, Sym};
+use crate::model::Model;
+use crate::span::{FileId, SourceMap, Span};
+use crate::state::{CaptureRecord, Node, Origin, State, Token};
+use lm::{Lm, Sink};
+use ops::Args;
+use value::{Captured, FinishReason, Meta, Value};
+
+/// How to run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Values of the template's inputs.
+    pub vars: IndexMap<String, Value>,
+    /// Base seed: each `gen` and `select` without its own `seed` gets one derived from it.
+    pub seed: u64,
+    /// Default temperature (0: greedy).
+    pub temperature: f32,
+    /// Engine limits.
+    pub limits: Limits,
+    /// Set to stop the run at the next token.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+/// Something that happened during a run, as it happens.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// Text entered the prompt (template text, a value, or generated text as it streams).
+    Text {
+        /// The text.
+        text: &'a str,
+        /// Where it came from.
+        origin: Origin,
+        /// Inside `{% hidden %}`.
+        hidden: bool,
+    },
+    /// A token was sampled or forced.
+    Token(&'a Token),
+    /// A chat turn opened.
+    RoleOpen(&'a str),
+    /// A chat turn closed.
+    RoleClose(&'a str),
+    /// A value was stored.
+    Capture(&'a CaptureRecord),
+    /// The run ended: everything, with usage and finish reason.
+    Done(&'a State),
+}
+
+/// A runtime error with the place in the template it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunError {
+    /// What went wrong.
+    pub message: String,
+    /// The file.
+    pub file: FileId,
+    /// Where.
+    pub span: Span,
+}
+
+impl RunError {
+    /// As a diagnostic, for rendering with the template's source.
+    pub fn to_diagnostic(&self) -> Diagnostic {
+        Diagnostic::new(Code::Runtime, self.file, self.span, self.message.clone())
+            .with_label("while running this")
+    }
+}
+
+/// What a run produced: the record (always, partial on error or cancel) and the error.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The record.
+    pub state: State,
+    /// The error that stopped the run.
+    pub error: Option<RunError>,
+}
+
+/// The inputs a program declares: name and whether it has a default.
+pub fn inputs(program: &Program) -> Vec<(String, bool)> {
+    let m = &program.modules[program.entry];
+    m.code
+        .iter()
+        .filter_map(|i| match i {
+            Instr::Input(s) => Some((m.names[*s as usize].clone(), false)),
+            Instr::InputOr { name, .. } => Some((m.names[*name as usize].clone(), true)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `program` on `model`, calling `on_event` as things happen.
+pub fn run(
+    program: &Program,
+    sources: &SourceMap,
+    model: &Model,
+    opts: &RunOptions,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Outcome {
+    let lm = match Lm::new(model, opts.limits.clone()) {
+        Ok(lm) => lm,
+        Err(message) => {
+            let m = &program.modules[program.entry];
+            let state = State {
+                finish_reason: FinishReason::Error,
+                error: Some(message.clone()),
+                ..State::default()
+            };
+            on_event(Event::Done(&state));
+            return Outcome {
+                state,
+                error: Some(RunError {
+                    message,
+                    file: m.file,
+                    span: Span::default(),
+                }),
+            };
+        }
+    };
+    let mut vm = Vm {
+        program,
+        sources,
+        opts,
+        lm,
+        state: State::default(),
+        globals: vec![HashMap::new(); program.modules.len()],
+        imported: vec![false; program.modules.len()],
+        defaults: HashMap::new(),
+        stack: Vec::new(),
+        frames: vec![Frame {
+            module: program.entry,
+            pc: 0,
+            locals: None,
+            loops: Vec::new(),
+            kind: FrameKind::Entry,
+            quiet: false,
+        }],
+        captures: Vec::new(),
+        role: None,
+        hidden: Vec::new(),
+        cache: options::ConstraintCache::default(),
+        draws: 0,
+        on_event,
+    };
+    let result = vm.exec();
+    let error = match result {
+        Ok(()) => {
+            let ended_in_turn = matches!(vm.state.nodes.last(), Some(Node::RoleClose { .. }));
+            let closed = if ended_in_turn && !vm.cancelled() {
+                vm.lm.close_conversation()
+            } else {
+                Ok(())
+            };
+            if let Err(message) = closed.and_then(|_| vm.lm.finish()) {
+                vm.state.finish_reason = FinishReason::Error;
+                Some(vm.error_here(message))
+            } else {
+                None
+            }
+        }
+        Err(e) => {
+            vm.state.finish_reason = FinishReason::Error;
+            Some(e)
+        }
+    };
+    if vm.cancelled() && error.is_none() {
+        vm.state.finish_reason = FinishReason::Cancelled;
+    }
+    vm.lm.sync_usage();
+    vm.state.error = error.as_ref().map(|e| e.message.clone());
+    vm.state.tokens = vm.lm.tokens().to_vec();
+    vm.state.messages = vm.lm.messages.clone();
+    vm.state.usage = vm.lm.usage.clone();
+    (vm.on_event)(Event::Done(&vm.state));
+    Outcome {
+        state: vm.state,
+        error,
+    }
+}
+
+/// Deepest call nesting (a `def` calling itself is bounded).
+const MAX_FRAMES: usize = 256;
+
+#[derive(Debug, Clone)]
+struct Frame {
+    module: usize,
+    pc: usize,
+    /// A `def`'s locals; `None` at a module's top level.
+    locals: Option<HashMap<Sym, Value>>,
+    loops: Vec<LoopState>,
+    kind: FrameKind,
+    /// An imported module's top level: its text is dropped.
+    quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum FrameKind {
+    Entry,
+    Import { alias: Sym },
+    Call,
+}
+
+#[derive(Debug, Clone)]
+struct LoopState {
+    items: Arc<Vec<Value>>,
+    next: usize,
+}
+
+#[derive(Debug, Clone)]
+struct CaptureFrame {
+    text: String,
+    /// Index of the node where it opened.
+    node: usize,
+    /// For a select: the options' scores.
+    choices: Option<Meta>,
+}
+
+struct Vm<'a, 'm> {
+    program: &'a Program,
+    sources: &'a SourceMap,
+    opts: &'a RunOptions,
+    lm: Lm<'m>,
+    state: State,
+    globals: Vec<HashMap<Sym, Value>>,
+    imported: Vec<bool>,
+    defaults: HashMap<(usize, u32), Vec<Value>>,
+    stack: Vec<Value>,
+    frames: Vec<Frame>,
+    captures: Vec<CaptureFrame>,
+    role: Option<(String, String)>,
+    hidden: Vec<lm::Mark>,
+    cache: options::ConstraintCache,
+    /// Random draws so far (each gen/select without a seed gets the next).
+    draws: u64,
+    on_event: &'a mut dyn FnMut(Event<'_>),
+}
+
+type Res<T> = Result<T, RunError>;
+
+impl Vm<'_, '_> {
+    fn frame(&self) -> &Frame {
+        self.frames.last().expect("a frame")
+    }
+
+    fn module(&self) -> &CodeModule {
+        &self.program.modules[self.frame().module]
+    }
+
+    fn error_here(&self, message: impl Into<String>) -> RunError {
+        let f = self.frame();
+        let m = &self.program.modules[f.module];
+        let pc = f.pc.saturating_sub(1).min(m.spans.len().saturating_sub(1));
+        RunError {
+            message: message.into(),
+            file: m.file,
+            span: m.spans.get(pc).copied().unwrap_or_default(),
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.opts
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    fn pop(&mut self) -> Value {
+        self.stack.pop().unwrap_or_default()
+    }
+
+    fn pop_n(&mut self, n: usize) -> Vec<Value> {
+        let at = self.stack.len().saturating_sub(n);
+        self.stack.split_off(at)
+    }
+
+    fn name(&self, s: Sym) -> &str {
+        &self.module().names[s as usize]
+    }
+
+    fn exec(&mut self) -> Res<()> {
+        loop {
+            if self.cancelled() {
+                return Ok(());
+            }
+            let (module, pc) = (self.frame().module, self.frame().pc);
+            let Some(instr) = self.program.modules[module].code.get(pc).cloned() else {
+                return Err(self.error_here("internal: ran past the end of the code"));
+            };
+            self.frames.last_mut().expect("frame").pc += 1;
+            if !self
+                .step(instr)
+                .map_err(|Step::Err(m)| self.error_here(m))?
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Runs one instruction; `false` when the program is done.
+    fn step(&mut self, instr: Instr) -> Result<bool, Step> {
+        match instr {
+            Instr::Text(c) => {
+                if let crate::syntax::ast::Const::Str(s) = &self.module().consts[c as usize] {
+                    let s = s.clone();
+                    self.emit(&s, Origin::Template);
+                }
+            }
+            Instr::Emit => {
+                let v = self.pop();
+                if matches!(v, Value::Undefined) {
+                    return Err(Step::Err("this value is undefined".into()));
+                }
+                self.emit(&v.to_string(), Origin::Variable);
+            }
+            Instr::Const(c) => {
+                let v = Value::from_const(&self.module().consts[c as usize]);
+                self.stack.push(v);
+            }
+            Instr::Load(s) => {
+                let v = self
+                    .load(s)
+                    .ok_or_else(|| Step::Err(format!("`{}` is not defined here", self.name(s))))?;
+                self.stack.push(v);
+            }
+            Instr::LoadMaybe(s) => {
+                let v = self.load(s).unwrap_or_default();
+                self.stack.push(v);
+            }
+            Instr::Store(t) => {
+                let v = self.pop();
+                self.store(t, v)?;
+            }
+            Instr::Attr(s) => {
+                let v = self.pop();
+                let name = self.name(s).to_string();
+                let r = self.attr(&v, &name)?;
+                self.stack.push(r);
+            }
+            Instr::Index => {
+                let i = self.pop();
+                let v = self.pop();
+                self.stack.push(ops::index(&v, &i).map_err(Step::Err)?);
+            }
+            Instr::Slice(mask) => {
+                let mut parts = [None, None, None];
+                for bit in (0..3).rev() {
+                    if mask & (1 << bit) != 0 {
+                        parts[bit] = Some(self.pop());
+                    }
+                }
+                let v = self.pop();
+                self.stack.push(
+                    ops::slice(&v, parts[0].as_ref(), parts[1].as_ref(), parts[2].as_ref())
+                        .map_err(Step::Err)?,
+                );
+            }
+            Instr::List(n) => {
+                let items = self.pop_n(n as usize);
+                self.stack.push(Value::list(items));
+            }
+            Instr::Map(n) => {
+                let flat = self.pop_n(2 * n as usize);
+                let mut m = IndexMap::new();
+                for kv in flat.chunks(2) {
+                    let k = kv[0]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| kv[0].to_string());
+                    m.insert(k, kv[1].clone());
+                }
+                self.stack.push(Value::Map(Arc::new(m)));
+            }
+            Instr::Unary(op) => {
+                let v = self.pop();
+                self.stack.push(ops::unary(op, &v).map_err(Step::Err)?);
+            }
+            Instr::Binary(op) => {
+                let b = self.pop();
+                let a = self.pop();
+                self.stack.push(ops::binary(op, &a, &b).map_err(Step::Err)?);
+            }
+            Instr::Call { args, kwargs } => self.call(args as usize, kwargs)?,
+            Instr::Filter { name, args, kwargs } => {
+                let kw = self.kwargs(kwargs);
+                let pos = self.pop_n(args as usize);
+                let v = self.pop();
+                let name = self.name(name).to_string();
+                let r = ops::filter(&name, &v, &Args { pos: &pos, kw: &kw }).map_err(Step::Err)?;
+                self.stack.push(r);
+            }
+            Instr::Test {
+                name,
+                args,
+                negated,
+            } => {
+                let a = self.pop_n(args as usize);
+                let v = self.pop();
+                let r = ops::test(self.name(name), &v, &a).map_err(Step::Err)?;
+                self.stack.push(Value::Bool(r != negated));
+            }
+            Instr::Jump(t) => self.jump(t),
+            Instr::JumpIfFalse(t) => {
+                if !self.pop().is_true() {
+                    self.jump(t);
+                }
+            }
+            Instr::JumpIfFalseOrPop(t) => {
+                if self.stack.last().is_some_and(|v| !v.is_true()) {
+                    self.jump(t);
+                } else {
+                    self.pop();
+                }
+            }
+            Instr::JumpIfTrueOrPop(t) => {
+                if self.stack.last().is_some_and(Value::is_true) {
+                    self.jump(t);
+                } else {
+                    self.pop();
+                }
+            }
+            Instr::PushLoop => {
+                let v = self.pop();
+                let items: Vec<Value> = match &v {
+                    Value::List(l) => l.to_vec(),
+                    Value::Map(m) => m.keys().map(|k| Value::str(k.as_str())).collect(),
+                    _ => match v.as_str() {
+                        Some(s) => s.chars().map(|c| Value::str(c.to_string())).collect(),
+                        None => {
+                            return Err(Step::Err(format!("cannot loop over a {}", v.type_name())))
+                        }
+                    },
+                };
+                self.frames
+                    .last_mut()
+                    .expect("frame")
+                    .loops
+                    .push(LoopState {
+                        items: Arc::new(items),
+                        next: 0,
+                    });
+            }
+            Instr::Iterate(t) => {
+                let l = self
+                    .frames
+                    .last_mut()
+                    .expect("frame")
+                    .loops
+                    .last_mut()
+                    .ok_or_else(|| Step::Err("internal: no loop".into()))?;
+                if l.next < l.items.len() {
+                    let item = l.items[l.next].clone();
+                    l.next += 1;
+                    self.stack.push(item);
+                } else {
+                    self.jump(t);
+                }
+            }
+            Instr::Unpack(n) => {
+                let v = self.pop();
+                if n == 1 {
+                    self.stack.push(v);
+                } else {
+                    match &v {
+                        Value::List(l) if l.len() == n as usize => {
+                            self.stack.extend(l.iter().cloned())
+                        }
+                        _ => {
+                            return Err(Step::Err(format!(
+                                "cannot unpack {} into {n} names",
+                                describe_len(&v)
+                            )))
+                        }
+                    }
+                }
+            }
+            Instr::PopLoop(t) => {
+                let l = self.frames.last_mut().expect("frame").loops.pop();
+                if l.is_some_and(|l| !l.items.is_empty()) {
+                    self.jump(t);
+                }
+            }
+            Instr::Gen { target, opts } => self.gen(target, opts)?,
+            Instr::SelectIn { target, opts } => self.select_in(target, opts)?,
+            Instr::SelectBegin { opts, branches } => self.select_begin(opts, branches)?,
+            Instr::SelectEnd { target } => self.select_end(target)?,
+            Instr::RoleBegin => {
+                let v = self.pop();
+                let role = v
+                    .as_str()
+                    .ok_or_else(|| {
+                        Step::Err(format!(
+                            "a role name must be a string, not a {}",
+                            v.type_name()
+                        ))
+                    })?
+                    .to_string();
+                self.lm.role_begin(&role).map_err(Step::Err)?;
+                self.state.nodes.push(Node::RoleOpen { role: role.clone() });
+                (self.on_event)(Event::RoleOpen(&role));
+                self.role = Some((role, String::new()));
+            }
+            Instr::RoleEnd => {
+                if let Some((role, content)) = self.role.take() {
+                    self.lm.role_end(&role, &content).map_err(Step::Err)?;
+                    self.state
+                        .nodes
+                        .push(Node::RoleClose { role: role.clone() });
+                    (self.on_event)(Event::RoleClose(&role));
+                }
+            }
+            Instr::CaptureBegin => self.captures.push(CaptureFrame {
+                text: String::new(),
+                node: self.state.nodes.len(),
+                choices: None,
+            }),
+            Instr::CaptureEnd(t) => {
+                let c = self
+                    .captures
+                    .pop()
+                    .ok_or_else(|| Step::Err("internal: no capture".into()))?;
+                self.finish_capture(t, c, Meta::default())?;
+            }
+            Instr::HiddenBegin => {
+                let m = self.lm.mark().map_err(Step::Err)?;
+                self.hidden.push(m);
+            }
+            Instr::HiddenEnd => {
+                if let Some(m) = self.hidden.pop() {
+                    self.lm.rewind(m).map_err(Step::Err)?;
+                }
+            }
+            Instr::DefineFunction(id) => {
+                let f = &self.module().functions[id as usize];
+                let (name, n) = (f.name, f.defaults as usize);
+                let d = self.pop_n(n);
+                let module = self.frame().module;
+                self.defaults.insert((module, id), d);
+                self.store(
+                    Store {
+                        name,
+                        append: false,
+                    },
+                    Value::Func { module, id },
+                )?;
+            }
+            Instr::Return => {
+                self.frames.pop();
+                self.stack.push(Value::str(""));
+            }
+            // Grammars are found by name (`grammar_named`): nothing to bind.
+            Instr::DefineGrammar(_) => {}
+            Instr::Import { module, alias } => {
+                let target = self.module().imports[module as usize];
+                if self.imported[target] {
+                    self.store(
+                        Store {
+                            name: alias,
+                            append: false,
+                        },
+                        Value::Module(target),
+                    )?;
+                } else {
+                    if self.frames.len() >= MAX_FRAMES {
+                        return Err(Step::Err("imports nest too deeply".into()));
+                    }
+                    self.imported[target] = true;
+                    self.frames.push(Frame {
+                        module: target,
+                        pc: 0,
+                        locals: None,
+                        loops: Vec::new(),
+                        kind: FrameKind::Import { alias },
+                        quiet: true,
+                    });
+                }
+            }
+            Instr::Input(s) => {
+                let name = self.name(s).to_string();
+                let v = self.opts.vars.get(&name).cloned().ok_or_else(|| {
+                    Step::Err(format!(
+                        "the input `{name}` was not given: pass it with `--var {name}=VALUE`"
+                    ))
+                })?;
+                self.store(
+                    Store {
+                        name: s,
+                        append: false,
+                    },
+                    v,
+                )?;
+            }
+            Instr::InputOr { name, skip } => {
+                if let Some(v) = self.opts.vars.get(self.name(name)).cloned() {
+                    self.store(
+                        Store {
+                            name,
+                            append: false,
+                        },
+                        v,
+                    )?;
+                    self.jump(skip);
+                }
+            }
+            Instr::Halt => {
+                let f = self.frames.pop().expect("frame");
+                match f.kind {
+                    FrameKind::Entry => return Ok(false),
+                    FrameKind::Import { alias } => self.store(
+                        Store {
+                            name: alias,
+                            append: false,
+                        },
+                        Value::Module(f.module),
+                    )?,
+                    FrameKind::Call => self.stack.push(Value::str("")),
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn jump(&mut self, to: u32) {
+        self.frames.last_mut().expect("frame").pc = to as usize;
+    }
+
+    fn load(&self, s: Sym) -> Option<Value> {
+        let f = self.frame();
+        let name = self.name(s);
+        if name == "loop" {
+            if let Some(l) = f.loops.last() {
+                let i = l.next.saturating_sub(1) as i64;
+                let n = l.items.len() as i64;
+                return Some(ops::map(vec![
+                    ("index".into(), Value::Int(i + 1)),
+                    ("index0".into(), Value::Int(i)),
+                    ("first".into(), Value::Bool(i == 0)),
+                    ("last".into(), Value::Bool(i + 1 == n)),
+                    ("length".into(), Value::Int(n)),
+                    ("revindex".into(), Value::Int(n - i)),
+                    ("revindex0".into(), Value::Int(n - i - 1)),
+                ]));
+            }
+        }
+        if let Some(v) = f.locals.as_ref().and_then(|l| l.get(&s)) {
+            return Some(v.clone());
+        }
+        if let Some(v) = self.globals[f.module].get(&s) {
+            return Some(v.clone());
+        }
+        grammar_named(&self.program.modules[f.module], f.module, name)
+            .or_else(|| crate::builtins::function(name).map(|(b, _)| Value::Builtin(b.name)))
+    }
+
+    fn store(&mut self, t: Store, v: Value) -> Result<(), Step> {
+        let f = self.frames.last_mut().expect("frame");
+        let scope = match &mut f.locals {
+            Some(l) => l,
+            None => &mut self.globals[f.module],
+        };
+        if t.append {
+            let list = match scope.get(&t.name) {
+                None | Some(Value::Undefined) => Vec::new(),
+                Some(Value::List(l)) => l.to_vec(),
+                Some(other) => {
+                    return Err(Step::Err(format!(
+                        "cannot append to a {}",
+                        other.type_name()
+                    )))
+                }
+            };
+            let mut list = list;
+            list.push(v);
+            scope.insert(t.name, Value::list(list));
+        } else {
+            scope.insert(t.name, v);
+        }
+        Ok(())
+    }
+
+    fn attr(&self, v: &Value, name: &str) -> Result<Value, Step> {
+        match v {
+            Value::Module(m) => {
+                let module = &self.program.modules[*m];
+                module
+                    .names
+                    .iter()
+                    .position(|n| n == name)
+                    .and_then(|s| self.globals[*m].get(&(s as Sym)).cloned())
+                    .or_else(|| grammar_named(module, *m, name))
+                    .ok_or_else(|| {
+                        Step::Err(format!("module `{}` defines no `{name}`", module.name))
+                    })
+            }
+            Value::Grammar {
+                module,
+                id,
+                rule: None,
+            } => Ok(Value::Grammar {
+                module: *module,
+                id: *id,
+                rule: Some(name.into()),
+            }),
+            _ => ops::attr(v, name).map_err(Step::Err),
+        }
+    }
+
+    fn kwargs(&mut self, set: u32) -> Vec<(String, Value)> {
+        if set == u32::MAX {
+            return Vec::new();
+        }
+        let names: Vec<String> = self.module().kwarg_sets[set as usize]
+            .iter()
+            .map(|&s| self.name(s).to_string())
+            .collect();
+        let vals = self.pop_n(names.len());
+        names.into_iter().zip(vals).collect()
+    }
+
+    fn call(&mut self, args: usize, kwargs: u32) -> Result<(), Step> {
+        let kw = self.kwargs(kwargs);
+        let pos = self.pop_n(args);
+        match self.pop() {
+            Value::Builtin(name) => {
+                let r = ops::call_builtin(name, &Args { pos: &pos, kw: &kw }).map_err(Step::Err)?;
+                self.stack.push(r);
+            }
+            Value::Func { module, id } => {
+                if self.frames.len() >= MAX_FRAMES {
+                    return Err(Step::Err(format!("calls nest deeper than {MAX_FRAMES} (a `def` that calls itself without end?)")));
+                }
+                let m = &self.program.modules[module];
+                let f = &m.functions[id as usize];
+                let fname = &m.names[f.name as usize];
+                if pos.len() > f.params.len() {
+                    return Err(Step::Err(format!(
+                        "`{fname}` takes {} arguments, {} given",
+                        f.params.len(),
+                        pos.len()
+                    )));
+                }
+                let mut locals: HashMap<Sym, Value> = f.params.iter().copied().zip(pos).collect();
+                for (k, v) in kw {
+                    let p = f
+                        .params
+                        .iter()
+                        .find(|&&p| m.names[p as usize] == k)
+                        .ok_or_else(|| Step::Err(format!("`{fname}` has no parameter `{k}`")))?;
+                    locals.insert(*p, v);
+                }
+                let defaults = self
+                    .defaults
+                    .get(&(module, id))
+                    .cloned()
+                    .unwrap_or_default();
+                let first_default = f.params.len() - defaults.len();
+                for (i, &p) in f.params.iter().enumerate() {
+                    if !locals.contains_key(&p) {
+                        let d = i
+                            .checked_sub(first_default)
+                            .and_then(|j| defaults.get(j).cloned());
+                        let d = d.ok_or_else(|| {
+                            Step::Err(format!(
+                                "`{fname}` needs its argument `{}`",
+                                m.names[p as usize]
+                            ))
+                        })?;
+                        locals.insert(p, d);
+                    }
+                }
+                let quiet = self.frame().quiet;
+                self.frames.push(Frame {
+                    module,
+                    pc: f.entry as usize,
+                    locals: Some(locals),
+                    loops: Vec::new(),
+                    kind: FrameKind::Call,
+                    quiet,
+                });
+            }
+            other => {
+                return Err(Step::Err(format!(
+                    "a {} cannot be called",
+                    other.type_name()
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes text into the prompt and the record.
+    fn emit(&mut self, text: &str, origin: Origin) {
+        if text.is_empty() || self.frame().quiet {
+            return;
+        }
+        self.lm.push_text(text, origin);
+        let hidden = !self.hidden.is_empty();
+        self.state.push_text(text, origin, hidden);
+        (self.on_event)(Event::Text {
+            text,
+            origin,
+            hidden,
+        });
+        self.account(text);
+    }
+
+    /// Adds text already in the prompt to open captures and the open role.
+    fn account(&mut self, text: &str) {
+        for c in &mut self.captures {
+            c.text.push_str(text);
+        }
+        if self.hidden.is_empty() {
+            if let Some((_, content)) = &mut self.role {
+                content.push_str(text);
+            }
+        }
+    }
+
+    fn finish_capture(&mut self, t: Store, c: CaptureFrame, meta: Meta) -> Result<(), Step> {
+        let name = self.name(t.name).to_string();
+        self.state
+            .nodes
+            .insert(c.node, Node::CaptureOpen { name: name.clone() });
+        self.state
+            .nodes
+            .push(Node::CaptureClose { name: name.clone() });
+        let value = Captured { text: c.text, meta };
+        self.record_capture(t, name, value)
+    }
+
+    fn record_capture(&mut self, t: Store, name: String, value: Captured) -> Result<(), Step> {
+        let rec = CaptureRecord {
+            name,
+            list: t.append,
+            value: value.clone(),
+        };
+        (self.on_event)(Event::Capture(&rec));
+        self.state.captures.push(rec);
+        self.store(t, Value::Captured(Arc::new(value)))
+    }
+
+    /// A seed for the next random draw: the option's, or one derived from the run's.
+    fn next_seed(&mut self, given: Option<u64>) -> u64 {
+        self.draws += 1;
+        given.unwrap_or_else(|| {
+            self.opts
+                .seed
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(self.draws)
+        })
+    }
+}
+
+/// Why a step failed: a message, placed at the current instruction.
+enum Step {
+    Err(String),
+}
+
+/// Streams generated text and tokens to the event callback.
+struct GenSink<'x> {
+    on_event: &'x mut dyn FnMut(Event<'_>),
+    cancel: Option<&'x AtomicBool>,
+    hidden: bool,
+}
+
+impl Sink for GenSink<'_> {
+    fn text(&mut self, text: &str) {
+        (self.on_event)(Event::Text {
+            text,
+            origin: Origin::Generated,
+            hidden: self.hidden,
+        });
+    }
+    fn token(&mut self, token: &Token) {
+        (self.on_event)(Event::Token(token));
+    }
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+}
+
+/// The grammar block called `name` in module `m`, as a value.
+fn grammar_named(module: &CodeModule, m: usize, name: &str) -> Option<Value> {
+    let id = module.grammars.iter().position(|g| g.name == name)?;
+    Some(Value::Grammar {
+        module: m,
+        id: id as u32,
+        rule: None,
+    })
+}
+
+fn describe_len(v: &Value) -> String {
+    match v {
+        Value::List(l) => format!("a list of {}", l.len()),
+        other => format!("a {}", other.type_name()),
+    }
+}

@@ -1,0 +1,236 @@
+//! The structured record of a run: an ordered list of nodes (text with its
+//! origin, role boundaries, capture boundaries), the model's token sequence
+//! with each token's origin, the captures with their metadata, the chat
+//! messages and the usage. Never a string with tags in it: the terminal
+//! view, JSON and HTML are all derived from it (`crate::render`).
+
+use crate::chat::Message;
+use crate::interp::value::{Captured, FinishReason};
+
+/// Where a piece of text or a token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Text written in the template.
+    Template,
+    /// A value written by `{{ … }}`.
+    Variable,
+    /// Produced by the model (`gen`, or the option a `select` chose).
+    Generated,
+    /// Written by the chat template (role markers and their text).
+    Role,
+    /// The beginning-of-sequence token.
+    Bos,
+}
+
+/// How a token entered the sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenKind {
+    /// Prompt text, tokenized and fed.
+    Prompt,
+    /// Sampled by the model.
+    Sampled,
+    /// The only continuation the constraint allowed (fast-forwarded).
+    Forced,
+    /// Sampled in place of the prompt's last token (token healing).
+    Healed,
+}
+
+/// A likely alternative to a sampled token.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Alternative {
+    /// The token's text (lossy for partial UTF-8).
+    pub text: String,
+    /// Its log-probability.
+    pub logprob: f32,
+}
+
+/// One token of the model's sequence.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Token {
+    /// The id.
+    pub id: u32,
+    /// Its text (lossy for partial UTF-8).
+    pub text: String,
+    /// Where it came from.
+    pub origin: Origin,
+    /// How it was chosen.
+    pub kind: TokenKind,
+    /// The model's log-probability of it, for sampled tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprob: Option<f32>,
+    /// The most likely tokens at its place, for sampled tokens.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<Alternative>,
+}
+
+/// One node of the record.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "node", rename_all = "snake_case")]
+pub enum Node {
+    /// Text in the prompt.
+    Text {
+        /// The text.
+        text: String,
+        /// Where it came from.
+        origin: Origin,
+        /// For generated text: its tokens (sampled, forced or healed; a
+        /// healed token's text starts with prompt text).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tokens: Vec<Token>,
+        /// Inside `{% hidden %}`: removed from the model state afterwards.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        hidden: bool,
+    },
+    /// A chat turn opens (its marker text is in the token sequence).
+    RoleOpen {
+        /// The role.
+        role: String,
+    },
+    /// The chat turn closes.
+    RoleClose {
+        /// The role.
+        role: String,
+    },
+    /// A capture, gen or select begins.
+    CaptureOpen {
+        /// The variable.
+        name: String,
+    },
+    /// It ends.
+    CaptureClose {
+        /// The variable.
+        name: String,
+    },
+}
+
+/// A stored value from the model or a `capture`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CaptureRecord {
+    /// The variable.
+    pub name: String,
+    /// Appended to a list (`{% gen xs[] %}`) rather than assigned.
+    pub list: bool,
+    /// The value and its metadata.
+    #[serde(flatten)]
+    pub value: Captured,
+}
+
+/// What a run cost.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Usage {
+    /// Prompt tokens fed (template text, values, role markers, BOS).
+    pub prompt_tokens: u64,
+    /// Tokens sampled by the model.
+    pub generated_tokens: u64,
+    /// Tokens a constraint forced (fed without sampling).
+    pub forced_tokens: u64,
+    /// Tokens already in the KV cache at each forward pass, summed: work the cache saved.
+    pub reused_tokens: u64,
+    /// Tokens taken back out of the cache (stop rewinds, token-boundary
+    /// repairs, healing, hidden sections) — each was computed once more than it stays.
+    pub rewound_tokens: u64,
+    /// Tokens computed only to score `select` options.
+    pub scored_tokens: u64,
+    /// Forward passes.
+    pub forward_passes: u64,
+    /// Tokens through the model in all passes.
+    pub forward_tokens: u64,
+    /// Length of the final token sequence.
+    pub sequence_tokens: u64,
+    /// Milliseconds from the start of the run to the first sampled token.
+    pub time_to_first_token_ms: Option<f64>,
+    /// Sampled tokens per second of generation time.
+    pub tokens_per_second: f64,
+    /// Milliseconds spent computing constraint masks.
+    pub mask_ms: f64,
+    /// Milliseconds in the run.
+    pub total_ms: f64,
+}
+
+/// The whole record of a run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct State {
+    /// Nodes in order.
+    pub nodes: Vec<Node>,
+    /// The model's token sequence (what the KV cache holds).
+    pub tokens: Vec<Token>,
+    /// Every stored model value and capture, in order.
+    pub captures: Vec<CaptureRecord>,
+    /// The chat turns, with their content.
+    pub messages: Vec<Message>,
+    /// Sum of the log-probabilities of every sampled token: the run's joint likelihood.
+    pub logprob: f64,
+    /// What it cost.
+    pub usage: Usage,
+    /// Why the run ended.
+    pub finish_reason: FinishReason,
+    /// The error that stopped it, when one did.
+    pub error: Option<String>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            nodes: Vec::new(),
+            tokens: Vec::new(),
+            captures: Vec::new(),
+            messages: Vec::new(),
+            logprob: 0.0,
+            usage: Usage::default(),
+            finish_reason: FinishReason::Done,
+            error: None,
+        }
+    }
+}
+
+impl State {
+    /// The visible text: every text node but hidden ones, role markers left
+    /// out (they are in the token sequence, not the text).
+    pub fn text(&self) -> String {
+        self.nodes
+            .iter()
+            .filter_map(|n| match n {
+                Node::Text {
+                    text,
+                    hidden: false,
+                    ..
+                } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The model's token ids, in order.
+    pub fn token_ids(&self) -> Vec<u32> {
+        self.tokens.iter().map(|t| t.id).collect()
+    }
+
+    /// Appends text, merging with the previous text node of the same kind.
+    pub fn push_text(&mut self, text: &str, origin: Origin, hidden: bool) {
+        if text.is_empty() {
+            return;
+        }
+        if origin != Origin::Generated {
+            if let Some(Node::Text {
+                text: t,
+                origin: o,
+                tokens,
+                hidden: h,
+            }) = self.nodes.last_mut()
+            {
+                if *o == origin && *h == hidden && tokens.is_empty() {
+                    t.push_str(text);
+                    return;
+                }
+            }
+        }
+        self.nodes.push(Node::Text {
+            text: text.to_string(),
+            origin,
+            tokens: Vec::new(),
+            hidden,
+        });
+    }
+}
