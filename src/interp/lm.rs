@@ -86,6 +86,8 @@ pub struct Lm<'m> {
     transcript: String,
     /// Finished chat turns.
     pub messages: Vec<Message>,
+    /// Where the open turn's content starts in `pending`, while none of it is decided.
+    turn_content_at: Option<usize>,
     limits: Limits,
     /// Counters.
     pub usage: Usage,
@@ -136,6 +138,7 @@ impl<'m> Lm<'m> {
             template,
             transcript: String::new(),
             messages: Vec::new(),
+            turn_content_at: None,
             limits,
             usage: Usage::default(),
             started: Instant::now(),
@@ -161,6 +164,7 @@ impl<'m> Lm<'m> {
         self.pending
             .push(Piece::Marker(r.text[self.transcript.len()..at].to_string()));
         self.transcript = r.text[..at].to_string();
+        self.turn_content_at = Some(self.pending.len());
         Ok(())
     }
 
@@ -176,6 +180,33 @@ impl<'m> Lm<'m> {
             .map(|s| s.1)
             .ok_or("the chat template does not write the message's content")?;
         let mut suffix = r.text[end..].to_string();
+        // A template may transform content (Llama 3 trims it): while the
+        // turn's text is still pending, it is fed as the template wrote it.
+        let start = r.content_spans.last().map_or(end, |s| s.0);
+        if let Some(i) = self
+            .turn_content_at
+            .take()
+            .filter(|&i| i <= self.pending.len())
+        {
+            let written: Option<String> = self.pending[i..]
+                .iter()
+                .map(|p| {
+                    if let Piece::Text(t, _) = p {
+                        Some(t.as_str())
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            if written.as_deref() == Some(content) && r.text[start..end] != *content {
+                let origin = match self.pending.get(i) {
+                    Some(Piece::Text(_, o)) => *o,
+                    _ => Origin::Template,
+                };
+                self.pending.truncate(i);
+                self.push_text(&r.text[start..end], origin);
+            }
+        }
         let mut msgs = self.messages.clone();
         msgs.push(Message {
             role: role.to_string(),
@@ -698,6 +729,7 @@ impl<'m> Lm<'m> {
         let tok = &self.model.tokenizer;
         let vocab = tok.vocab.clone();
         let pieces = std::mem::take(&mut self.pending);
+        self.turn_content_at = None;
         if self.seq.is_empty() {
             if let Some(bos) = tok.bos {
                 let bos_text = String::from_utf8_lossy(vocab.bytes(bos)).into_owned();
