@@ -228,7 +228,7 @@ pub fn encode_in(
     // The whole-string ids start a stretch: right unless this continues
     // one and the tokenizer would add its prefix space.
     let adds_prefix = || tok.encoder.encode("a").ok() != tok.encoder.encode_split("a").ok();
-    if !forged && !(continues && adds_prefix()) {
+    if !(forged || continues && adds_prefix()) {
         return Ok(enc
             .get_ids()
             .iter()

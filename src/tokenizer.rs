@@ -168,6 +168,10 @@ impl ModelTokenizer {
                 eos.push(id);
             }
         }
+        // An id that is ordinary text (a config naming a plain token as
+        // EOS, as test fixtures do) cannot end generation: its text would
+        // be lost, and constraints would allow it as an end.
+        eos.retain(|&id| (id as usize) >= vocab.len() || !vocab.is_generable(id));
         // BOS: `add_bos_token` when the config says; else whatever the
         // tokenizer's post-processor puts first; else the named BOS token
         // when it is a token of its own (Llama 3's `<|begin_of_text|>`),

@@ -21,7 +21,8 @@ const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['
 
 /// The models to run on: the shared tiny models, or one built here.
 fn models() -> &'static [(String, PathBuf)] {
-    static MODELS: OnceLock<(Vec<(String, PathBuf)>, Option<TempDir>)> = OnceLock::new();
+    type Models = (Vec<(String, PathBuf)>, Option<TempDir>);
+    static MODELS: OnceLock<Models> = OnceLock::new();
     &MODELS
         .get_or_init(|| {
             let shared = common::shared_dirs("tiny_models", &["qwen2-tiny", "phi3-tiny", "llama3-tiny", "mistral-tiny"], "model.safetensors");
@@ -31,7 +32,7 @@ fn models() -> &'static [(String, PathBuf)] {
             eprintln!("NOTE: running on a model with a tokenizer trained here instead of the shared tiny models");
             let dir = temp_dir("run-fallback-model");
             let mut tok = common::trained_byte_level();
-            tok.add_special_tokens([tokenizers::AddedToken::from("<|im_start|>", true), tokenizers::AddedToken::from("<|im_end|>", true)]);
+            tok.add_special_tokens([tokenizers::AddedToken::from("<|im_start|>", true), tokenizers::AddedToken::from("<|im_end|>", true)]).unwrap();
             let mut spec = Spec::small("qwen2");
             spec.vocab = tok.get_vocab_size(true);
             spec.write_hf(&dir);
@@ -162,7 +163,12 @@ fn every_example_runs_and_its_constraints_hold() {
                 );
                 continue;
             }
-            assert!(o.error.is_none(), "{ctx}: {:?}", o.error);
+            assert!(
+                o.error.is_none(),
+                "{ctx}: {:?} {:?}",
+                o.error,
+                o.state.captures
+            );
             assert_eq!(o.state.finish_reason, FinishReason::Done, "{ctx}");
             assert_eq!(events.last().map(String::as_str), Some("done"), "{ctx}");
             assert_kv_accounting(&o);

@@ -147,7 +147,7 @@ pub fn run(args: &RunArgs) -> i32 {
                     write!(out, "{style}{text}{}", styles.reset)
                 }
             }
-            Event::RoleOpen(role) => write!(out, "{}[{role}]{}\n", styles.role, styles.reset),
+            Event::RoleOpen(role) => writeln!(out, "{}[{role}]{}", styles.role, styles.reset),
             Event::RoleClose(_) => writeln!(out),
             _ => Ok(()),
         };

@@ -453,11 +453,14 @@ impl<'m> Lm<'m> {
             self.usage.generated_tokens += 1;
             heal.clear();
             lead.clear();
-            if let Some(m) = matcher.as_mut() {
+            // (A healed token equal to the prompt bytes adds nothing to the value.)
+            if let (Some(m), false) = (matcher.as_mut(), new.is_empty()) {
                 if !m.feed(new).map_err(|e| e.to_string())? {
-                    return Err(
-                        "internal: the sampled token does not continue the constraint".into(),
-                    );
+                    return Err(format!(
+                        "internal: the sampled token {:?} (after {:?}) does not continue the constraint",
+                        String::from_utf8_lossy(bytes),
+                        String::from_utf8_lossy(&healed)
+                    ));
                 }
             }
             if let (Some(b), Some(st)) = (&spec.bias, bias_state.as_mut()) {

@@ -772,7 +772,7 @@ impl Vm<'_, '_> {
                     .unwrap_or_default();
                 let first_default = f.params.len() - defaults.len();
                 for (i, &p) in f.params.iter().enumerate() {
-                    if !locals.contains_key(&p) {
+                    if let std::collections::hash_map::Entry::Vacant(slot) = locals.entry(p) {
                         let d = i
                             .checked_sub(first_default)
                             .and_then(|j| defaults.get(j).cloned());
@@ -782,7 +782,7 @@ impl Vm<'_, '_> {
                                 m.names[p as usize]
                             ))
                         })?;
-                        locals.insert(p, d);
+                        slot.insert(d);
                     }
                 }
                 let quiet = self.frame().quiet;
