@@ -59,29 +59,19 @@ struct Case {
 }
 
 fn load_cases(dir: &std::path::Path, enc: &TextEncoder) -> Vec<Case> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     files
         .iter()
         .filter_map(|f| {
-            let doc: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(f).ok()?).ok()?;
+            let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f).ok()?).ok()?;
             let instances = doc["tests"]
                 .as_array()?
                 .iter()
                 .filter(|t| t["valid"].as_bool() == Some(true))
-                .map(|t| {
-                    enc.encode(&serde_json::to_string(&t["data"]).unwrap())
-                        .unwrap()
-                })
+                .map(|t| enc.encode(&serde_json::to_string(&t["data"]).unwrap()).unwrap())
                 .collect();
-            Some(Case {
-                schema: doc["schema"].clone(),
-                instances,
-            })
+            Some(Case { schema: doc["schema"].clone(), instances })
         })
         .collect()
 }
@@ -95,11 +85,7 @@ fn run<C>(
     mut compile: impl FnMut(&serde_json::Value) -> Option<C>,
     mut walk: impl FnMut(&C, &[u32], &mut Vec<f64>),
 ) -> (Stats, Vec<bool>) {
-    let mut s = Stats {
-        compiled: 0,
-        compile_ms: Vec::new(),
-        mask_us: Vec::new(),
-    };
+    let mut s = Stats { compiled: 0, compile_ms: Vec::new(), mask_us: Vec::new() };
     let mut ok = Vec::new();
     for (i, c) in cases.iter().enumerate() {
         let t0 = Instant::now();
@@ -123,8 +109,7 @@ fn run<C>(
 fn run_lmt(cases: &[Case], vocab: &Vocab, only: Option<&[bool]>) -> (Stats, Vec<bool>) {
     let limits = Limits::default();
     let mut mask = TokenMask::new(vocab.len());
-    let compile =
-        |schema: &serde_json::Value| Constraint::json_schema(schema, Whitespace::Any, &limits).ok();
+    let compile = |schema: &serde_json::Value| Constraint::json_schema(schema, Whitespace::Any, &limits).ok();
     run(cases, only, compile, |cons, toks, times| {
         let mut m = cons.matcher(&limits);
         for &t in toks {
@@ -138,11 +123,7 @@ fn run_lmt(cases: &[Case], vocab: &Vocab, only: Option<&[bool]>) -> (Stats, Vec<
     })
 }
 
-fn run_llg(
-    cases: &[Case],
-    factory: &llguidance::ParserFactory,
-    only: Option<&[bool]>,
-) -> (Stats, Vec<bool>) {
+fn run_llg(cases: &[Case], factory: &llguidance::ParserFactory, only: Option<&[bool]>) -> (Stats, Vec<bool>) {
     let compile = |schema: &serde_json::Value| {
         let grammar = llguidance::api::TopLevelGrammar::from_json_schema(schema.clone());
         factory.create_parser(grammar).ok()
@@ -194,10 +175,7 @@ fn main() {
     let both: Vec<bool> = lmt_ok.iter().zip(&llg_ok).map(|(a, b)| *a && *b).collect();
     let (mut lmt_s, _) = run_lmt(&cases, &vocab, Some(&both));
     let (mut llg_s, _) = run_llg(&cases, &factory, Some(&both));
-    println!(
-        "JSONSchemaBench, Llama-3 tokenizer, one thread; masks on the {} schemas both compile",
-        both.iter().filter(|b| **b).count()
-    );
+    println!("JSONSchemaBench, Llama-3 tokenizer, one thread; masks on the {} schemas both compile", both.iter().filter(|b| **b).count());
     println!("(llguidance token environment set-up: {llg_setup:.2} s)\n");
     println!("| engine | compiled | compile ms p50 | compile ms p99 | masks | mask µs p50 | p90 | p99 | max |");
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -206,34 +184,14 @@ fn main() {
 
     // Regexes: compile and masks along a matching text.
     let regexes: &[(&str, &str)] = &[
-        (
-            "[12][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
-            "2024-07-15",
-        ),
-        (
-            "\\{\"name\": \"[A-Za-z ]{1,40}\", \"age\": (0|[1-9][0-9]?)\\}",
-            "{\"name\": \"Ada Lovelace\", \"age\": 36}",
-        ),
-        (
-            "NONE|\\([^,()]+, [^,()]+, [^,()]+\\)(<\\|>\\([^,()]+, [^,()]+, [^,()]+\\))*",
-            "(Marie Curie, discovered, polonium)<|>(Curie, born in, Warsaw)",
-        ),
-        (
-            "[a-z]+( [a-z]+)*\\.",
-            "the quick brown fox jumps over the lazy dog.",
-        ),
+        ("[12][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])", "2024-07-15"),
+        ("\\{\"name\": \"[A-Za-z ]{1,40}\", \"age\": (0|[1-9][0-9]?)\\}", "{\"name\": \"Ada Lovelace\", \"age\": 36}"),
+        ("NONE|\\([^,()]+, [^,()]+, [^,()]+\\)(<\\|>\\([^,()]+, [^,()]+, [^,()]+\\))*", "(Marie Curie, discovered, polonium)<|>(Curie, born in, Warsaw)"),
+        ("[a-z]+( [a-z]+)*\\.", "the quick brown fox jumps over the lazy dog."),
     ];
     let limits = Limits::default();
-    let mut lr = Stats {
-        compiled: 0,
-        compile_ms: Vec::new(),
-        mask_us: Vec::new(),
-    };
-    let mut gr = Stats {
-        compiled: 0,
-        compile_ms: Vec::new(),
-        mask_us: Vec::new(),
-    };
+    let mut lr = Stats { compiled: 0, compile_ms: Vec::new(), mask_us: Vec::new() };
+    let mut gr = Stats { compiled: 0, compile_ms: Vec::new(), mask_us: Vec::new() };
     let mut mask = TokenMask::new(vocab.len());
     for (rx, text) in regexes {
         let toks = enc.encode(text).unwrap();
@@ -249,9 +207,7 @@ fn main() {
             assert!(mask.get(t) && m.feed(vocab.bytes(t)).unwrap(), "{rx}");
         }
         let t0 = Instant::now();
-        let p = factory
-            .create_parser(llguidance::api::TopLevelGrammar::from_regex(rx))
-            .unwrap();
+        let p = factory.create_parser(llguidance::api::TopLevelGrammar::from_regex(rx)).unwrap();
         gr.compile_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         gr.compiled += 1;
         let mut m = llguidance::Matcher::new(Ok(p));
@@ -263,21 +219,14 @@ fn main() {
             m.consume_token(t).unwrap();
         }
     }
-    println!(
-        "\nRegexes ({} patterns, masks along a matching text; first use, so cold caches count)\n",
-        regexes.len()
-    );
+    println!("\nRegexes ({} patterns, masks along a matching text; first use, so cold caches count)\n", regexes.len());
     println!("| engine | compiled | compile ms p50 | compile ms p99 | masks | mask µs p50 | p90 | p99 | max |");
     println!("|---|---|---|---|---|---|---|---|---|");
     println!("{}", row("lmt", regexes.len(), &mut lr));
     println!("{}", row("llguidance 1.9.1", regexes.len(), &mut gr));
 
     // Criterion: compiling and walking one mid-sized schema, both engines.
-    let case = cases
-        .iter()
-        .zip(&both)
-        .find(|(c, b)| **b && !c.instances.is_empty() && c.instances[0].len() > 30)
-        .map(|(c, _)| c);
+    let case = cases.iter().zip(&both).find(|(c, b)| **b && !c.instances.is_empty() && c.instances[0].len() > 30).map(|(c, _)| c);
     let mut crit = Criterion::default().sample_size(20).configure_from_args();
     if let Some(case) = case {
         let mut g = crit.benchmark_group("json_schema_walk");
@@ -294,11 +243,7 @@ fn main() {
         });
         g.bench_function("llguidance", |b| {
             b.iter(|| {
-                let p = factory
-                    .create_parser(llguidance::api::TopLevelGrammar::from_json_schema(
-                        case.schema.clone(),
-                    ))
-                    .unwrap();
+                let p = factory.create_parser(llguidance::api::TopLevelGrammar::from_json_schema(case.schema.clone())).unwrap();
                 let mut m = llguidance::Matcher::new(Ok(p));
                 for &t in &case.instances[0] {
                     let _ = m.compute_mask().unwrap();

@@ -33,9 +33,7 @@ fn front_end(c: &mut Criterion) {
     let loader = FsLoader::default();
     let mut g = c.benchmark_group("front_end_2000_lines");
     g.bench_function("parse", |b| b.iter(|| lmt::syntax::parse(&text, FileId(0))));
-    g.bench_function("check", |b| {
-        b.iter(|| Workspace::load_text("big.lmt", &text, None, &loader))
-    });
+    g.bench_function("check", |b| b.iter(|| Workspace::load_text("big.lmt", &text, None, &loader)));
     let ws = Workspace::load_text("big.lmt", &text, None, &loader);
     assert!(!ws.has_errors(), "the generated template must be valid");
     g.bench_function("compile", |b| b.iter(|| lmt::ir::compile(&ws)));
@@ -66,14 +64,7 @@ fn lsp(c: &mut Criterion) {
     let mut id = 0;
     let mut request = |method: &str, params: serde_json::Value| {
         id += 1;
-        client
-            .sender
-            .send(Message::Request(Request::new(
-                RequestId::from(id),
-                method.into(),
-                params,
-            )))
-            .unwrap();
+        client.sender.send(Message::Request(Request::new(RequestId::from(id), method.into(), params))).unwrap();
         loop {
             if let Message::Response(r) = client.receiver.recv().unwrap() {
                 return r;
@@ -82,19 +73,10 @@ fn lsp(c: &mut Criterion) {
     };
     request("initialize", json!({"capabilities": {}}));
     let notify = |method: &str, params: serde_json::Value| {
-        client
-            .sender
-            .send(Message::Notification(Notification::new(
-                method.into(),
-                params,
-            )))
-            .unwrap();
+        client.sender.send(Message::Notification(Notification::new(method.into(), params))).unwrap();
     };
     notify("initialized", json!({}));
-    notify(
-        "textDocument/didOpen",
-        json!({"textDocument": {"uri": "file:///bench/big.lmt", "languageId": "lmt", "version": 1, "text": good}}),
-    );
+    notify("textDocument/didOpen", json!({"textDocument": {"uri": "file:///bench/big.lmt", "languageId": "lmt", "version": 1, "text": good}}));
     let mut version = 1;
     g.bench_function("edit_then_hover_round_trip", |b| {
         b.iter(|| {

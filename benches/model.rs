@@ -59,30 +59,21 @@ fn baseline(path: &Path) -> ModelWeights {
 }
 
 fn tokens(n: usize, salt: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i * 7919 + salt * 104_729) % 32000)
-        .collect()
+    (0..n as u32).map(|i| (i * 7919 + salt * 104_729) % 32000).collect()
 }
 
 /// Read bandwidth of this machine in bytes/s: every core summing its share
 /// of a buffer far larger than the caches.
 fn bandwidth() -> f64 {
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let buf: Vec<u64> = (0..(1usize << 27)).map(|i| i as u64).collect(); // 1 GiB
     let chunk = buf.len().div_ceil(threads);
     let mut best = f64::INFINITY;
     for _ in 0..5 {
         let t = Instant::now();
         let total: u64 = std::thread::scope(|s| {
-            let hs: Vec<_> = buf
-                .chunks(chunk)
-                .map(|c| s.spawn(move || c.iter().fold(0u64, |a, &b| a.wrapping_add(b))))
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().unwrap())
-                .fold(0, u64::wrapping_add)
+            let hs: Vec<_> = buf.chunks(chunk).map(|c| s.spawn(move || c.iter().fold(0u64, |a, &b| a.wrapping_add(b)))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).fold(0, u64::wrapping_add)
         });
         std::hint::black_box(total);
         best = best.min(t.elapsed().as_secs_f64());
@@ -91,18 +82,9 @@ fn bandwidth() -> f64 {
 }
 
 fn main() {
-    let mut c = Criterion::default()
-        .configure_from_args()
-        .sample_size(10)
-        .warm_up_time(Duration::from_secs(1));
+    let mut c = Criterion::default().configure_from_args().sample_size(10).warm_up_time(Duration::from_secs(1));
     let bw = bandwidth();
-    eprintln!(
-        "read bandwidth: {:.1} GB/s ({} threads)",
-        bw / 1e9,
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    );
+    eprintln!("read bandwidth: {:.1} GB/s ({} threads)", bw / 1e9, std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     for ty in [GgmlDType::Q8_0, GgmlDType::Q4K] {
         let path = model_file(ty);
         let ours = Decoder::load(&path, &Device::Cpu).unwrap();
@@ -120,10 +102,7 @@ fn main() {
             b.iter(|| ours.append(&mut ours.new_state(), &prompt).unwrap())
         });
         g.bench_function(BenchmarkId::new("candle-quantized_llama", PREFILL), |b| {
-            let x = Tensor::new(prompt.as_slice(), &Device::Cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
+            let x = Tensor::new(prompt.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
             b.iter(|| theirs.forward(&x, 0).unwrap())
         });
         g.finish();
@@ -148,10 +127,7 @@ fn main() {
             })
         });
         g.bench_function("candle-quantized_llama", |b| {
-            let x = Tensor::new(prompt.as_slice(), &Device::Cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
+            let x = Tensor::new(prompt.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
             b.iter_custom(|iters| {
                 let mut spent = Duration::ZERO;
                 for i in 0..iters as usize {
@@ -159,10 +135,7 @@ fn main() {
                         // Position 0 resets its cache.
                         theirs.forward(&x, 0).unwrap();
                     }
-                    let step = Tensor::new(&[steps[i % DECODE_SPAN]], &Device::Cpu)
-                        .unwrap()
-                        .unsqueeze(0)
-                        .unwrap();
+                    let step = Tensor::new(&[steps[i % DECODE_SPAN]], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
                     let t = Instant::now();
                     std::hint::black_box(theirs.forward(&step, PREFILL + i % DECODE_SPAN).unwrap());
                     spent += t.elapsed();

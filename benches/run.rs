@@ -27,16 +27,13 @@ const VEHICLES: &str = "Here are 6 vehicles, each with the length of its name:\n
 
 fn model_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-run-model");
-    let tok_src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/tokenizers/llama2/tokenizer.json");
+    let tok_src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/tokenizers/llama2/tokenizer.json");
     if !dir.join("model.safetensors").is_file() {
         std::fs::create_dir_all(&dir).unwrap();
         let tok = if tok_src.is_file() {
             tokenizers::Tokenizer::from_file(&tok_src).unwrap()
         } else {
-            eprintln!(
-                "NOTE: shared Llama-2 tokenizer absent; using a small BPE vocabulary trained here"
-            );
+            eprintln!("NOTE: shared Llama-2 tokenizer absent; using a small BPE vocabulary trained here");
             common::trained_byte_level()
         };
         let mut s = common::tiny::Spec::small("llama");
@@ -57,13 +54,7 @@ fn run(model: &Model, src: &str) -> lmt::state::State {
     let ws = Workspace::load_text("bench.lmt", src, None, &FsLoader::default());
     assert!(!ws.has_errors(), "{:?}", ws.diagnostics);
     let program = lmt::ir::compile(&ws);
-    let out = interp::run(
-        &program,
-        &ws.sources,
-        model,
-        &RunOptions::default(),
-        &mut |_| {},
-    );
+    let out = interp::run(&program, &ws.sources, model, &RunOptions::default(), &mut |_| {});
     assert!(out.error.is_none(), "{:?}", out.error);
     out.state
 }
@@ -80,15 +71,9 @@ fn resend(model: &Model, state: &lmt::state::State) -> u64 {
     let text = state.text();
     for c in &state.captures {
         // The prompt before this value, and the value's own tokens.
-        let at = text[prev_end..]
-            .find(&c.value.text)
-            .map_or(prev_end, |i| prev_end + i);
+        let at = text[prev_end..].find(&c.value.text).map_or(prev_end, |i| prev_end + i);
         prompt.push_str(&text[prev_end..at]);
-        let ids: Vec<u32> = tok
-            .bos
-            .into_iter()
-            .chain(tok.encoder.encode_split(&prompt).unwrap())
-            .collect();
+        let ids: Vec<u32> = tok.bos.into_iter().chain(tok.encoder.encode_split(&prompt).unwrap()).collect();
         let mut st = m.new_state();
         let mut logits = m.append(&mut st, &ids).unwrap();
         fed += ids.len() as u64;
@@ -118,9 +103,7 @@ fn main() {
     );
     let mut g = c.benchmark_group("six_vehicles");
     g.bench_function("lmt_one_kv_state", |b| b.iter(|| run(&model, VEHICLES)));
-    g.bench_function("resend_prompt_per_gen", |b| {
-        b.iter(|| resend(&model, &state))
-    });
+    g.bench_function("resend_prompt_per_gen", |b| b.iter(|| resend(&model, &state)));
     g.finish();
 
     let programs = [

@@ -18,141 +18,39 @@ pub struct Builtin {
     pub doc: &'static str,
 }
 
-const fn b(
-    name: &'static str,
-    min_args: usize,
-    max_args: usize,
-    params: &'static [&'static str],
-    doc: &'static str,
-) -> Builtin {
-    Builtin {
-        name,
-        min_args,
-        max_args,
-        params,
-        doc,
-    }
+const fn b(name: &'static str, min_args: usize, max_args: usize, params: &'static [&'static str], doc: &'static str) -> Builtin {
+    Builtin { name, min_args, max_args, params, doc }
 }
 
 /// Filters: `value | name(args)`.
 pub const FILTERS: &[Builtin] = &[
-    b(
-        "len",
-        0,
-        0,
-        &[],
-        "Length of a string (in characters), list or map.",
-    ),
+    b("len", 0, 0, &[], "Length of a string (in characters), list or map."),
     b("upper", 0, 0, &[], "The string in upper case."),
     b("lower", 0, 0, &[], "The string in lower case."),
-    b(
-        "capitalize",
-        0,
-        0,
-        &[],
-        "First character upper case, the rest lower case.",
-    ),
+    b("capitalize", 0, 0, &[], "First character upper case, the rest lower case."),
     b("title", 0, 0, &[], "Each word capitalised."),
-    b(
-        "trim",
-        0,
-        1,
-        &["chars"],
-        "The string without leading and trailing white space (or `chars`).",
-    ),
-    b(
-        "int",
-        0,
-        1,
-        &["default"],
-        "Converts to an integer (`default` when it cannot).",
-    ),
-    b(
-        "float",
-        0,
-        1,
-        &["default"],
-        "Converts to a float (`default` when it cannot).",
-    ),
+    b("trim", 0, 1, &["chars"], "The string without leading and trailing white space (or `chars`)."),
+    b("int", 0, 1, &["default"], "Converts to an integer (`default` when it cannot)."),
+    b("float", 0, 1, &["default"], "Converts to a float (`default` when it cannot)."),
     b("string", 0, 0, &[], "Converts to a string."),
-    b(
-        "join",
-        0,
-        1,
-        &["sep"],
-        "Joins a list into a string with `sep` between items.",
-    ),
-    b(
-        "split",
-        0,
-        2,
-        &["sep", "maxsplit"],
-        "Splits a string on `sep` (white space by default).",
-    ),
-    b(
-        "replace",
-        2,
-        3,
-        &["old", "new", "count"],
-        "Replaces `old` with `new` (at most `count` times).",
-    ),
-    b(
-        "first",
-        0,
-        0,
-        &[],
-        "The first item of a list or character of a string.",
-    ),
-    b(
-        "last",
-        0,
-        0,
-        &[],
-        "The last item of a list or character of a string.",
-    ),
-    b(
-        "default",
-        1,
-        2,
-        &["value", "boolean"],
-        "`value` when undefined (or, with `boolean=true`, when false-like).",
-    ),
-    b(
-        "round",
-        0,
-        1,
-        &["precision"],
-        "Rounds a number to `precision` decimal places (0 by default).",
-    ),
+    b("join", 0, 1, &["sep"], "Joins a list into a string with `sep` between items."),
+    b("split", 0, 2, &["sep", "maxsplit"], "Splits a string on `sep` (white space by default)."),
+    b("replace", 2, 3, &["old", "new", "count"], "Replaces `old` with `new` (at most `count` times)."),
+    b("first", 0, 0, &[], "The first item of a list or character of a string."),
+    b("last", 0, 0, &[], "The last item of a list or character of a string."),
+    b("default", 1, 2, &["value", "boolean"], "`value` when undefined (or, with `boolean=true`, when false-like)."),
+    b("round", 0, 1, &["precision"], "Rounds a number to `precision` decimal places (0 by default)."),
     b("abs", 0, 0, &[], "Absolute value."),
     b("tojson", 0, 1, &["indent"], "The value as JSON text."),
     b("fromjson", 0, 0, &[], "Parses JSON text into a value."),
-    b(
-        "list",
-        0,
-        0,
-        &[],
-        "Converts to a list (of characters, for a string).",
-    ),
+    b("list", 0, 0, &[], "Converts to a list (of characters, for a string)."),
     b("sort", 0, 1, &["reverse"], "The list sorted."),
     b("reverse", 0, 0, &[], "The list or string reversed."),
-    b(
-        "unique",
-        0,
-        0,
-        &[],
-        "The list without repeated items, first occurrences kept.",
-    ),
+    b("unique", 0, 0, &[], "The list without repeated items, first occurrences kept."),
     b("sum", 0, 0, &[], "Sum of a list of numbers."),
     b("min", 0, 0, &[], "Smallest item of a list."),
     b("max", 0, 0, &[], "Largest item of a list."),
-    b(
-        "items",
-        0,
-        0,
-        &[],
-        "A map's `[key, value]` pairs, for `{% for k, v in m | items %}`.",
-    ),
+    b("items", 0, 0, &[], "A map's `[key, value]` pairs, for `{% for k, v in m | items %}`."),
     b("keys", 0, 0, &[], "A map's keys."),
     b("values", 0, 0, &[], "A map's values."),
 ];
@@ -171,13 +69,7 @@ pub const TESTS: &[Builtin] = &[
     b("mapping", 0, 0, &[], "The value is a map."),
     b("even", 0, 0, &[], "The integer is even."),
     b("odd", 0, 0, &[], "The integer is odd."),
-    b(
-        "divisibleby",
-        1,
-        1,
-        &["num"],
-        "The integer is divisible by `num`.",
-    ),
+    b("divisibleby", 1, 1, &["num"], "The integer is divisible by `num`."),
 ];
 
 /// Functions that are not filters.
@@ -203,11 +95,7 @@ pub fn test(name: &str) -> Option<&'static Builtin> {
 /// with its value as the first argument (`len(x)` is `x | len`). Returns
 /// the builtin and how many leading arguments the call adds.
 pub fn function(name: &str) -> Option<(&'static Builtin, usize)> {
-    FUNCTIONS
-        .iter()
-        .find(|f| f.name == name)
-        .map(|f| (f, 0))
-        .or_else(|| filter(name).map(|f| (f, 1)))
+    FUNCTIONS.iter().find(|f| f.name == name).map(|f| (f, 0)).or_else(|| filter(name).map(|f| (f, 1)))
 }
 
 /// Names reserved for the language: not assignable.

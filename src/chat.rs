@@ -59,25 +59,12 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> Result<String, minijinja::Error> {
-                Err(minijinja::Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    msg,
-                ))
-            },
-        );
-        env.add_function("strftime_now", |fmt: String| -> String {
-            strftime_now(&fmt)
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
-        env.add_template_owned("chat", source.to_string())
-            .map_err(|e| format!("the chat template does not compile: {e}"))?;
-        Ok(ChatTemplate {
-            env,
-            bos: bos.to_string(),
-            eos: eos.to_string(),
-        })
+        env.add_function("strftime_now", |fmt: String| -> String { strftime_now(&fmt) });
+        env.add_template_owned("chat", source.to_string()).map_err(|e| format!("the chat template does not compile: {e}"))?;
+        Ok(ChatTemplate { env, bos: bos.to_string(), eos: eos.to_string() })
     }
 
     /// Renders `messages`, ending with the assistant's header when
@@ -87,24 +74,14 @@ impl ChatTemplate {
     /// gives the template's own text around it) and with the real contents.
     /// Each content's rendered form is then read off between the known
     /// template pieces; templates may trim it (Llama 3 does), nothing else.
-    pub fn render(
-        &self,
-        messages: &[Message],
-        add_generation_prompt: bool,
-    ) -> Result<Rendered, String> {
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Rendered, String> {
         if let Some(m) = messages.iter().find(|m| m.content.contains([OPEN, CLOSE])) {
-            return Err(format!(
-                "a {} message contains a reserved character (U+F8F0/U+F8F1)",
-                m.role
-            ));
+            return Err(format!("a {} message contains a reserved character (U+F8F0/U+F8F1)", m.role));
         }
         let marked: Vec<Message> = messages
             .iter()
             .enumerate()
-            .map(|(i, m)| Message {
-                role: m.role.clone(),
-                content: format!("{OPEN}{i}{CLOSE}"),
-            })
+            .map(|(i, m)| Message { role: m.role.clone(), content: format!("{OPEN}{i}{CLOSE}") })
             .collect();
         let sentinel = self.render_raw(&marked, add_generation_prompt)?;
         let real = self.render_raw(messages, add_generation_prompt)?;
@@ -115,19 +92,13 @@ impl ChatTemplate {
         while let Some(at) = rest.find(OPEN) {
             pieces.push(&rest[..at]);
             let after = &rest[at + OPEN.len_utf8()..];
-            let end = after
-                .find(CLOSE)
-                .ok_or("the chat template cut a message's content")?;
-            let i: usize = after[..end]
-                .parse()
-                .map_err(|_| "the chat template changed a message's content")?;
+            let end = after.find(CLOSE).ok_or("the chat template cut a message's content")?;
+            let i: usize = after[..end].parse().map_err(|_| "the chat template changed a message's content")?;
             order.push(i);
             rest = &after[end + CLOSE.len_utf8()..];
         }
         pieces.push(rest);
-        let lost = || {
-            "the chat template transforms message content in a way lmt cannot follow".to_string()
-        };
+        let lost = || "the chat template transforms message content in a way lmt cannot follow".to_string();
         let mut at = 0;
         let mut content_spans = Vec::new();
         for (k, &i) in order.iter().enumerate() {
@@ -141,34 +112,19 @@ impl ChatTemplate {
             let c = messages[i].content.as_str();
             let fits = |x: &str| {
                 let tail = &real[at..];
-                tail.starts_with(x)
-                    && if last {
-                        tail[x.len()..] == *next
-                    } else {
-                        tail[x.len()..].starts_with(next)
-                    }
+                tail.starts_with(x) && if last { tail[x.len()..] == *next } else { tail[x.len()..].starts_with(next) }
             };
-            let x = [c, c.trim(), c.trim_start(), c.trim_end()]
-                .into_iter()
-                .find(|x| fits(x))
-                .ok_or_else(lost)?;
+            let x = [c, c.trim(), c.trim_start(), c.trim_end()].into_iter().find(|x| fits(x)).ok_or_else(lost)?;
             content_spans.push((at, at + x.len()));
             at += x.len();
         }
         if order.is_empty() && real != sentinel {
             return Err(lost());
         }
-        Ok(Rendered {
-            text: real,
-            content_spans,
-        })
+        Ok(Rendered { text: real, content_spans })
     }
 
-    fn render_raw(
-        &self,
-        messages: &[Message],
-        add_generation_prompt: bool,
-    ) -> Result<String, String> {
+    fn render_raw(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
         let tmpl = self.env.get_template("chat").map_err(|e| e.to_string())?;
         tmpl.render(minijinja::context! {
             messages => messages,
@@ -184,57 +140,32 @@ impl ChatTemplate {
 /// no special or added token comes from content, else template pieces with
 /// their special tokens and content encoded safely.
 pub fn encode(tok: &ModelTokenizer, r: &Rendered) -> Result<Vec<u32>, String> {
-    Ok(encode_in(tok, r, false)?
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect())
+    Ok(encode_in(tok, r, false)?.into_iter().map(|(id, _)| id).collect())
 }
 
 /// [`encode`] with where each token starts in `r.text`, for text that may
 /// continue a stretch of text already in the sequence (`continues`): then
 /// no SentencePiece prefix space is added at its start, as none would be
 /// in the middle of a longer text.
-pub fn encode_in(
-    tok: &ModelTokenizer,
-    r: &Rendered,
-    continues: bool,
-) -> Result<Vec<(u32, usize)>, String> {
-    let enc = tok
-        .tokenizer
-        .encode(r.text.as_str(), false)
-        .map_err(|e| e.to_string())?;
+pub fn encode_in(tok: &ModelTokenizer, r: &Rendered, continues: bool) -> Result<Vec<(u32, usize)>, String> {
+    let enc = tok.tokenizer.encode(r.text.as_str(), false).map_err(|e| e.to_string())?;
     let is_special = |id: u32| tok.vocab.is_special_or_added(id);
-    let forged = enc
-        .get_ids()
-        .iter()
-        .zip(enc.get_offsets())
-        .any(|(&id, &(s, e))| {
-            if !is_special(id) {
-                return false;
-            }
-            // The match of a token that strips whitespace around it covers that
-            // whitespace too: where its own text sits is what counts.
-            let own = std::str::from_utf8(tok.vocab.bytes(id)).unwrap_or("");
-            let start = r
-                .text
-                .get(s..e)
-                .and_then(|m| m.find(own))
-                .map_or(s, |i| s + i);
-            let end = start + own.len();
-            r.content_spans
-                .iter()
-                .any(|&(cs, ce)| start < ce && cs < end)
-        });
+    let forged = enc.get_ids().iter().zip(enc.get_offsets()).any(|(&id, &(s, e))| {
+        if !is_special(id) {
+            return false;
+        }
+        // The match of a token that strips whitespace around it covers that
+        // whitespace too: where its own text sits is what counts.
+        let own = std::str::from_utf8(tok.vocab.bytes(id)).unwrap_or("");
+        let start = r.text.get(s..e).and_then(|m| m.find(own)).map_or(s, |i| s + i);
+        let end = start + own.len();
+        r.content_spans.iter().any(|&(cs, ce)| start < ce && cs < end)
+    });
     // The whole-string ids start a stretch: right unless this continues
     // one and the tokenizer would add its prefix space.
     let adds_prefix = || tok.encoder.encode("a").ok() != tok.encoder.encode_split("a").ok();
     if !(forged || continues && adds_prefix()) {
-        return Ok(enc
-            .get_ids()
-            .iter()
-            .copied()
-            .zip(enc.get_offsets().iter().map(|o| o.0))
-            .collect());
+        return Ok(enc.get_ids().iter().copied().zip(enc.get_offsets().iter().map(|o| o.0)).collect());
     }
     let mut ids: Vec<(u32, usize)> = Vec::new();
     let mut at = 0;
@@ -247,11 +178,7 @@ pub fn encode_in(
             None => !continues,
             Some(&(id, _)) => is_special(id),
         };
-        let part = if starts_stretch {
-            tok.encoder.encode_split(content)?
-        } else {
-            tok.encoder.encode(content)?
-        };
+        let part = if starts_stretch { tok.encoder.encode_split(content)? } else { tok.encoder.encode(content)? };
         // Offsets by the tokens' bytes (a prefix space has none in the text).
         let mut o = cs;
         for id in part {
@@ -265,33 +192,18 @@ pub fn encode_in(
 }
 
 /// Template text: special tokens parsed, nothing added around it; offsets from `base`.
-fn template_ids(
-    tok: &ModelTokenizer,
-    text: &str,
-    base: usize,
-) -> Result<Vec<(u32, usize)>, String> {
+fn template_ids(tok: &ModelTokenizer, text: &str, base: usize) -> Result<Vec<(u32, usize)>, String> {
     if text.is_empty() {
         return Ok(Vec::new());
     }
-    let enc = tok
-        .tokenizer
-        .encode(text, false)
-        .map_err(|e| e.to_string())?;
-    Ok(enc
-        .get_ids()
-        .iter()
-        .copied()
-        .zip(enc.get_offsets().iter().map(|o| base + o.0))
-        .collect())
+    let enc = tok.tokenizer.encode(text, false).map_err(|e| e.to_string())?;
+    Ok(enc.get_ids().iter().copied().zip(enc.get_offsets().iter().map(|o| base + o.0)).collect())
 }
 
 /// The current UTC time formatted with the `strftime` codes templates use
 /// (`%d %b %Y` and friends), for templates that print today's date.
 fn strftime_now(fmt: &str) -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let days = (secs / 86_400) as i64;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -303,20 +215,7 @@ fn strftime_now(fmt: &str) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
+    const MONTHS: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
     let name = MONTHS[(month - 1) as usize];
     let mut out = String::new();
     let mut chars = fmt.chars();

@@ -69,11 +69,7 @@ impl Diagnostic {
 
     /// Adds a secondary span in the same file.
     pub fn with_secondary(mut self, span: Span, message: impl Into<String>) -> Self {
-        self.secondary.push(Label {
-            file: self.file,
-            span,
-            message: message.into(),
-        });
+        self.secondary.push(Label { file: self.file, span, message: message.into() });
         self
     }
 

@@ -19,10 +19,7 @@ impl Span {
     /// The span `start..end`.
     pub fn new(start: usize, end: usize) -> Span {
         debug_assert!(start <= end);
-        Span {
-            start: start as u32,
-            end: end as u32,
-        }
+        Span { start: start as u32, end: end as u32 }
     }
 
     /// An empty span at `offset`.
@@ -32,11 +29,9 @@ impl Span {
 
     /// The span covering both `self` and `other`.
     pub fn to(self, other: Span) -> Span {
-        Span {
-            start: self.start.min(other.start),
-            end: self.end.max(other.end),
-        }
+        Span { start: self.start.min(other.start), end: self.end.max(other.end) }
     }
+
 
     /// The span as a `Range<usize>` for slicing.
     pub fn range(self) -> std::ops::Range<usize> {
@@ -76,12 +71,7 @@ impl SourceFile {
     pub fn new(name: impl Into<String>, path: Option<PathBuf>, text: impl Into<Arc<str>>) -> Self {
         let text = text.into();
         let lines = LineIndex::new(&text);
-        SourceFile {
-            name: name.into(),
-            path,
-            text,
-            lines,
-        }
+        SourceFile { name: name.into(), path, text, lines }
     }
 }
 
@@ -103,12 +93,11 @@ impl SourceMap {
         &self.files[id.0 as usize]
     }
 
+
+
     /// All files with their ids.
     pub fn iter(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
-        self.files
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (FileId(i as u32), f))
+        self.files.iter().enumerate().map(|(i, f)| (FileId(i as u32), f))
     }
 }
 
@@ -148,6 +137,7 @@ impl LineIndex {
         self.starts[line.min(self.starts.len() - 1)] as usize
     }
 
+
     /// 1-based line and character column of `offset` in `text`. Offsets past
     /// the end or inside a character are clamped to a character boundary.
     pub fn line_col(&self, text: &str, offset: usize) -> LineCol {
@@ -155,10 +145,7 @@ impl LineIndex {
         let line = self.line_of(offset);
         let start = self.line_start(line);
         let column = text[start..offset].chars().count();
-        LineCol {
-            line: line as u32 + 1,
-            column: column as u32 + 1,
-        }
+        LineCol { line: line as u32 + 1, column: column as u32 + 1 }
     }
 
     /// 0-based line and UTF-16 column of `offset`, as the language server

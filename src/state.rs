@@ -192,11 +192,7 @@ impl State {
         self.nodes
             .iter()
             .filter_map(|n| match n {
-                Node::Text {
-                    text,
-                    hidden: false,
-                    ..
-                } => Some(text.as_str()),
+                Node::Text { text, hidden: false, .. } => Some(text.as_str()),
                 _ => None,
             })
             .collect()
@@ -213,24 +209,13 @@ impl State {
             return;
         }
         if origin != Origin::Generated {
-            if let Some(Node::Text {
-                text: t,
-                origin: o,
-                tokens,
-                hidden: h,
-            }) = self.nodes.last_mut()
-            {
+            if let Some(Node::Text { text: t, origin: o, tokens, hidden: h }) = self.nodes.last_mut() {
                 if *o == origin && *h == hidden && tokens.is_empty() {
                     t.push_str(text);
                     return;
                 }
             }
         }
-        self.nodes.push(Node::Text {
-            text: text.to_string(),
-            origin,
-            tokens: Vec::new(),
-            hidden,
-        });
+        self.nodes.push(Node::Text { text: text.to_string(), origin, tokens: Vec::new(), hidden });
     }
 }

@@ -8,9 +8,7 @@
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::metaspace::PrependScheme;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::{
-    Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, Tokenizer,
-};
+use tokenizers::{Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, Tokenizer};
 
 /// Encodes untrusted text with a tokenizer's model, never its added tokens.
 #[derive(Clone)]
@@ -29,10 +27,7 @@ impl TextEncoder {
     /// An encoder for `tok`.
     pub fn new(tok: &Tokenizer) -> TextEncoder {
         let pre = tok.get_pre_tokenizer().cloned().map(without_prepend);
-        TextEncoder {
-            tok: tok.clone(),
-            pre,
-        }
+        TextEncoder { tok: tok.clone(), pre }
     }
 
     /// The token ids of `text`, with no special or added token among them
@@ -53,11 +48,9 @@ impl TextEncoder {
         let mut pts = PreTokenizedString::from(text);
         if let Some(n) = self.tok.get_normalizer() {
             if prefix {
-                pts.normalize(|s| n.normalize(s))
-                    .map_err(|e| e.to_string())?;
+                pts.normalize(|s| n.normalize(s)).map_err(|e| e.to_string())?;
             } else {
-                pts.normalize(|s| normalize_without_prefix(n, s))
-                    .map_err(|e| e.to_string())?;
+                pts.normalize(|s| normalize_without_prefix(n, s)).map_err(|e| e.to_string())?;
             }
         }
         let original = self.tok.get_pre_tokenizer();
@@ -65,8 +58,7 @@ impl TextEncoder {
             p.pre_tokenize(&mut pts).map_err(|e| e.to_string())?;
         }
         let model = self.tok.get_model();
-        pts.tokenize(|s| tokenizers::Model::tokenize(model, s.get()))
-            .map_err(|e| e.to_string())?;
+        pts.tokenize(|s| tokenizers::Model::tokenize(model, s.get())).map_err(|e| e.to_string())?;
         Ok(pts
             .get_splits(OffsetReferential::Original, OffsetType::None)
             .into_iter()
@@ -76,10 +68,7 @@ impl TextEncoder {
 }
 
 /// Applies normalizer `n` but for a SentencePiece `Prepend("▁")`.
-fn normalize_without_prefix(
-    n: &NormalizerWrapper,
-    s: &mut tokenizers::NormalizedString,
-) -> tokenizers::Result<()> {
+fn normalize_without_prefix(n: &NormalizerWrapper, s: &mut tokenizers::NormalizedString) -> tokenizers::Result<()> {
     match n {
         NormalizerWrapper::Prepend(_) => Ok(()),
         NormalizerWrapper::Sequence(seq) => {
@@ -133,14 +122,10 @@ pub struct ModelTokenizer {
 impl ModelTokenizer {
     /// Loads `tokenizer.json` and the `tokenizer_config.json` beside it,
     /// with EOS ids also taken from the model config.
-    pub fn load(
-        path: &std::path::Path,
-        cfg: &crate::model::ModelConfig,
-    ) -> Result<ModelTokenizer, crate::model::ModelError> {
+    pub fn load(path: &std::path::Path, cfg: &crate::model::ModelConfig) -> Result<ModelTokenizer, crate::model::ModelError> {
         use crate::engine::TokenKind;
         use crate::model::ModelError;
-        let tok = Tokenizer::from_file(path)
-            .map_err(|e| ModelError::Tokenizer(format!("cannot load `{}`: {e}", path.display())))?;
+        let tok = Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer(format!("cannot load `{}`: {e}", path.display())))?;
         let mut vocab = crate::engine::Vocab::from_tokenizer(&tok);
         let config: serde_json::Value = path
             .parent()
@@ -154,16 +139,8 @@ impl ModelTokenizer {
         };
         let mut eos: Vec<u32> = Vec::new();
         // The common EOS names only when the tokenizer config names none.
-        let fallback = if named("eos_token").is_none() {
-            vocab.eos().to_vec()
-        } else {
-            Vec::new()
-        };
-        for id in named("eos_token")
-            .into_iter()
-            .chain(cfg.eos_token_ids.iter().copied())
-            .chain(fallback)
-        {
+        let fallback = if named("eos_token").is_none() { vocab.eos().to_vec() } else { Vec::new() };
+        for id in named("eos_token").into_iter().chain(cfg.eos_token_ids.iter().copied()).chain(fallback) {
             if !eos.contains(&id) {
                 eos.push(id);
             }
@@ -176,11 +153,7 @@ impl ModelTokenizer {
         // tokenizer's post-processor puts first; else the named BOS token
         // when it is a token of its own (Llama 3's `<|begin_of_text|>`),
         // not Qwen's `<|endoftext|>` that doubles as EOS.
-        let probe = tok
-            .encode("a", true)
-            .map(|e| e.get_ids().first().copied())
-            .ok()
-            .flatten();
+        let probe = tok.encode("a", true).map(|e| e.get_ids().first().copied()).ok().flatten();
         let probe_bos = probe.filter(|&id| vocab.kind(id) == TokenKind::Special);
         let named_bos = named("bos_token").or(cfg.bos_token_id);
         let bos = match config["add_bos_token"].as_bool() {
@@ -189,13 +162,7 @@ impl ModelTokenizer {
             None => probe_bos.or(named_bos.filter(|id| !eos.contains(id))),
         };
         let mut eot = eos.clone();
-        for name in [
-            "<|eot_id|>",
-            "<|im_end|>",
-            "<|end|>",
-            "<end_of_turn>",
-            "<|endoftext|>",
-        ] {
+        for name in ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"] {
             if let Some(id) = tok.token_to_id(name) {
                 if !eot.contains(&id) && vocab.kind(id) == TokenKind::Special {
                     eot.push(id);

@@ -80,23 +80,13 @@ impl Workspace {
 
     /// Loads a template given as text (standard input, a REPL entry, an
     /// editor buffer); `path`, if given, is where relative imports resolve from.
-    pub fn load_text(
-        name: &str,
-        text: &str,
-        path: Option<PathBuf>,
-        loader: &dyn Loader,
-    ) -> Workspace {
+    pub fn load_text(name: &str, text: &str, path: Option<PathBuf>, loader: &dyn Loader) -> Workspace {
         Self::load(SourceFile::new(name, path, text.to_string()), loader)
     }
 
     fn load(file: SourceFile, loader: &dyn Loader) -> Workspace {
         let mut ws = Workspace::default();
-        let mut l = Load {
-            ws: &mut ws,
-            loader,
-            done: HashMap::new(),
-            parsed: HashMap::new(),
-        };
+        let mut l = Load { ws: &mut ws, loader, done: HashMap::new(), parsed: HashMap::new() };
         let root = l.ws.sources.add(file);
         l.module(root, &mut Vec::new());
         let mut modules: Vec<Module> = std::mem::take(&mut l.parsed).into_values().collect();
@@ -121,11 +111,8 @@ impl Workspace {
     /// Imported modules may define things but not generate: their top-level
     /// code runs when imported, with no place in the prompt.
     fn side_effects(&mut self) {
-        let imported: std::collections::BTreeSet<FileId> = self
-            .modules
-            .iter()
-            .flat_map(|m| m.imports.iter().map(|(_, f)| *f))
-            .collect();
+        let imported: std::collections::BTreeSet<FileId> =
+            self.modules.iter().flat_map(|m| m.imports.iter().map(|(_, f)| *f)).collect();
         for f in imported {
             if f == self.root {
                 continue;
@@ -134,15 +121,8 @@ impl Workspace {
             top_level_effects(&self.modules[f.0 as usize].template.body, &mut spans);
             for (span, what) in spans {
                 self.diagnostics.push(
-                    Diagnostic::new(
-                        Code::ImportedSideEffect,
-                        f,
-                        span,
-                        format!("an imported module cannot {what} at its top level"),
-                    )
-                    .with_help(
-                        "move it into a `{% def %}` and call that from the importing template",
-                    ),
+                    Diagnostic::new(Code::ImportedSideEffect, f, span, format!("an imported module cannot {what} at its top level"))
+                        .with_help("move it into a `{% def %}` and call that from the importing template"),
                 );
             }
         }
@@ -158,10 +138,7 @@ fn top_level_effects(body: &[ast::Node], out: &mut Vec<(Span, &'static str)>) {
             Node::Role(b) => out.push((b.open, "open a role")),
             // A def's body runs only when called.
             Node::Def(_) => {}
-            other => other
-                .bodies()
-                .into_iter()
-                .for_each(|b| top_level_effects(b, out)),
+            other => other.bodies().into_iter().for_each(|b| top_level_effects(b, out)),
         }
     }
 }
@@ -187,11 +164,7 @@ impl Load<'_> {
     /// `stack` holds the files being loaded, for cycle detection.
     fn module(&mut self, file: FileId, stack: &mut Vec<FileId>) {
         let src = self.ws.sources.get(file).clone();
-        let key = src
-            .path
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| src.name.clone());
+        let key = src.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| src.name.clone());
         self.done.insert(key, file);
         let parsed = syntax::parse(&src.text, file);
         self.ws.diagnostics.extend(parsed.diagnostics);
@@ -199,16 +172,12 @@ impl Load<'_> {
         stack.push(file);
         let mut imports = Vec::new();
         let mut infos: HashMap<String, ModuleInfo> = HashMap::new();
-        let base_dir = src
-            .path
-            .as_ref()
-            .and_then(|p| p.parent().map(Path::to_path_buf));
+        let base_dir = src.path.as_ref().and_then(|p| p.parent().map(Path::to_path_buf));
         for imp in collect_imports(&template.body) {
             let target = match self.resolve(&imp.path, base_dir.as_deref()) {
                 Ok(r) => r,
                 Err(msg) => {
-                    let d = Diagnostic::new(Code::ImportNotFound, file, imp.path_span, msg.0)
-                        .with_help(msg.1);
+                    let d = Diagnostic::new(Code::ImportNotFound, file, imp.path_span, msg.0).with_help(msg.1);
                     self.ws.diagnostics.push(d);
                     continue;
                 }
@@ -231,21 +200,13 @@ impl Load<'_> {
                 }
                 None if stack.len() >= MAX_IMPORT_DEPTH => {
                     self.ws.diagnostics.push(
-                        Diagnostic::new(
-                            Code::ImportCycle,
-                            file,
-                            imp.path_span,
-                            format!("imports nest deeper than {MAX_IMPORT_DEPTH} files"),
-                        )
-                        .with_help("flatten the chain of imports"),
+                        Diagnostic::new(Code::ImportCycle, file, imp.path_span, format!("imports nest deeper than {MAX_IMPORT_DEPTH} files"))
+                            .with_help("flatten the chain of imports"),
                     );
                     continue;
                 }
                 None => {
-                    let id =
-                        self.ws
-                            .sources
-                            .add(SourceFile::new(target.name, target.path, target.text));
+                    let id = self.ws.sources.add(SourceFile::new(target.name, target.path, target.text));
                     self.module(id, stack);
                     id
                 }
@@ -256,38 +217,17 @@ impl Load<'_> {
             }
         }
         stack.pop();
-        let ctx = check::Ctx {
-            file,
-            text: &src.text,
-            base_dir,
-            loader: self.loader,
-            imports: &infos,
-        };
-        self.ws
-            .diagnostics
-            .extend(check::check_template(&template, &ctx));
+        let ctx = check::Ctx { file, text: &src.text, base_dir, loader: self.loader, imports: &infos };
+        self.ws.diagnostics.extend(check::check_template(&template, &ctx));
         let info = check::module_info(&src.name, &template);
-        self.parsed.insert(
-            file,
-            Module {
-                file,
-                template,
-                info,
-                imports,
-            },
-        );
+        self.parsed.insert(file, Module { file, template, info, imports });
     }
 
     fn resolve(&self, path: &str, base: Option<&Path>) -> Result<Resolved, (String, String)> {
         if let Some(rest) = path.strip_prefix("std/") {
             let name = format!("std/{}", rest.trim_end_matches(".lmt"));
             return match crate::stdlib::get(&name) {
-                Some(text) => Ok(Resolved {
-                    key: name.clone(),
-                    name,
-                    path: None,
-                    text: text.to_string(),
-                }),
+                Some(text) => Ok(Resolved { key: name.clone(), name, path: None, text: text.to_string() }),
                 None => {
                     let names: Vec<&str> = crate::stdlib::names().collect();
                     let help = match check::suggest(&name, names.iter().copied()) {
@@ -299,10 +239,7 @@ impl Load<'_> {
             };
         }
         if path.is_empty() {
-            return Err((
-                "the import path is empty".into(),
-                "write a path such as `./lib.lmt` or `std/json`".into(),
-            ));
+            return Err(("the import path is empty".into(), "write a path such as `./lib.lmt` or `std/json`".into()));
         }
         let p = Path::new(path);
         let full = match (p.is_absolute(), base) {
@@ -317,12 +254,7 @@ impl Load<'_> {
             if let Ok(text) = self.loader.read(c) {
                 let canon = std::fs::canonicalize(c).unwrap_or_else(|_| c.clone());
                 let name = pretty(c);
-                return Ok(Resolved {
-                    key: canon.display().to_string(),
-                    name,
-                    path: Some(canon),
-                    text,
-                });
+                return Ok(Resolved { key: canon.display().to_string(), name, path: Some(canon), text });
             }
         }
         Err((
@@ -338,9 +270,7 @@ fn pretty(p: &Path) -> String {
     for c in p.components() {
         match c {
             std::path::Component::CurDir => {}
-            std::path::Component::ParentDir
-                if matches!(parts.last(), Some(std::path::Component::Normal(_))) =>
-            {
+            std::path::Component::ParentDir if matches!(parts.last(), Some(std::path::Component::Normal(_))) => {
                 parts.pop();
             }
             other => parts.push(other),

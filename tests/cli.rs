@@ -6,24 +6,12 @@ use std::process::{Command, Output, Stdio};
 
 fn lmt(args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lmt"));
-    cmd.args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("CLICOLOR_FORCE")
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
+    cmd.args(args).env("NO_COLOR", "1").env_remove("CLICOLOR_FORCE").current_dir(env!("CARGO_MANIFEST_DIR"));
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("lmt runs");
     if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     }
     child.wait_with_output().unwrap()
 }
@@ -43,20 +31,11 @@ fn five_independent_errors_are_all_reported_in_json() {
     let p = write_temp("five.lmt", FIVE_ERRORS);
     let out = lmt(&["check", "--format", "json", p.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(1));
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let got: Vec<(String, u64, u64)> = lines
         .iter()
-        .map(|d| {
-            (
-                d["code"].as_str().unwrap().to_string(),
-                d["line"].as_u64().unwrap(),
-                d["column"].as_u64().unwrap(),
-            )
-        })
+        .map(|d| (d["code"].as_str().unwrap().to_string(), d["line"].as_u64().unwrap(), d["column"].as_u64().unwrap()))
         .collect();
     assert_eq!(
         got,
@@ -69,17 +48,7 @@ fn five_independent_errors_are_all_reported_in_json() {
         ]
     );
     for d in &lines {
-        for key in [
-            "file",
-            "code",
-            "severity",
-            "message",
-            "line",
-            "column",
-            "end_line",
-            "end_column",
-            "help",
-        ] {
+        for key in ["file", "code", "severity", "message", "line", "column", "end_line", "end_column", "help"] {
             assert!(d.get(key).is_some(), "missing `{key}` in {d}");
         }
         assert_eq!(d["severity"], "error");
@@ -93,35 +62,19 @@ fn five_independent_errors_are_all_reported_for_people() {
     let out = lmt(&["check", p.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
-    for (code, place) in [
-        ("E0301", ":2:10]"),
-        ("E0104", ":3:10]"),
-        ("E0204", ":4:1]"),
-        ("E0401", ":5:17]"),
-        ("E0501", ":6:8]"),
-    ] {
-        let at = err
-            .find(code)
-            .unwrap_or_else(|| panic!("{code} missing:\n{err}"));
+    for (code, place) in [("E0301", ":2:10]"), ("E0104", ":3:10]"), ("E0204", ":4:1]"), ("E0401", ":5:17]"), ("E0501", ":6:8]")] {
+        let at = err.find(code).unwrap_or_else(|| panic!("{code} missing:\n{err}"));
         assert!(err[at..].contains(place), "{code} not at {place}:\n{err}");
     }
     assert!(err.contains("5 errors found"), "{err}");
-    assert!(
-        !err.contains('\u{1b}'),
-        "colour codes with NO_COLOR:\n{err}"
-    );
+    assert!(!err.contains('\u{1b}'), "colour codes with NO_COLOR:\n{err}");
     assert!(err.contains("did you mean `max_tokens`?"), "{err}");
 }
 
 #[test]
 fn exit_codes() {
     let ok = lmt(&["check", "examples/hello.lmt"], None);
-    assert_eq!(
-        ok.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
     assert!(ok.stderr.is_empty());
 
     let warn = write_temp("warn.lmt", "{% select s in [\"only\"] %}\n");
@@ -156,10 +109,7 @@ fn emits_ast_and_ir() {
     let ir = lmt(&["check", "--emit", "ir", "examples/hello.lmt"], None);
     let ir = String::from_utf8(ir.stdout).unwrap();
     assert!(ir.contains("GEN city opts=[stop,max_tokens]"), "{ir}");
-    assert!(
-        ir.trim_end().ends_with("; 1:1") || ir.contains("HALT"),
-        "{ir}"
-    );
+    assert!(ir.trim_end().ends_with("; 1:1") || ir.contains("HALT"), "{ir}");
 }
 
 #[test]

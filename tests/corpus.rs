@@ -11,20 +11,13 @@ use lmt::workspace::{FsLoader, Workspace};
 
 fn load(path: &Path) -> Workspace {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let name = path
-        .strip_prefix(root)
-        .unwrap_or(path)
-        .display()
-        .to_string();
+    let name = path.strip_prefix(root).unwrap_or(path).display().to_string();
     let text = std::fs::read_to_string(path).unwrap();
     Workspace::load_text(&name, &text, Some(path.to_path_buf()), &FsLoader::default())
 }
 
 fn rendered(ws: &Workspace) -> String {
-    ws.diagnostics
-        .iter()
-        .map(|d| report::render(d, &ws.sources, false, 100))
-        .collect()
+    ws.diagnostics.iter().map(|d| report::render(d, &ws.sources, false, 100)).collect()
 }
 
 /// `(code, place)` pairs named by `expect:` lines in the fixture.
@@ -37,9 +30,7 @@ fn expectations(text: &str) -> Vec<(String, String)> {
             rest[..end]
                 .split_whitespace()
                 .map(|item| {
-                    let (code, place) = item
-                        .split_once('@')
-                        .unwrap_or_else(|| panic!("bad expectation `{item}`"));
+                    let (code, place) = item.split_once('@').unwrap_or_else(|| panic!("bad expectation `{item}`"));
                     (code.to_string(), place.to_string())
                 })
                 .collect::<Vec<_>>()
@@ -59,9 +50,7 @@ fn ok_fixtures_check_clean() {
         let program = lmt::ir::compile(&ws);
         let ir = lmt::ir::disasm::disassemble(&program, &ws.sources);
         let warnings = rendered(&ws);
-        insta::assert_snapshot!(format!(
-            "--- ast\n{ast}--- ir\n{ir}--- warnings\n{warnings}"
-        ));
+        insta::assert_snapshot!(format!("--- ast\n{ast}--- ir\n{ir}--- warnings\n{warnings}"));
     });
 }
 
@@ -71,11 +60,7 @@ fn err_fixtures_report_what_they_expect() {
         let ws = load(path);
         let text = std::fs::read_to_string(path).unwrap();
         let expected = expectations(&text);
-        assert!(
-            !expected.is_empty(),
-            "{} names no `expect:` codes",
-            path.display()
-        );
+        assert!(!expected.is_empty(), "{} names no `expect:` codes", path.display());
         let mut got: Vec<(String, String)> = ws
             .diagnostics
             .iter()
@@ -85,11 +70,7 @@ fn err_fixtures_report_what_they_expect() {
                 let place = if d.file == ws.root {
                     line.to_string()
                 } else {
-                    let base = Path::new(&f.name)
-                        .file_name()
-                        .unwrap()
-                        .to_string_lossy()
-                        .into_owned();
+                    let base = Path::new(&f.name).file_name().unwrap().to_string_lossy().into_owned();
                     format!("{base}:{line}")
                 };
                 (d.code.as_str().to_string(), place)

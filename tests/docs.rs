@@ -13,9 +13,7 @@ fn reference() -> String {
 
 /// The text of the section headed `## {title}`, up to the next `## `.
 fn section<'a>(doc: &'a str, title: &str) -> &'a str {
-    let start = doc
-        .find(&format!("## {title}\n"))
-        .unwrap_or_else(|| panic!("no section `{title}`"));
+    let start = doc.find(&format!("## {title}\n")).unwrap_or_else(|| panic!("no section `{title}`"));
     let rest = &doc[start + 3..];
     &rest[..rest.find("\n## ").unwrap_or(rest.len())]
 }
@@ -36,52 +34,25 @@ fn every_code_is_documented_and_every_documented_code_exists() {
     assert_eq!(documented, implemented);
     // Codes mentioned anywhere in the prose exist too.
     for word in doc.split(|c: char| !c.is_ascii_alphanumeric()) {
-        let looks_like_code = word.len() == 5
-            && (word.starts_with('E') || word.starts_with('W'))
-            && word[1..].chars().all(|c| c.is_ascii_digit());
+        let looks_like_code = word.len() == 5 && (word.starts_with('E') || word.starts_with('W')) && word[1..].chars().all(|c| c.is_ascii_digit());
         if looks_like_code {
-            assert!(
-                Code::parse(word).is_some(),
-                "the reference mentions `{word}`, which does not exist"
-            );
+            assert!(Code::parse(word).is_some(), "the reference mentions `{word}`, which does not exist");
         }
     }
     for c in Code::ALL {
-        let row = doc
-            .lines()
-            .find(|l| l.starts_with(&format!("| `{}` |", c.as_str())))
-            .unwrap();
-        assert!(
-            row.contains(c.name()),
-            "row for {} lacks its name `{}`",
-            c.as_str(),
-            c.name()
-        );
+        let row = doc.lines().find(|l| l.starts_with(&format!("| `{}` |", c.as_str()))).unwrap();
+        assert!(row.contains(c.name()), "row for {} lacks its name `{}`", c.as_str(), c.name());
     }
 }
 
 #[test]
 fn options_filters_and_tests_match_the_tables() {
     let doc = reference();
-    let names = |xs: &mut dyn Iterator<Item = &'static str>| {
-        xs.map(str::to_string).collect::<BTreeSet<_>>()
-    };
-    assert_eq!(
-        first_column(section(&doc, "`gen` options")),
-        names(&mut GEN_OPTIONS.iter().map(|o| o.name))
-    );
-    assert_eq!(
-        first_column(section(&doc, "`select` options")),
-        names(&mut SELECT_OPTIONS.iter().map(|o| o.name))
-    );
-    assert_eq!(
-        first_column(section(&doc, "Filters")),
-        names(&mut lmt::builtins::FILTERS.iter().map(|f| f.name))
-    );
-    assert_eq!(
-        first_column(section(&doc, "Tests")),
-        names(&mut lmt::builtins::TESTS.iter().map(|f| f.name))
-    );
+    let names = |xs: &mut dyn Iterator<Item = &'static str>| xs.map(str::to_string).collect::<BTreeSet<_>>();
+    assert_eq!(first_column(section(&doc, "`gen` options")), names(&mut GEN_OPTIONS.iter().map(|o| o.name)));
+    assert_eq!(first_column(section(&doc, "`select` options")), names(&mut SELECT_OPTIONS.iter().map(|o| o.name)));
+    assert_eq!(first_column(section(&doc, "Filters")), names(&mut lmt::builtins::FILTERS.iter().map(|f| f.name)));
+    assert_eq!(first_column(section(&doc, "Tests")), names(&mut lmt::builtins::TESTS.iter().map(|f| f.name)));
 }
 
 #[test]
@@ -92,10 +63,7 @@ fn every_statement_keyword_is_documented() {
         if matches!(*kw, "or" | "elif" | "else" | "end" | "raw") {
             continue; // parts of other statements, shown with them
         }
-        assert!(
-            statements.contains(&format!("{{% {kw}")),
-            "statement `{kw}` is not in the reference"
-        );
+        assert!(statements.contains(&format!("{{% {kw}")), "statement `{kw}` is not in the reference");
     }
 }
 
@@ -104,12 +72,6 @@ fn ci_runs_the_readme_test_command() {
     let root = env!("CARGO_MANIFEST_DIR");
     let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
     let ci = std::fs::read_to_string(format!("{root}/.ci/run")).unwrap();
-    assert!(
-        readme.contains("```sh\ncargo test\n```"),
-        "README shows the test command"
-    );
-    assert!(
-        ci.lines().any(|l| l.trim() == "cargo test --locked"),
-        ".ci/run runs it"
-    );
+    assert!(readme.contains("```sh\ncargo test\n```"), "README shows the test command");
+    assert!(ci.lines().any(|l| l.trim() == "cargo test --locked"), ".ci/run runs it");
 }

@@ -26,26 +26,14 @@ fn the_extension_manifest_is_valid_and_complete() {
         assert!(pkg[key].is_string(), "package.json needs `{key}`");
     }
     assert!(pkg["engines"]["vscode"].as_str().unwrap().starts_with('^'));
-    assert!(
-        dir.join(pkg["main"].as_str().unwrap()).is_file(),
-        "main script exists"
-    );
-    assert!(pkg["activationEvents"]
-        .as_array()
-        .unwrap()
-        .contains(&Value::from("onLanguage:lmt")));
+    assert!(dir.join(pkg["main"].as_str().unwrap()).is_file(), "main script exists");
+    assert!(pkg["activationEvents"].as_array().unwrap().contains(&Value::from("onLanguage:lmt")));
     assert!(pkg["dependencies"]["vscode-languageclient"].is_string());
     let lang = &pkg["contributes"]["languages"][0];
     assert_eq!(lang["id"], "lmt");
-    assert!(lang["extensions"]
-        .as_array()
-        .unwrap()
-        .contains(&Value::from(".lmt")));
+    assert!(lang["extensions"].as_array().unwrap().contains(&Value::from(".lmt")));
     let conf = read_json(&dir.join(lang["configuration"].as_str().unwrap()));
-    assert_eq!(
-        conf["comments"]["blockComment"],
-        serde_json::json!(["{#", "#}"])
-    );
+    assert_eq!(conf["comments"]["blockComment"], serde_json::json!(["{#", "#}"]));
     let grammar = &pkg["contributes"]["grammars"][0];
     assert_eq!(grammar["language"], "lmt");
     let tm = read_json(&dir.join(grammar["path"].as_str().unwrap()));
@@ -53,10 +41,7 @@ fn the_extension_manifest_is_valid_and_complete() {
     // The client starts the server this binary provides.
     let js = std::fs::read_to_string(dir.join("extension.js")).unwrap();
     assert!(js.contains("args: [\"lsp\"]"));
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_lmt"))
-        .args(["lsp", "--help"])
-        .output()
-        .unwrap();
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_lmt")).args(["lsp", "--help"]).output().unwrap();
     assert!(help.status.success());
 }
 
@@ -86,16 +71,8 @@ fn captures(v: &Value) -> HashMap<usize, String> {
 impl Grammar {
     fn load() -> Grammar {
         let tm = read_json(&ext_dir().join("syntaxes/lmt.tmLanguage.json"));
-        let repo = tm["repository"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        Grammar {
-            repo,
-            top: tm["patterns"].as_array().unwrap().clone(),
-        }
+        let repo = tm["repository"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        Grammar { repo, top: tm["patterns"].as_array().unwrap().clone() }
     }
 
     /// Patterns with `include`s and pattern groups resolved, in order.
@@ -103,18 +80,12 @@ impl Grammar {
         let mut out = Vec::new();
         for p in pats {
             if let Some(inc) = p["include"].as_str() {
-                let target = self
-                    .repo
-                    .get(inc.trim_start_matches('#'))
-                    .unwrap_or_else(|| panic!("unknown include {inc}"));
+                let target = self.repo.get(inc.trim_start_matches('#')).unwrap_or_else(|| panic!("unknown include {inc}"));
                 out.extend(self.flatten(std::slice::from_ref(target)));
             } else if p["match"].is_null() && p["begin"].is_null() {
                 out.extend(self.flatten(p["patterns"].as_array().unwrap()));
             } else {
-                let re = |k: &str| {
-                    p[k].as_str()
-                        .map(|s| Regex::new(s).unwrap_or_else(|e| panic!("{k} {s:?}: {e}")))
-                };
+                let re = |k: &str| p[k].as_str().map(|s| Regex::new(s).unwrap_or_else(|e| panic!("{k} {s:?}: {e}")));
                 let mut caps = captures(&p["captures"]);
                 caps.extend(captures(&p["beginCaptures"]));
                 out.push(Rule {
@@ -138,15 +109,7 @@ impl Grammar {
         out
     }
 
-    fn run(
-        &self,
-        text: &str,
-        mut pos: usize,
-        rules: &[Rule],
-        end: Option<&Regex>,
-        stack: &[String],
-        out: &mut [Vec<String>],
-    ) -> usize {
+    fn run(&self, text: &str, mut pos: usize, rules: &[Rule], end: Option<&Regex>, stack: &[String], out: &mut [Vec<String>]) -> usize {
         let paint = |out: &mut [Vec<String>], a: usize, b: usize, scopes: &[String]| {
             for s in &mut out[a..b] {
                 *s = scopes.to_vec();
@@ -203,10 +166,7 @@ impl Grammar {
 
 /// The scopes at the first occurrence of `needle` after `after`.
 fn scope_of(text: &str, scopes: &[Vec<String>], needle: &str, after: usize) -> Vec<String> {
-    let at = after
-        + text[after..]
-            .find(needle)
-            .unwrap_or_else(|| panic!("{needle} not in sample"));
+    let at = after + text[after..].find(needle).unwrap_or_else(|| panic!("{needle} not in sample"));
     scopes[at].clone()
 }
 
@@ -217,15 +177,9 @@ fn the_textmate_grammar_scopes_a_sample() {
     let sc = g.scopes(text);
     let has = |needle: &str, after: usize, scope: &str| {
         let s = scope_of(text, &sc, needle, after);
-        assert!(
-            s.iter().any(|x| x == scope),
-            "`{needle}` has {s:?}, not {scope}"
-        );
+        assert!(s.iter().any(|x| x == scope), "`{needle}` has {s:?}, not {scope}");
     };
-    assert!(
-        scope_of(text, &sc, "Say", 0).is_empty(),
-        "prompt text has no scope"
-    );
+    assert!(scope_of(text, &sc, "Say", 0).is_empty(), "prompt text has no scope");
     let expected = [
         ("a note", 0, "comment.block.lmt"),
         ("{%", 0, "punctuation.definition.tag.begin.lmt"),
@@ -247,11 +201,7 @@ fn the_textmate_grammar_scopes_a_sample() {
         has(needle, after, scope);
     }
     let and = text.find("%} and").unwrap() + 3;
-    assert!(
-        sc[and].is_empty(),
-        "text between tags has no scope: {:?}",
-        sc[and]
-    );
+    assert!(sc[and].is_empty(), "text between tags has no scope: {:?}", sc[and]);
 }
 
 #[test]
@@ -263,23 +213,12 @@ fn grammar_keywords_are_the_language_servers() {
     let start = begin.find("\\b(").unwrap() + 3;
     let len = begin[start..].find(")\\b").unwrap();
     let tm: BTreeSet<&str> = begin[start..start + len].split('|').collect();
-    let server: BTreeSet<&str> = lmt::lsp::analysis::KEYWORDS
-        .iter()
-        .map(|(k, _)| *k)
-        .collect();
-    assert_eq!(
-        tm, server,
-        "syntaxes/lmt.tmLanguage.json and lsp::analysis::KEYWORDS differ"
-    );
+    let server: BTreeSet<&str> = lmt::lsp::analysis::KEYWORDS.iter().map(|(k, _)| *k).collect();
+    assert_eq!(tm, server, "syntaxes/lmt.tmLanguage.json and lsp::analysis::KEYWORDS differ");
     // Every keyword is one the parser knows: a tag starting with it is not
     // an unknown statement.
-    let pest =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("grammar/lmt.pest"))
-            .unwrap();
+    let pest = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("grammar/lmt.pest")).unwrap();
     for k in server {
-        assert!(
-            pest.contains(&format!("kw_{k} ")) || pest.contains(&format!("\"{k}\"")),
-            "`{k}` is not in grammar/lmt.pest"
-        );
+        assert!(pest.contains(&format!("kw_{k} ")) || pest.contains(&format!("\"{k}\"")), "`{k}` is not in grammar/lmt.pest");
     }
 }

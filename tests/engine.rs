@@ -23,13 +23,7 @@ fn vocabs() -> Vec<(String, Vocab, tokenizers::Tokenizer)> {
 
 #[test]
 fn token_bytes_round_trip_real_text() {
-    let texts = [
-        "Hello, world!",
-        "  two  spaces\n\tand tabs",
-        "café naïve 日本語 😀🎉",
-        "{\"a\": [1, 2.5e-3]}",
-        "\u{1}\u{7f}",
-    ];
+    let texts = ["Hello, world!", "  two  spaces\n\tand tabs", "café naïve 日本語 😀🎉", "{\"a\": [1, 2.5e-3]}", "\u{1}\u{7f}"];
     for (name, vocab, tok) in vocabs() {
         for text in texts {
             let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
@@ -39,11 +33,7 @@ fn token_bytes_round_trip_real_text() {
                 Encoding::SentencePiece => format!(" {text}"),
                 _ => text.to_string(),
             };
-            assert_eq!(
-                String::from_utf8_lossy(&bytes),
-                expected,
-                "{name}: {text:?} -> {ids:?}"
-            );
+            assert_eq!(String::from_utf8_lossy(&bytes), expected, "{name}: {text:?} -> {ids:?}");
         }
     }
 }
@@ -56,20 +46,14 @@ fn vocabularies_have_the_expected_shape() {
                 assert_eq!(v.encoding(), Encoding::ByteLevel);
                 assert_eq!(v.len(), 50295);
                 assert_eq!(v.kind(50256), TokenKind::Special);
-                assert_eq!(
-                    v.kind(50257),
-                    TokenKind::Added,
-                    "phi-2's space runs are plain text"
-                );
+                assert_eq!(v.kind(50257), TokenKind::Added, "phi-2's space runs are plain text");
                 assert_eq!(v.eos(), &[50256]);
             }
             "llama2" => {
                 assert_eq!(v.encoding(), Encoding::SentencePiece);
                 assert_eq!(v.len(), 32000);
                 // `<0x22>` and `"` are the same byte: both in the trie, one node.
-                let quote: Vec<u32> = (0..v.len() as u32)
-                    .filter(|&i| v.bytes(i) == b"\"")
-                    .collect();
+                let quote: Vec<u32> = (0..v.len() as u32).filter(|&i| v.bytes(i) == b"\"").collect();
                 assert!(quote.len() >= 2, "{quote:?}");
                 assert_eq!(v.eos(), &[2]);
             }
@@ -93,11 +77,7 @@ fn vocabularies_have_the_expected_shape() {
         // Special tokens are never in the trie.
         let in_trie: std::collections::HashSet<u32> = v.trie().tokens.iter().copied().collect();
         for id in 0..v.len() as u32 {
-            assert_eq!(
-                in_trie.contains(&id),
-                v.is_generable(id),
-                "{name} token {id}"
-            );
+            assert_eq!(in_trie.contains(&id), v.is_generable(id), "{name} token {id}");
         }
     }
 }
@@ -140,24 +120,14 @@ fn check_path(v: &Vocab, d: &Dfa, choices: &[u32], name: &str, pattern: &str) {
     for &c in choices {
         d.mask(v, s, &mut mask);
         let expected = brute_force(v, d, s, n_logits);
-        assert_eq!(
-            mask,
-            expected,
-            "{name}: /{pattern}/ after {:?}",
-            String::from_utf8_lossy(&v.decode(&[]))
-        );
+        assert_eq!(mask, expected, "{name}: /{pattern}/ after {:?}", String::from_utf8_lossy(&v.decode(&[])));
         let allowed: Vec<u32> = mask.ones().filter(|t| v.is_generable(*t)).collect();
         if allowed.is_empty() {
-            assert!(
-                d.is_accepting(s),
-                "{name}: /{pattern}/: nothing allowed in a non-accepting state"
-            );
+            assert!(d.is_accepting(s), "{name}: /{pattern}/: nothing allowed in a non-accepting state");
             break;
         }
         let t = allowed[c as usize % allowed.len()];
-        s = d
-            .feed(s, v.bytes(t))
-            .expect("allowed token keeps the match alive");
+        s = d.feed(s, v.bytes(t)).expect("allowed token keeps the match alive");
     }
 }
 
@@ -165,14 +135,8 @@ fn check_path(v: &Vocab, d: &Dfa, choices: &[u32], name: &str, pattern: &str) {
 fn regex_masks_equal_brute_force() {
     let vocabs = vocabs();
     let limits = Limits::default();
-    let dfas: Vec<(&str, Dfa)> = REGEXES
-        .iter()
-        .map(|r| (*r, Dfa::regex(r, &limits).unwrap()))
-        .collect();
-    let mut runner = TestRunner::new(Config {
-        cases: 12,
-        ..Config::default()
-    });
+    let dfas: Vec<(&str, Dfa)> = REGEXES.iter().map(|r| (*r, Dfa::regex(r, &limits).unwrap())).collect();
+    let mut runner = TestRunner::new(Config { cases: 12, ..Config::default() });
     for (name, v, _) in &vocabs {
         for (pattern, d) in &dfas {
             runner
@@ -188,43 +152,28 @@ fn regex_masks_equal_brute_force() {
 /// Random regexes from a small grammar of pieces.
 fn regex_strategy() -> impl Strategy<Value = String> {
     let atom = prop::sample::select(vec![
-        "a", "b", "ab", " ", "[0-9]", "[a-z]", "[^a]", "\\.", "\"", "é", "😀", "(x|yz)", "[ -~]",
-        "\\n", ".",
+        "a", "b", "ab", " ", "[0-9]", "[a-z]", "[^a]", "\\.", "\"", "é", "😀", "(x|yz)", "[ -~]", "\\n", ".",
     ]);
     let quant = prop::sample::select(vec!["", "", "?", "*", "+", "{2}", "{1,3}"]);
-    prop::collection::vec((atom, quant), 1..5).prop_map(|parts| {
-        parts
-            .into_iter()
-            .map(|(a, q)| format!("(?:{a}){q}"))
-            .collect()
-    })
+    prop::collection::vec((atom, quant), 1..5).prop_map(|parts| parts.into_iter().map(|(a, q)| format!("(?:{a}){q}")).collect())
 }
 
 #[test]
 fn random_regexes_and_choices_equal_brute_force() {
     let vocabs = vocabs();
     let limits = Limits::default();
-    let mut runner = TestRunner::new(Config {
-        cases: 40,
-        ..Config::default()
-    });
+    let mut runner = TestRunner::new(Config { cases: 40, ..Config::default() });
     for (name, v, _) in &vocabs {
         runner
-            .run(
-                &(regex_strategy(), prop::collection::vec(any::<u32>(), 1..5)),
-                |(pattern, choices)| {
-                    let d = Dfa::regex(&pattern, &limits).unwrap();
-                    check_path(v, &d, &choices, name, &pattern);
-                    Ok(())
-                },
-            )
+            .run(&(regex_strategy(), prop::collection::vec(any::<u32>(), 1..5)), |(pattern, choices)| {
+                let d = Dfa::regex(&pattern, &limits).unwrap();
+                check_path(v, &d, &choices, name, &pattern);
+                Ok(())
+            })
             .unwrap();
         runner
             .run(
-                &(
-                    prop::collection::vec("[a-c .{}\"é]{0,6}", 1..5),
-                    prop::collection::vec(any::<u32>(), 1..5),
-                ),
+                &(prop::collection::vec("[a-c .{}\"é]{0,6}", 1..5), prop::collection::vec(any::<u32>(), 1..5)),
                 |(options, choices)| {
                     let d = Dfa::choices(&options, &limits).unwrap();
                     check_path(v, &d, &choices, name, &format!("{options:?}"));

@@ -13,11 +13,7 @@ fn check_dir(dir: &str) -> usize {
             continue;
         }
         let ws = Workspace::load_file(&path, &FsLoader::default()).unwrap();
-        let problems: Vec<String> = ws
-            .diagnostics
-            .iter()
-            .map(|d| format!("{:?}: {}", d.code, d.message))
-            .collect();
+        let problems: Vec<String> = ws.diagnostics.iter().map(|d| format!("{:?}: {}", d.code, d.message)).collect();
         assert!(problems.is_empty(), "{}: {problems:#?}", path.display());
         let program = lmt::ir::compile(&ws);
         assert!(!program.modules[program.entry].code.is_empty());
@@ -35,11 +31,7 @@ fn examples_check_clean() {
 #[test]
 fn stdlib_checks_clean_and_is_embedded() {
     let n = check_dir("stdlib");
-    assert_eq!(
-        n,
-        lmt::stdlib::names().count(),
-        "every stdlib/*.lmt is embedded"
-    );
+    assert_eq!(n, lmt::stdlib::names().count(), "every stdlib/*.lmt is embedded");
     for name in lmt::stdlib::names() {
         let text = format!("{{% import \"{name}\" as m %}}");
         let ws = Workspace::load_text("t.lmt", &text, None, &FsLoader::default());

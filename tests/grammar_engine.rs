@@ -14,9 +14,7 @@ fn grammar(src: &str, start: &str) -> Arc<Tables> {
     let mut diags = Vec::new();
     let g = lmt::syntax::gbnf::parse(src, 0, lmt::span::FileId(0), &mut diags);
     assert!(diags.is_empty(), "{diags:?}");
-    Arc::new(Tables::new(
-        Cfg::from_gbnf(&g, start, &Limits::default()).unwrap(),
-    ))
+    Arc::new(Tables::new(Cfg::from_gbnf(&g, start, &Limits::default()).unwrap()))
 }
 
 fn accepts(t: &Arc<Tables>, text: &str) -> bool {
@@ -37,37 +35,17 @@ ws     ::= [ \t\n]{0,3}
 #[test]
 fn recognises_json_and_rejects_near_misses() {
     let t = grammar(JSON, "root");
-    for ok in [
-        "{}",
-        "[]",
-        "{\"a\": [1, -2.5e3, true, null, \"x\\n\"]}",
-        "[[[]]]",
-        "\"\\u00e9\"",
-        "0",
-        "{\"k\":{\"k\":{}}}",
-    ] {
+    for ok in ["{}", "[]", "{\"a\": [1, -2.5e3, true, null, \"x\\n\"]}", "[[[]]]", "\"\\u00e9\"", "0", "{\"k\":{\"k\":{}}}"] {
         assert!(accepts(&t, ok), "{ok}");
     }
-    for bad in [
-        "{",
-        "[1,]",
-        "01",
-        "{\"a\" 1}",
-        "\"\n\"",
-        "tru",
-        "[1 2]",
-        "{}}",
-    ] {
+    for bad in ["{", "[1,]", "01", "{\"a\" 1}", "\"\n\"", "tru", "[1 2]", "{}}"] {
         assert!(!accepts(&t, bad), "{bad}");
     }
 }
 
 #[test]
 fn ambiguous_left_recursive_and_nullable_grammars() {
-    let expr = grammar(
-        "root ::= e\ne ::= e \"+\" e | e \"*\" e | \"(\" e \")\" | [0-9]+\n",
-        "root",
-    );
+    let expr = grammar("root ::= e\ne ::= e \"+\" e | e \"*\" e | \"(\" e \")\" | [0-9]+\n", "root");
     for ok in ["1", "1+2*3", "((1))+2", "12+34+56"] {
         assert!(accepts(&expr, ok), "{ok}");
     }
@@ -80,10 +58,7 @@ fn ambiguous_left_recursive_and_nullable_grammars() {
     }
     assert!(!accepts(&nullable, "xx"));
     // Lexeme boundaries stay ambiguous: `[a-z]+` then `[a-z0-9]*` then "!".
-    let boundary = grammar(
-        "root ::= w rest\nw ::= [a-z]+ | w \"-\"\nrest ::= [a-z0-9]* \"!\"\n",
-        "root",
-    );
+    let boundary = grammar("root ::= w rest\nw ::= [a-z]+ | w \"-\"\nrest ::= [a-z0-9]* \"!\"\n", "root");
     assert!(accepts(&boundary, "abc!") && accepts(&boundary, "ab9!") && accepts(&boundary, "a-b!"));
     assert!(!accepts(&boundary, "9!"));
 }
@@ -110,12 +85,7 @@ fn walk(t: &Arc<Tables>, v: &Vocab, choices: &[u32], what: &str) -> Vec<u8> {
     let mut out = Vec::new();
     for &c in choices {
         p.mask(v, &mut mask).unwrap();
-        assert_eq!(
-            mask,
-            brute_force(&mut p, v, n),
-            "{what} after {:?}",
-            String::from_utf8_lossy(&out)
-        );
+        assert_eq!(mask, brute_force(&mut p, v, n), "{what} after {:?}", String::from_utf8_lossy(&out));
         let allowed: Vec<u32> = mask.ones().filter(|&i| v.is_generable(i)).collect();
         if allowed.is_empty() {
             break;
@@ -134,20 +104,14 @@ fn small_vocabs() -> Vec<(String, Vocab)> {
         .filter(|(n, _)| n == "gpt2" || n == "llama2")
         .map(|(n, d)| (n, Vocab::load(&d).unwrap().0))
         .collect();
-    out.push((
-        "trained".into(),
-        Vocab::from_tokenizer(&common::trained_byte_level()),
-    ));
+    out.push(("trained".into(), Vocab::from_tokenizer(&common::trained_byte_level())));
     out
 }
 
 #[test]
 fn json_grammar_masks_equal_brute_force_and_walks_end_in_json() {
     let t = grammar(JSON, "root");
-    let mut runner = TestRunner::new(Config {
-        cases: 6,
-        ..Config::default()
-    });
+    let mut runner = TestRunner::new(Config { cases: 6, ..Config::default() });
     for (name, v) in small_vocabs() {
         runner
             .run(&prop::collection::vec(any::<u32>(), 1..10), |choices| {
@@ -161,10 +125,7 @@ fn json_grammar_masks_equal_brute_force_and_walks_end_in_json() {
                     // serde_json refuses numbers past f64 (`1e99999`), which
                     // are valid JSON text: only syntax errors count.
                     if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
-                        assert!(
-                            e.to_string().contains("number out of range"),
-                            "{name}: {text}: {e}"
-                        );
+                        assert!(e.to_string().contains("number out of range"), "{name}: {text}: {e}");
                     }
                 }
                 Ok(())
@@ -177,44 +138,32 @@ fn json_grammar_masks_equal_brute_force_and_walks_end_in_json() {
 fn regular_grammars_agree_with_the_dfa_engine() {
     let limits = Limits::default();
     let vocab = Vocab::from_tokenizer(&common::trained_byte_level());
-    let mut runner = TestRunner::new(Config {
-        cases: 60,
-        ..Config::default()
-    });
-    let atom = prop::sample::select(vec![
-        "a", "b", "ab", " ", "[0-9]", "[a-z]", "[^a]", "\\.", "(x|yz)", "é",
-    ]);
+    let mut runner = TestRunner::new(Config { cases: 60, ..Config::default() });
+    let atom = prop::sample::select(vec!["a", "b", "ab", " ", "[0-9]", "[a-z]", "[^a]", "\\.", "(x|yz)", "é"]);
     let quant = prop::sample::select(vec!["", "?", "*", "+", "{2}", "{1,3}"]);
-    let regex = prop::collection::vec((atom, quant), 1..5).prop_map(|p| {
-        p.into_iter()
-            .map(|(a, q)| format!("(?:{a}){q}"))
-            .collect::<String>()
-    });
+    let regex = prop::collection::vec((atom, quant), 1..5).prop_map(|p| p.into_iter().map(|(a, q)| format!("(?:{a}){q}")).collect::<String>());
     runner
-        .run(
-            &(regex, prop::collection::vec(any::<u32>(), 1..5)),
-            |(pattern, choices)| {
-                let t = Arc::new(Tables::new(Cfg::from_regex(&pattern, &limits).unwrap()));
-                let d = Dfa::regex(&pattern, &limits).unwrap();
-                let mut p = Parser::new(t, 100_000);
-                let mut s = d.start();
-                let (mut a, mut b) = (TokenMask::new(vocab.len()), TokenMask::new(vocab.len()));
-                for c in choices {
-                    p.mask(&vocab, &mut a).unwrap();
-                    d.mask(&vocab, s, &mut b);
-                    assert_eq!(a, b, "/{pattern}/");
-                    let allowed: Vec<u32> = a.ones().filter(|&i| vocab.is_generable(i)).collect();
-                    if allowed.is_empty() {
-                        break;
-                    }
-                    let tok = allowed[c as usize % allowed.len()];
-                    assert!(p.feed(vocab.bytes(tok)).unwrap());
-                    s = d.feed(s, vocab.bytes(tok)).unwrap();
-                    assert_eq!(p.is_accepting(), d.is_accepting(s), "/{pattern}/");
+        .run(&(regex, prop::collection::vec(any::<u32>(), 1..5)), |(pattern, choices)| {
+            let t = Arc::new(Tables::new(Cfg::from_regex(&pattern, &limits).unwrap()));
+            let d = Dfa::regex(&pattern, &limits).unwrap();
+            let mut p = Parser::new(t, 100_000);
+            let mut s = d.start();
+            let (mut a, mut b) = (TokenMask::new(vocab.len()), TokenMask::new(vocab.len()));
+            for c in choices {
+                p.mask(&vocab, &mut a).unwrap();
+                d.mask(&vocab, s, &mut b);
+                assert_eq!(a, b, "/{pattern}/");
+                let allowed: Vec<u32> = a.ones().filter(|&i| vocab.is_generable(i)).collect();
+                if allowed.is_empty() {
+                    break;
                 }
-                Ok(())
-            },
-        )
+                let tok = allowed[c as usize % allowed.len()];
+                assert!(p.feed(vocab.bytes(tok)).unwrap());
+                s = d.feed(s, vocab.bytes(tok)).unwrap();
+                assert_eq!(p.is_accepting(), d.is_accepting(s), "/{pattern}/");
+            }
+            Ok(())
+        })
         .unwrap();
 }
 
@@ -224,12 +173,7 @@ fn forced_bytes_and_token_healing_on_both_engines() {
     let limits = Limits::default();
     let vocab = Vocab::from_tokenizer(&common::trained_byte_level());
     let mut diags = Vec::new();
-    let g = lmt::syntax::gbnf::parse(
-        "root ::= \"{\\\"name\\\": \" [a-z]+ \"}\"\n",
-        0,
-        lmt::span::FileId(0),
-        &mut diags,
-    );
+    let g = lmt::syntax::gbnf::parse("root ::= \"{\\\"name\\\": \" [a-z]+ \"}\"\n", 0, lmt::span::FileId(0), &mut diags);
     for c in [
         Constraint::regex("\\{\"name\": [a-z]+\\}", &limits).unwrap(),
         Constraint::grammar(&g, "root", &limits).unwrap(),
@@ -240,16 +184,8 @@ fn forced_bytes_and_token_healing_on_both_engines() {
     }
     // Healing: the prompt ended with `n` (backed out); the first token must
     // start with it, and the rest of it is the value's start.
-    let g = lmt::syntax::gbnf::parse(
-        "root ::= [a-z]+ (\" \" [a-z]+)*\n",
-        0,
-        lmt::span::FileId(0),
-        &mut diags,
-    );
-    for c in [
-        Constraint::regex("[a-z]+( [a-z]+)*", &limits).unwrap(),
-        Constraint::grammar(&g, "root", &limits).unwrap(),
-    ] {
+    let g = lmt::syntax::gbnf::parse("root ::= [a-z]+ (\" \" [a-z]+)*\n", 0, lmt::span::FileId(0), &mut diags);
+    for c in [Constraint::regex("[a-z]+( [a-z]+)*", &limits).unwrap(), Constraint::grammar(&g, "root", &limits).unwrap()] {
         let mut m = c.matcher(&limits);
         let mut healed = TokenMask::new(vocab.len());
         m.mask_after_prefix(&vocab, b"n", &mut healed).unwrap();

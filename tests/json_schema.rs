@@ -28,24 +28,12 @@ fn objects_arrays_numbers_and_references() {
         "required": ["name", "age"],
         "additionalProperties": false
     }));
-    for ok in [
-        r#"{"name":"Ada","age":36}"#,
-        r#"{"name":"Ada","age":0,"tags":["a","b"]}"#,
-        r#"{"name":"é","age":150,"kind":"person"}"#,
-    ] {
+    for ok in [r#"{"name":"Ada","age":36}"#, r#"{"name":"Ada","age":0,"tags":["a","b"]}"#, r#"{"name":"é","age":150,"kind":"person"}"#] {
         assert!(accepts(&c, ok), "{ok}");
     }
-    for bad in [
-        r#"{"age":36}"#,
-        r#"{"name":"","age":1}"#,
-        r#"{"name":"Ada","age":151}"#,
-        r#"{"name":"Ada","age":-1}"#,
-        r#"{"name":"Ada","age":1,"x":1}"#,
-        r#"{"name":"Ada","age":1,"tags":["a","b","a"]}"#,
-        r#"{"name":"toolong","age":1}"#,
-        r#"{"name":"Ada","age":1,"kind":"cat"}"#,
-        r#"{"name":"Ada","age":01}"#,
-    ] {
+    for bad in [r#"{"age":36}"#, r#"{"name":"","age":1}"#, r#"{"name":"Ada","age":151}"#, r#"{"name":"Ada","age":-1}"#,
+        r#"{"name":"Ada","age":1,"x":1}"#, r#"{"name":"Ada","age":1,"tags":["a","b","a"]}"#, r#"{"name":"toolong","age":1}"#,
+        r#"{"name":"Ada","age":1,"kind":"cat"}"#, r#"{"name":"Ada","age":01}"#] {
         assert!(!accepts(&c, bad), "{bad}");
     }
     // Recursion through $ref, anyOf, and extra properties that cannot
@@ -54,32 +42,17 @@ fn objects_arrays_numbers_and_references() {
         "$ref": "#/$defs/node",
         "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}
     }));
-    assert!(accepts(
-        &tree,
-        r#"{"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]}"#
-    ));
+    assert!(accepts(&tree, r#"{"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]}"#));
     assert!(accepts(&tree, r#"{"v":1,"note":"extra ok"}"#));
     assert!(!accepts(&tree, r#"{"v":"1"}"#));
-    assert!(
-        !accepts(&tree, r#"{"v":1,"kids":[{"w":2}]}"#),
-        "a kid needs v"
-    );
+    assert!(!accepts(&tree, r#"{"v":1,"kids":[{"w":2}]}"#), "a kid needs v");
     let open = compile(json!({"properties": {"n": {"type": "integer"}}}));
-    assert!(
-        accepts(&open, r#"{"m":"x","n":3}"#) && accepts(&open, "[1]") && accepts(&open, "\"s\"")
-    );
-    assert!(
-        !accepts(&open, r#"{"n":"3"}"#),
-        "`n` cannot hide as an extra property"
-    );
+    assert!(accepts(&open, r#"{"m":"x","n":3}"#) && accepts(&open, "[1]") && accepts(&open, "\"s\""));
+    assert!(!accepts(&open, r#"{"n":"3"}"#), "`n` cannot hide as an extra property");
     let any = compile(json!({"anyOf": [{"type": "null"}, {"type": "string", "format": "date"}]}));
-    assert!(
-        accepts(&any, "null") && accepts(&any, "\"2024-02-29\"") && accepts(&any, "\"2023-12-31\"")
-    );
+    assert!(accepts(&any, "null") && accepts(&any, "\"2024-02-29\"") && accepts(&any, "\"2023-12-31\""));
     assert!(!accepts(&any, "\"2023-02-29\"") && !accepts(&any, "\"2024-04-31\""));
-    let all = compile(
-        json!({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"b": {"type": "boolean"}}}]}),
-    );
+    let all = compile(json!({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"b": {"type": "boolean"}}}]}));
     assert!(accepts(&all, r#"{"a":1,"b":true}"#) && !accepts(&all, r#"{"b":true}"#));
 }
 
@@ -91,35 +64,21 @@ fn small_objects_take_properties_in_any_order_each_once() {
         "required": ["a", "c"],
         "additionalProperties": false
     }));
-    for ok in [
-        r#"{"a":1,"c":true}"#,
-        r#"{"c":true,"a":1}"#,
-        r#"{"b":"x","c":false,"a":2}"#,
-        r#"{"c":true,"b":"y","a":3}"#,
-    ] {
+    for ok in [r#"{"a":1,"c":true}"#, r#"{"c":true,"a":1}"#, r#"{"b":"x","c":false,"a":2}"#, r#"{"c":true,"b":"y","a":3}"#] {
         assert!(accepts(&c, ok), "{ok}");
     }
-    for bad in [
-        r#"{"a":1}"#,
-        r#"{"a":1,"c":true,"a":2}"#,
-        r#"{"c":true,"a":1,"d":0}"#,
-        r#"{"b":"x","a":1}"#,
-    ] {
+    for bad in [r#"{"a":1}"#, r#"{"a":1,"c":true,"a":2}"#, r#"{"c":true,"a":1,"d":0}"#, r#"{"b":"x","a":1}"#] {
         assert!(!accepts(&c, bad), "{bad}");
     }
     // With extra properties allowed, they may come anywhere, listed ones still once.
-    let open = compile(
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
-    );
+    let open = compile(json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}));
     assert!(accepts(&open, r#"{"z":null,"b":2,"y":[],"a":1}"#));
     assert!(!accepts(&open, r#"{"a":1,"a":2}"#) && !accepts(&open, r#"{"b":"2"}"#));
 }
 
 #[test]
 fn impossible_optional_parts_are_left_out() {
-    let c = compile(
-        json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}, "b": {"type": "integer"}}}),
-    );
+    let c = compile(json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}, "b": {"type": "integer"}}}));
     assert!(accepts(&c, r#"{"b":1}"#));
     assert!(!accepts(&c, r#"{"a":"x"}"#), "`a` can hold no value at all");
     assert!(Constraint::json_schema(&json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}}, "required": ["a"]}), Whitespace::Compact, &Limits::default()).is_err());
@@ -129,33 +88,22 @@ fn impossible_optional_parts_are_left_out() {
 
 #[test]
 fn a_finished_value_is_complete() {
-    let c = compile(
-        json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false}),
-    );
+    let c = compile(json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false}));
     let mut m = c.matcher(&Limits::default());
     assert!(m.feed(br#"{"a":1"#).unwrap());
     assert!(!m.is_accepting() && !m.is_complete());
     assert!(m.feed(b"}").unwrap());
-    assert!(
-        m.is_accepting() && m.is_complete(),
-        "nothing may follow the closing brace"
-    );
+    assert!(m.is_accepting() && m.is_complete(), "nothing may follow the closing brace");
     let n = compile(json!({"type": "integer"}));
     let mut m = n.matcher(&Limits::default());
     assert!(m.feed(b"12").unwrap());
-    assert!(
-        m.is_accepting() && !m.is_complete(),
-        "more digits may follow"
-    );
+    assert!(m.is_accepting() && !m.is_complete(), "more digits may follow");
 }
 
 #[test]
 fn unsupported_keywords_are_named_errors() {
     for (schema, keyword) in [
-        (
-            json!({"oneOf": [{"type": "string"}, {"type": "integer"}]}),
-            "oneOf",
-        ),
+        (json!({"oneOf": [{"type": "string"}, {"type": "integer"}]}), "oneOf"),
         (json!({"not": {"type": "string"}}), "not"),
         (json!({"type": "array", "uniqueItems": true}), "uniqueItems"),
         (json!({"type": "number", "maximum": 2.5}), "maximum"),
@@ -167,39 +115,23 @@ fn unsupported_keywords_are_named_errors() {
         }
     }
     // Keywords JSON Schema does not define are annotations.
-    assert!(Constraint::json_schema(
-        &json!({"type": "string", "x-whatever": 1, "readonly": true}),
-        Whitespace::Compact,
-        &Limits::default()
-    )
-    .is_ok());
+    assert!(Constraint::json_schema(&json!({"type": "string", "x-whatever": 1, "readonly": true}), Whitespace::Compact, &Limits::default()).is_ok());
 }
 
 #[test]
 fn flexible_whitespace_is_bounded() {
-    let c = Constraint::json_schema(
-        &json!({"type": "array", "items": {"type": "integer"}}),
-        Whitespace::Flexible(2),
-        &Limits::default(),
-    )
-    .unwrap();
+    let c = Constraint::json_schema(&json!({"type": "array", "items": {"type": "integer"}}), Whitespace::Flexible(2), &Limits::default()).unwrap();
     assert!(accepts(&c, "[ 1,\n 2 ]"));
     assert!(!accepts(&c, "[   1]"), "three spaces is past the bound");
 }
 
 #[test]
 fn jsonschemabench_sample() {
-    let Some(data) = common::shared_data() else {
-        return;
-    };
-    let mut files: Vec<_> = std::fs::read_dir(data.join("jsonschema"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let Some(data) = common::shared_data() else { return };
+    let mut files: Vec<_> = std::fs::read_dir(data.join("jsonschema")).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let limits = Limits::default();
-    let (mut compiled, mut total, mut valid_ok, mut valid_n, mut invalid_ok, mut invalid_n) =
-        (0, 0, 0, 0, 0, 0);
+    let (mut compiled, mut total, mut valid_ok, mut valid_n, mut invalid_ok, mut invalid_n) = (0, 0, 0, 0, 0, 0);
     let mut refused = Vec::new();
     // Every 8th file keeps the debug-build run short; `lmt match --bench`
     // runs all of them (see BENCHMARKS.md).
@@ -211,9 +143,7 @@ fn jsonschemabench_sample() {
             Err(e) => {
                 let msg = e.to_string();
                 assert!(
-                    ["keyword `", "too complex", "invalid regex", "unsatisfiable"]
-                        .iter()
-                        .any(|k| msg.contains(k)),
+                    ["keyword `", "too complex", "invalid regex", "unsatisfiable"].iter().any(|k| msg.contains(k)),
                     "{}: an error must name its reason: {msg}",
                     f.display()
                 );
@@ -246,10 +176,7 @@ fn jsonschemabench_sample() {
 #[test]
 fn extreme_integer_bounds_do_not_panic() {
     for (lo, hi) in [
-        (
-            json!(-9223372036854775808i64),
-            json!(-9223372036854775808i64),
-        ),
+        (json!(-9223372036854775808i64), json!(-9223372036854775808i64)),
         (json!(9223372036854775807i64), json!(9223372036854775807i64)),
         (json!(-1e300), json!(1e300)),
         (json!(null), json!(-9223372036854775808i64)),
@@ -259,14 +186,8 @@ fn extreme_integer_bounds_do_not_panic() {
         schema = json!({"type": "integer", "minimum": lo, "maximum": hi});
         let _ = Constraint::json_schema(&schema, Whitespace::Compact, &Limits::default());
     }
-    let c = compile(
-        json!({"type": "integer", "minimum": -9223372036854775808i64, "maximum": -9223372036854775807i64}),
-    );
-    assert!(
-        accepts(&c, "-9223372036854775808")
-            && accepts(&c, "-9223372036854775807")
-            && !accepts(&c, "-1")
-    );
+    let c = compile(json!({"type": "integer", "minimum": -9223372036854775808i64, "maximum": -9223372036854775807i64}));
+    assert!(accepts(&c, "-9223372036854775808") && accepts(&c, "-9223372036854775807") && !accepts(&c, "-1"));
 }
 
 #[test]
@@ -286,8 +207,5 @@ fn contradictory_and_huge_bounds_are_errors_not_panics() {
         }
     }
     let c = compile(json!({"type": "string", "maxLength": 4294967297u64}));
-    assert!(
-        accepts(&c, "\"abc\""),
-        "a bound past u32 is no tighter than u32::MAX"
-    );
+    assert!(accepts(&c, "\"abc\""), "a bound past u32 is no tighter than u32::MAX");
 }

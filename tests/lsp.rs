@@ -21,12 +21,7 @@ impl Client {
     fn start() -> Client {
         let (server, conn) = Connection::memory();
         let thread = std::thread::spawn(move || lmt::lsp::serve(&server).unwrap());
-        let mut c = Client {
-            conn,
-            next: 1,
-            thread: Some(thread),
-            pending: Vec::new(),
-        };
+        let mut c = Client { conn, next: 1, thread: Some(thread), pending: Vec::new() };
         let caps = c.request("initialize", json!({"capabilities": {}}));
         assert_eq!(caps["capabilities"]["hoverProvider"], json!(true));
         assert_eq!(caps["capabilities"]["positionEncoding"], json!("utf-16"));
@@ -35,33 +30,15 @@ impl Client {
     }
 
     fn notify(&self, method: &str, params: Value) {
-        self.conn
-            .sender
-            .send(Message::Notification(Notification::new(
-                method.into(),
-                params,
-            )))
-            .unwrap();
+        self.conn.sender.send(Message::Notification(Notification::new(method.into(), params))).unwrap();
     }
 
     fn request(&mut self, method: &str, params: Value) -> Value {
         let id = RequestId::from(self.next);
         self.next += 1;
-        self.conn
-            .sender
-            .send(Message::Request(Request::new(
-                id.clone(),
-                method.into(),
-                params,
-            )))
-            .unwrap();
+        self.conn.sender.send(Message::Request(Request::new(id.clone(), method.into(), params))).unwrap();
         loop {
-            match self
-                .conn
-                .receiver
-                .recv_timeout(Duration::from_secs(20))
-                .expect("a response")
-            {
+            match self.conn.receiver.recv_timeout(Duration::from_secs(20)).expect("a response") {
                 Message::Response(r) if r.id == id => {
                     assert!(r.error.is_none(), "{method}: {:?}", r.error);
                     return r.result.unwrap_or(Value::Null);
@@ -79,15 +56,8 @@ impl Client {
             return n.params["diagnostics"].as_array().unwrap().clone();
         }
         loop {
-            match self
-                .conn
-                .receiver
-                .recv_timeout(Duration::from_secs(20))
-                .expect("diagnostics")
-            {
-                Message::Notification(n)
-                    if n.method == "textDocument/publishDiagnostics" && n.params["uri"] == uri =>
-                {
+            match self.conn.receiver.recv_timeout(Duration::from_secs(20)).expect("diagnostics") {
+                Message::Notification(n) if n.method == "textDocument/publishDiagnostics" && n.params["uri"] == uri => {
                     return n.params["diagnostics"].as_array().unwrap().clone();
                 }
                 Message::Notification(n) => self.pending.push(n),
@@ -97,10 +67,7 @@ impl Client {
     }
 
     fn open(&mut self, uri: &str, text: &str) -> Vec<Value> {
-        self.notify(
-            "textDocument/didOpen",
-            json!({"textDocument": {"uri": uri, "languageId": "lmt", "version": 1, "text": text}}),
-        );
+        self.notify("textDocument/didOpen", json!({"textDocument": {"uri": uri, "languageId": "lmt", "version": 1, "text": text}}));
         self.diagnostics(uri)
     }
 
@@ -126,12 +93,7 @@ impl Drop for Client {
 fn range(d: &Value) -> (u64, u64, u64, u64) {
     let r = &d["range"];
     let n = |v: &Value| v.as_u64().unwrap();
-    (
-        n(&r["start"]["line"]),
-        n(&r["start"]["character"]),
-        n(&r["end"]["line"]),
-        n(&r["end"]["character"]),
-    )
+    (n(&r["start"]["line"]), n(&r["start"]["character"]), n(&r["end"]["line"]), n(&r["end"]["character"]))
 }
 
 const TWO_ERRORS: &str = "Hello.\n{% gen a max_tokns=5 %}\n{{ nope }}\n";
@@ -143,30 +105,12 @@ fn diagnostics_on_open_and_after_a_change() {
     let diags = c.open(uri, TWO_ERRORS);
     assert_eq!(diags.len(), 2, "{diags:?}");
     // The same codes and spans `lmt check` reports.
-    let ws = lmt::workspace::Workspace::load_text(
-        "two.lmt",
-        TWO_ERRORS,
-        None,
-        &lmt::workspace::FsLoader::default(),
-    );
-    let codes: Vec<String> = ws
-        .diagnostics
-        .iter()
-        .map(|d| d.code.as_str().to_string())
-        .collect();
-    assert_eq!(
-        diags
-            .iter()
-            .map(|d| d["code"].as_str().unwrap().to_string())
-            .collect::<Vec<_>>(),
-        codes
-    );
+    let ws = lmt::workspace::Workspace::load_text("two.lmt", TWO_ERRORS, None, &lmt::workspace::FsLoader::default());
+    let codes: Vec<String> = ws.diagnostics.iter().map(|d| d.code.as_str().to_string()).collect();
+    assert_eq!(diags.iter().map(|d| d["code"].as_str().unwrap().to_string()).collect::<Vec<_>>(), codes);
     assert_eq!(range(&diags[0]), (1, 9, 1, 18), "max_tokns on line 2");
     assert_eq!(range(&diags[1]), (2, 3, 2, 7), "nope on line 3");
-    assert!(diags[0]["message"]
-        .as_str()
-        .unwrap()
-        .contains("help: did you mean `max_tokens`?"));
+    assert!(diags[0]["message"].as_str().unwrap().contains("help: did you mean `max_tokens`?"));
     assert_eq!(diags[0]["source"], "lmt");
     // Fix the first; one remains, reported after the quiet period.
     c.change(uri, 2, "Hello.\n{% gen a max_tokens=5 %}\n{{ nope }}\n");
@@ -191,13 +135,7 @@ fn positions_count_utf16_code_units() {
     // And back: a UTF-16 column from the client finds the right byte.
     c.change(uri, 2, "😀日本 {% set nope = 1 %}{{ nope }}\n");
     let h = c.at("textDocument/hover", uri, 0, 27);
-    assert!(
-        h["contents"]["value"]
-            .as_str()
-            .unwrap()
-            .contains("variable **nope**"),
-        "{h}"
-    );
+    assert!(h["contents"]["value"].as_str().unwrap().contains("variable **nope**"), "{h}");
     assert_eq!(h["range"]["start"]["character"], 26);
 }
 
@@ -209,10 +147,7 @@ fn errors_in_imported_files_are_published_to_those_files() {
     std::fs::write(&lib, "{% def greet(name) %}Hi {{ nmae }}{% end %}\n").unwrap();
     let main = dir.join("main.lmt");
     let main_uri = lmt::lsp::path_to_uri(&main).unwrap().as_str().to_string();
-    let lib_uri = lmt::lsp::path_to_uri(&std::fs::canonicalize(&lib).unwrap())
-        .unwrap()
-        .as_str()
-        .to_string();
+    let lib_uri = lmt::lsp::path_to_uri(&std::fs::canonicalize(&lib).unwrap()).unwrap().as_str().to_string();
     let mut c = Client::start();
     let text = "{% import \"lib.lmt\" as lib %}{{ lib.greet(\"Ada\") }}\n";
     assert!(c.open(&main_uri, text).is_empty());
@@ -224,10 +159,7 @@ fn errors_in_imported_files_are_published_to_those_files() {
     c.open(&lib_uri, "{% def greet(name) %}Hi {{ name }}{% end %}\n");
     c.change(&main_uri, 2, text);
     assert!(c.diagnostics(&main_uri).is_empty());
-    assert!(
-        c.diagnostics(&lib_uri).is_empty(),
-        "stale diagnostics of the imported file are cleared"
-    );
+    assert!(c.diagnostics(&lib_uri).is_empty(), "stale diagnostics of the imported file are cleared");
     // Go to definition on the import path opens the file; on `lib.greet`, the def.
     let d = c.at("textDocument/definition", &main_uri, 0, 13);
     assert_eq!(d["uri"], lib_uri);
@@ -252,55 +184,26 @@ fn hover_explains_keywords_options_filters_and_variables() {
     let mut c = Client::start();
     let uri = "file:///tmp/lmt-lsp-test/hover.lmt";
     c.open(uri, PROGRAM);
-    let hover = |c: &mut Client, line, ch| {
-        c.at("textDocument/hover", uri, line, ch)["contents"]["value"]
-            .as_str()
-            .unwrap_or("")
-            .to_string()
-    };
-    assert!(
-        hover(&mut c, 6, 4).contains("generate a value"),
-        "keyword gen"
-    );
+    let hover = |c: &mut Client, line, ch| c.at("textDocument/hover", uri, line, ch)["contents"]["value"].as_str().unwrap_or("").to_string();
+    assert!(hover(&mut c, 6, 4).contains("generate a value"), "keyword gen");
     let opt = hover(&mut c, 6, 16);
-    assert!(
-        opt.contains("**max_tokens**")
-            && opt.contains("integer ≥ 1")
-            && opt.contains("default: 256"),
-        "{opt}"
-    );
+    assert!(opt.contains("**max_tokens**") && opt.contains("integer ≥ 1") && opt.contains("default: 256"), "{opt}");
     assert!(hover(&mut c, 8, 13).contains("upper case"), "filter upper");
     let var = hover(&mut c, 8, 25);
-    assert!(
-        var.contains("variable **n**") && var.contains("line 5") && var.contains("{% set n = 3 %}"),
-        "{var}"
-    );
+    assert!(var.contains("variable **n**") && var.contains("line 5") && var.contains("{% set n = 3 %}"), "{var}");
     let cap = hover(&mut c, 8, 5);
-    assert!(
-        cap.contains("captured value **answer**") && cap.contains("line 7"),
-        "{cap}"
-    );
+    assert!(cap.contains("captured value **answer**") && cap.contains("line 7"), "{cap}");
     assert!(hover(&mut c, 5, 14).contains("def **ask**"));
     assert!(hover(&mut c, 5, 18).contains("input **topic**"));
     // A stdlib definition through its import alias.
     let std = hover(&mut c, 6, 48);
-    assert!(
-        std.contains("variable **word** from `std/regex`") && std.contains("[A-Za-z]+"),
-        "{std}"
-    );
+    assert!(std.contains("variable **word** from `std/regex`") && std.contains("[A-Za-z]+"), "{std}");
     // Prompt text has no hover.
-    assert!(
-        c.at("textDocument/hover", uri, 7, 19).is_null(),
-        "text inside a select branch"
-    );
+    assert!(c.at("textDocument/hover", uri, 7, 19).is_null(), "text inside a select branch");
 }
 
 fn labels(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["label"].as_str().unwrap().to_string())
-        .collect()
+    v.as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap().to_string()).collect()
 }
 
 #[test]
@@ -310,32 +213,16 @@ fn completion_offers_what_fits_the_cursor() {
     let text = "{% set count = 1 %}{% for x in [1] %}{{ x }}{% end %}\n{% \n{% gen a  %}\n{{ count | }}\n{% import \"\n{{ co }}\n";
     c.open(uri, text);
     let kw = labels(&c.at("textDocument/completion", uri, 1, 3));
-    assert!(
-        kw.contains(&"gen".to_string())
-            && kw.contains(&"select".to_string())
-            && kw.contains(&"end".to_string()),
-        "{kw:?}"
-    );
+    assert!(kw.contains(&"gen".to_string()) && kw.contains(&"select".to_string()) && kw.contains(&"end".to_string()), "{kw:?}");
     let opts = labels(&c.at("textDocument/completion", uri, 2, 9));
-    assert!(
-        opts.contains(&"max_tokens".to_string())
-            && opts.contains(&"regex".to_string())
-            && !opts.contains(&"score".to_string()),
-        "{opts:?}"
-    );
+    assert!(opts.contains(&"max_tokens".to_string()) && opts.contains(&"regex".to_string()) && !opts.contains(&"score".to_string()), "{opts:?}");
     let filters = labels(&c.at("textDocument/completion", uri, 3, 10));
-    assert!(
-        filters.contains(&"upper".to_string()) && filters.contains(&"len".to_string()),
-        "{filters:?}"
-    );
+    assert!(filters.contains(&"upper".to_string()) && filters.contains(&"len".to_string()), "{filters:?}");
     let mods = labels(&c.at("textDocument/completion", uri, 4, 11));
     assert!(mods.contains(&"std/json".to_string()), "{mods:?}");
     let vars = labels(&c.at("textDocument/completion", uri, 5, 5));
     assert!(vars.contains(&"count".to_string()), "{vars:?}");
-    assert!(
-        !vars.contains(&"x".to_string()),
-        "loop variables are not in scope outside the loop: {vars:?}"
-    );
+    assert!(!vars.contains(&"x".to_string()), "loop variables are not in scope outside the loop: {vars:?}");
     // Nothing is offered in prompt text.
     let text_pos = c.at("textDocument/completion", uri, 0, 0);
     assert!(text_pos.as_array().unwrap().is_empty(), "{text_pos}");
@@ -353,35 +240,13 @@ fn definition_and_symbols() {
     assert_eq!(d["range"]["start"], json!({"line": 3, "character": 7}));
     let d = c.at("textDocument/definition", uri, 5, 18);
     assert_eq!(d["range"]["start"], json!({"line": 0, "character": 9}));
-    let syms = c.request(
-        "textDocument/documentSymbol",
-        json!({"textDocument": {"uri": uri}}),
-    );
-    let names: Vec<(String, u64)> = syms
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["name"].as_str().unwrap().to_string(),
-                s["kind"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let syms = c.request("textDocument/documentSymbol", json!({"textDocument": {"uri": uri}}));
+    let names: Vec<(String, u64)> = syms.as_array().unwrap().iter().map(|s| (s["name"].as_str().unwrap().to_string(), s["kind"].as_u64().unwrap())).collect();
     for want in ["topic", "re", "move", "ask", "n", "user", "answer", "pick"] {
-        assert!(
-            names.iter().any(|(n, _)| n == want),
-            "{want} missing from {names:?}"
-        );
+        assert!(names.iter().any(|(n, _)| n == want), "{want} missing from {names:?}");
     }
-    assert!(
-        names.contains(&("ask".to_string(), 12)),
-        "def is a function symbol"
-    );
-    assert!(
-        !names.iter().any(|(n, _)| n == "q" || n == "root"),
-        "params and rules stay out of the outline"
-    );
+    assert!(names.contains(&("ask".to_string(), 12)), "def is a function symbol");
+    assert!(!names.iter().any(|(n, _)| n == "q" || n == "root"), "params and rules stay out of the outline");
 }
 
 /// The real binary over stdio, with Content-Length framing.
@@ -417,24 +282,18 @@ fn the_binary_speaks_json_rpc_over_stdio() {
         out.read_exact(&mut buf).unwrap();
         serde_json::from_slice(&buf).unwrap()
     };
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}),
-    );
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}));
     assert_eq!(recv()["id"], 1);
     send(json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
     let uri = "file:///tmp/lmt-lsp-bin/a.lmt";
-    send(
-        json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "lmt", "version": 1, "text": TWO_ERRORS}}}),
-    );
+    send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "lmt", "version": 1, "text": TWO_ERRORS}}}));
     let n = recv();
     assert_eq!(n["method"], "textDocument/publishDiagnostics");
     let diags = n["params"]["diagnostics"].as_array().unwrap();
     assert_eq!(diags.len(), 2);
     assert_eq!(range(&diags[0]), (1, 9, 1, 18));
     assert_eq!(range(&diags[1]), (2, 3, 2, 7));
-    send(
-        json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "Hello.\n{% gen a max_tokens=5 %}\n{{ nope }}\n"}]}}),
-    );
+    send(json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "Hello.\n{% gen a max_tokens=5 %}\n{{ nope }}\n"}]}}));
     let n = recv();
     assert_eq!(n["params"]["diagnostics"].as_array().unwrap().len(), 1);
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}));
@@ -443,11 +302,6 @@ fn the_binary_speaks_json_rpc_over_stdio() {
     drop(stdin);
     let status = child.wait().unwrap();
     let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(status.success(), "exit status {status}: {err}");
 }

@@ -6,15 +6,8 @@ mod common;
 use std::process::Command;
 
 fn lmt(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lmt"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = Command::new(env!("CARGO_BIN_EXE_lmt")).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn tokenizer_paths() -> Vec<String> {
@@ -22,10 +15,7 @@ fn tokenizer_paths() -> Vec<String> {
     std::fs::create_dir_all(&dir).unwrap();
     let trained = dir.join("tokenizer.json");
     common::trained_byte_level().save(&trained, false).unwrap();
-    let mut paths: Vec<String> = common::real_tokenizers()
-        .into_iter()
-        .map(|(_, p)| p.display().to_string())
-        .collect();
+    let mut paths: Vec<String> = common::real_tokenizers().into_iter().map(|(_, p)| p.display().to_string()).collect();
     paths.push(trained.display().to_string());
     paths
 }
@@ -33,59 +23,23 @@ fn tokenizer_paths() -> Vec<String> {
 #[test]
 fn accepts_matching_text_and_rejects_with_the_place() {
     for tok in tokenizer_paths() {
-        let (code, out, err) = lmt(&[
-            "match",
-            "--tokenizer",
-            &tok,
-            "--regex",
-            "[12][0-9]{3}-[0-9]{2}",
-            "--text",
-            "2024-07",
-        ]);
+        let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--regex", "[12][0-9]{3}-[0-9]{2}", "--text", "2024-07"]);
         assert_eq!(code, 0, "{tok}: {out}{err}");
         assert!(out.starts_with("accepted: 7 bytes"), "{out}");
 
-        let (code, out, _) = lmt(&[
-            "match",
-            "--tokenizer",
-            &tok,
-            "--regex",
-            "[12][0-9]{3}-[0-9]{2}",
-            "--text",
-            "2024-7x",
-            "--json",
-        ]);
+        let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--regex", "[12][0-9]{3}-[0-9]{2}", "--text", "2024-7x", "--json"]);
         assert_eq!(code, 1);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["accepted"], false);
         assert_eq!(v["reject"]["byte_offset"], 6, "{tok}: {out}");
         assert_eq!(v["reject"]["expected"], "[0-9]");
 
-        let (code, out, _) = lmt(&[
-            "match",
-            "--tokenizer",
-            &tok,
-            "--choices",
-            "yes,no,maybe",
-            "--text",
-            "may",
-        ]);
+        let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--choices", "yes,no,maybe", "--text", "may"]);
         assert_eq!(code, 1);
-        assert!(
-            out.contains("ends before the constraint is satisfied") && out.contains("\"b\""),
-            "{out}"
-        );
+        assert!(out.contains("ends before the constraint is satisfied") && out.contains("\"b\""), "{out}");
 
         // Special-token text is matched as text, never as a special token.
-        let (code, out, _) = lmt(&[
-            "match",
-            "--tokenizer",
-            &tok,
-            "--regex",
-            "<\\|[a-z_]+\\|>",
-            "--text",
-            "<|endoftext|>",
-        ]);
+        let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--regex", "<\\|[a-z_]+\\|>", "--text", "<|endoftext|>"]);
         assert_eq!(code, 0, "{tok}: {out}");
     }
 }
@@ -96,15 +50,7 @@ fn bad_arguments_exit_2_with_a_message() {
     let (code, _, err) = lmt(&["match", "--tokenizer", &tok, "--regex", "(", "--text", "a"]);
     assert_eq!(code, 2);
     assert!(err.contains("invalid regex"), "{err}");
-    let (code, _, err) = lmt(&[
-        "match",
-        "--tokenizer",
-        "/no/such/dir",
-        "--regex",
-        "a",
-        "--text",
-        "a",
-    ]);
+    let (code, _, err) = lmt(&["match", "--tokenizer", "/no/such/dir", "--regex", "a", "--text", "a"]);
     assert_eq!(code, 2);
     assert!(err.contains("cannot load"), "{err}");
     let (code, _, err) = lmt(&["match", "--tokenizer", &tok, "--text", "a"]);
@@ -117,62 +63,19 @@ fn grammar_schema_and_bench_modes() {
     let tok = tokenizer_paths().pop().unwrap();
     let root = env!("CARGO_MANIFEST_DIR");
     let grammar = format!("{root}/examples/grammar.lmt#arith");
-    let (code, out, err) = lmt(&[
-        "match",
-        "--tokenizer",
-        &tok,
-        "--grammar",
-        &grammar,
-        "--text",
-        "(1 + 2) * 3",
-    ]);
+    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--grammar", &grammar, "--text", "(1 + 2) * 3"]);
     assert_eq!(code, 0, "{out}{err}");
-    let (code, out, _) = lmt(&[
-        "match",
-        "--tokenizer",
-        &tok,
-        "--grammar",
-        &grammar,
-        "--text",
-        "(1 + 2 * 3",
-    ]);
+    let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--grammar", &grammar, "--text", "(1 + 2 * 3"]);
     assert_eq!(code, 1);
-    assert!(
-        out.contains("ends before the constraint is satisfied"),
-        "{out}"
-    );
+    assert!(out.contains("ends before the constraint is satisfied"), "{out}");
     let number = format!("{root}/examples/grammar.lmt#arith.number");
-    let (code, _, _) = lmt(&[
-        "match",
-        "--tokenizer",
-        &tok,
-        "--grammar",
-        &number,
-        "--text",
-        "(1)",
-    ]);
+    let (code, _, _) = lmt(&["match", "--tokenizer", &tok, "--grammar", &number, "--text", "(1)"]);
     assert_eq!(code, 1, "`.number` starts at that rule");
 
     let schema = format!("{root}/examples/person.schema.json");
-    let (code, out, err) = lmt(&[
-        "match",
-        "--tokenizer",
-        &tok,
-        "--json-schema",
-        &schema,
-        "--text",
-        r#"{"age": 36, "name": "Ada"}"#,
-    ]);
+    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", r#"{"age": 36, "name": "Ada"}"#]);
     assert_eq!(code, 0, "any order for small objects: {out}{err}");
-    let (code, _, _) = lmt(&[
-        "match",
-        "--tokenizer",
-        &tok,
-        "--json-schema",
-        &schema,
-        "--text",
-        r#"{"name": "Ada", "age": 151}"#,
-    ]);
+    let (code, _, _) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", r#"{"name": "Ada", "age": 151}"#]);
     assert_eq!(code, 1);
 
     // --bench over a directory of JSONSchemaBench-format files.
@@ -183,67 +86,22 @@ fn grammar_schema_and_bench_modes() {
         "tests": [{"valid": true, "data": {"n": 3}}, {"valid": false, "data": {"n": -1}}, {"valid": false, "data": {}}]
     });
     std::fs::write(dir.join("a.json"), doc.to_string()).unwrap();
-    std::fs::write(
-        dir.join("b.json"),
-        serde_json::json!({"schema": {"not": {}}, "tests": []}).to_string(),
-    )
-    .unwrap();
-    let (code, out, err) = lmt(&[
-        "match",
-        "--tokenizer",
-        &tok,
-        "--bench",
-        dir.to_str().unwrap(),
-        "--json",
-    ]);
+    std::fs::write(dir.join("b.json"), serde_json::json!({"schema": {"not": {}}, "tests": []}).to_string()).unwrap();
+    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--bench", dir.to_str().unwrap(), "--json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(
         keys,
         [
-            "schemas",
-            "compiled",
-            "compile_errors",
-            "compile_ms_p50",
-            "compile_ms_p99",
-            "mask_count",
-            "mask_us_p50",
-            "mask_us_p90",
-            "mask_us_p99",
-            "mask_us_max",
-            "valid_accepted",
-            "valid_total",
-            "invalid_rejected",
-            "invalid_total"
+            "schemas", "compiled", "compile_errors", "compile_ms_p50", "compile_ms_p99", "mask_count", "mask_us_p50",
+            "mask_us_p90", "mask_us_p99", "mask_us_max", "valid_accepted", "valid_total", "invalid_rejected", "invalid_total"
         ]
     );
-    assert_eq!(
-        (
-            v["schemas"].as_u64(),
-            v["compiled"].as_u64(),
-            v["compile_errors"].as_u64()
-        ),
-        (Some(2), Some(1), Some(1))
-    );
-    assert_eq!(
-        (v["valid_accepted"].as_u64(), v["valid_total"].as_u64()),
-        (Some(1), Some(1))
-    );
-    assert_eq!(
-        (v["invalid_rejected"].as_u64(), v["invalid_total"].as_u64()),
-        (Some(2), Some(2))
-    );
+    assert_eq!((v["schemas"].as_u64(), v["compiled"].as_u64(), v["compile_errors"].as_u64()), (Some(2), Some(1), Some(1)));
+    assert_eq!((v["valid_accepted"].as_u64(), v["valid_total"].as_u64()), (Some(1), Some(1)));
+    assert_eq!((v["invalid_rejected"].as_u64(), v["invalid_total"].as_u64()), (Some(2), Some(2)));
     assert!(v["mask_count"].as_u64().unwrap() > 0);
-    let (_, text, _) = lmt(&[
-        "match",
-        "--tokenizer",
-        &tok,
-        "--bench",
-        dir.to_str().unwrap(),
-    ]);
-    assert!(
-        text.contains("JSON Schema keyword `not`"),
-        "compile errors are named: {text}"
-    );
+    let (_, text, _) = lmt(&["match", "--tokenizer", &tok, "--bench", dir.to_str().unwrap()]);
+    assert!(text.contains("JSON Schema keyword `not`"), "compile errors are named: {text}");
 }

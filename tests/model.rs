@@ -9,8 +9,8 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models as ct;
-use common::tiny::{temp_dir, Spec};
 use lmt::model::{log_softmax, Decoder, KvState, Sampler, SamplingParams};
+use common::tiny::{temp_dir, Spec};
 
 const PROMPT: [u32; 9] = [1, 17, 230, 5, 99, 42, 7, 150, 3];
 const DECODE: [u32; 4] = [12, 250, 8, 64];
@@ -28,14 +28,7 @@ enum Oracle {
 impl Oracle {
     fn load_hf(spec: &Spec, dir: &std::path::Path) -> Oracle {
         let cfg_text = std::fs::read_to_string(dir.join("config.json")).unwrap();
-        let vb = unsafe {
-            VarBuilder::from_mmaped_safetensors(
-                &[dir.join("model.safetensors")],
-                DType::F32,
-                &Device::Cpu,
-            )
-        }
-        .unwrap();
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu) }.unwrap();
         match spec.arch {
             "llama" => {
                 let c: ct::llama::LlamaConfig = serde_json::from_str(&cfg_text).unwrap();
@@ -43,20 +36,10 @@ impl Oracle {
                 let cache = ct::llama::Cache::new(true, DType::F32, &c, &Device::Cpu).unwrap();
                 Oracle::Llama(ct::llama::Llama::load(vb, &c).unwrap(), cache)
             }
-            "mistral" => Oracle::Mistral(
-                ct::mistral::Model::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap(),
-            ),
-            "qwen2" => Oracle::Qwen2(
-                ct::qwen2::ModelForCausalLM::new(&serde_json::from_str(&cfg_text).unwrap(), vb)
-                    .unwrap(),
-            ),
-            "qwen3" => Oracle::Qwen3(
-                ct::qwen3::ModelForCausalLM::new(&serde_json::from_str(&cfg_text).unwrap(), vb)
-                    .unwrap(),
-            ),
-            "phi3" => Oracle::Phi3(
-                ct::phi3::Model::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap(),
-            ),
+            "mistral" => Oracle::Mistral(ct::mistral::Model::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap()),
+            "qwen2" => Oracle::Qwen2(ct::qwen2::ModelForCausalLM::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap()),
+            "qwen3" => Oracle::Qwen3(ct::qwen3::ModelForCausalLM::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap()),
+            "phi3" => Oracle::Phi3(ct::phi3::Model::new(&serde_json::from_str(&cfg_text).unwrap(), vb).unwrap()),
             other => panic!("no oracle for {other}"),
         }
     }
@@ -64,17 +47,12 @@ impl Oracle {
     fn load_gguf(path: &std::path::Path) -> Oracle {
         let mut f = std::fs::File::open(path).unwrap();
         let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
-        Oracle::QLlama(
-            ct::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap(),
-        )
+        Oracle::QLlama(ct::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap())
     }
 
     /// The last position's logits after feeding `tokens` at `offset`.
     fn forward(&mut self, tokens: &[u32], offset: usize) -> Vec<f32> {
-        let x = Tensor::new(tokens, &Device::Cpu)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
+        let x = Tensor::new(tokens, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
         let out = match self {
             Oracle::Llama(m, cache) => m.forward(&x, offset, cache),
             Oracle::Mistral(m) => m.forward(&x, offset),
@@ -84,21 +62,13 @@ impl Oracle {
             Oracle::QLlama(m) => m.forward(&x, offset),
         }
         .unwrap();
-        out.flatten_all()
-            .unwrap()
-            .to_dtype(DType::F32)
-            .unwrap()
-            .to_vec1()
-            .unwrap()
+        out.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1().unwrap()
     }
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "logit dimensions differ");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 /// Prefill then token-by-token decode, lmt against the oracle.
@@ -109,8 +79,7 @@ fn compare(decoder: &Decoder, oracle: &mut Oracle, tol: f32, what: &str) {
     let d = max_diff(&ours, &theirs);
     assert!(d < tol, "{what}: prefill logits differ by {d}");
     // The logits must not be trivial, or the comparison proves nothing.
-    let spread = ours.iter().copied().fold(f32::MIN, f32::max)
-        - ours.iter().copied().fold(f32::MAX, f32::min);
+    let spread = ours.iter().copied().fold(f32::MIN, f32::max) - ours.iter().copied().fold(f32::MAX, f32::min);
     assert!(spread > 0.1, "{what}: logits are nearly flat ({spread})");
     for (i, &t) in DECODE.iter().enumerate() {
         let ours = decoder.append(&mut st, &[t]).unwrap();
@@ -180,10 +149,7 @@ fn mistral_sliding_window_matches_transformers_semantics() {
         last = decoder.append(&mut st, &[t]).unwrap();
     }
     let all: Vec<u32> = PROMPT.iter().chain(&DECODE).copied().collect();
-    let d = max_diff(
-        &last,
-        &decoder.append(&mut decoder.new_state(), &all).unwrap(),
-    );
+    let d = max_diff(&last, &decoder.append(&mut decoder.new_state(), &all).unwrap());
     assert!(d < 1e-4, "windowed decode differs from prefill by {d}");
 }
 
@@ -258,27 +224,16 @@ fn gguf_files_of_every_architecture_match_their_safetensors_model() {
         let dir = temp_dir(&format!("gguf-{arch}"));
         let hf = Decoder::load(&spec.write_hf(&dir.join("hf")), &Device::Cpu).unwrap();
         let want = hf.append(&mut hf.new_state(), &PROMPT).unwrap();
-        for (ty, tol) in [
-            (GgmlDType::F32, 1e-4),
-            (GgmlDType::F16, 2e-2),
-            (GgmlDType::Q8_0, 0.1),
-        ] {
+        for (ty, tol) in [(GgmlDType::F32, 1e-4), (GgmlDType::F16, 2e-2), (GgmlDType::Q8_0, 0.1)] {
             let path = dir.join(format!("{ty:?}.gguf"));
             spec.write_gguf(&path, ty);
-            let g =
-                Decoder::load(&path, &Device::Cpu).unwrap_or_else(|e| panic!("{arch} {ty:?}: {e}"));
+            let g = Decoder::load(&path, &Device::Cpu).unwrap_or_else(|e| panic!("{arch} {ty:?}: {e}"));
             if arch != "mistral" {
-                assert_eq!(
-                    g.config.arch, hf.config.arch,
-                    "llama.cpp files Mistral as llama"
-                );
+                assert_eq!(g.config.arch, hf.config.arch, "llama.cpp files Mistral as llama");
             }
             let got = g.append(&mut g.new_state(), &PROMPT).unwrap();
             let d = max_diff(&got, &want);
-            assert!(
-                d < tol,
-                "{arch} GGUF {ty:?} differs from safetensors by {d}"
-            );
+            assert!(d < tol, "{arch} GGUF {ty:?} differs from safetensors by {d}");
         }
     }
 }
@@ -299,23 +254,14 @@ fn half_precision_safetensors_load() {
         let f32_dir = dir.join(format!("{dtype:?}-f32"));
         for (d, ts) in [
             (&half_dir, rounded.clone()),
-            (
-                &f32_dir,
-                rounded
-                    .into_iter()
-                    .map(|(k, v)| (k, v.to_dtype(DType::F32).unwrap()))
-                    .collect(),
-            ),
+            (&f32_dir, rounded.into_iter().map(|(k, v)| (k, v.to_dtype(DType::F32).unwrap())).collect()),
         ] {
             spec.write_hf(d);
             candle_core::safetensors::save(&ts, d.join("model.safetensors")).unwrap();
         }
         let a = Decoder::load(&half_dir, &Device::Cpu).unwrap();
         let b = Decoder::load(&f32_dir, &Device::Cpu).unwrap();
-        let d = max_diff(
-            &a.append(&mut a.new_state(), &PROMPT).unwrap(),
-            &b.append(&mut b.new_state(), &PROMPT).unwrap(),
-        );
+        let d = max_diff(&a.append(&mut a.new_state(), &PROMPT).unwrap(), &b.append(&mut b.new_state(), &PROMPT).unwrap());
         assert!(d < 1e-5, "{dtype:?}: {d}");
     }
 }
@@ -382,10 +328,7 @@ fn truncate_then_append_equals_a_fresh_run() {
     // Truncating to nothing leaves a usable empty state.
     st.truncate(0).unwrap();
     assert!(st.is_empty());
-    assert!(
-        m.logits(&mut st).is_err(),
-        "no logits before the first token"
-    );
+    assert!(m.logits(&mut st).is_err(), "no logits before the first token");
     let got = m.append(&mut st, &PROMPT).unwrap();
     assert!(max_diff(&got, &full(&m, &PROMPT).1) < 1e-4);
 }
@@ -430,10 +373,7 @@ fn batched_scoring_equals_scoring_each_option_separately() {
     for (opt, got) in options.iter().zip(&scores) {
         let want = score_by_feeding(&m, &PROMPT, opt);
         assert_eq!(got.len(), opt.len());
-        assert!(
-            max_diff(got, &want) < 1e-4,
-            "option {opt:?}: {got:?} vs {want:?}"
-        );
+        assert!(max_diff(got, &want) < 1e-4, "option {opt:?}: {got:?} vs {want:?}");
     }
     // Back at the prefix, with the same logits as before.
     assert_eq!(st.tokens(), &PROMPT[..]);
@@ -483,14 +423,7 @@ fn the_context_length_is_enforced() {
 fn seeded_sampling_is_reproducible_and_respects_the_mask() {
     let m = tiny_llama();
     let run = |seed: u64, mask: Option<&lmt::engine::TokenMask>| {
-        let params = SamplingParams {
-            temperature: 1.5,
-            top_k: 50,
-            top_p: 0.95,
-            min_p: 0.01,
-            seed,
-            top_alternatives: 3,
-        };
+        let params = SamplingParams { temperature: 1.5, top_k: 50, top_p: 0.95, min_p: 0.01, seed, top_alternatives: 3 };
         let mut s = Sampler::new(params).unwrap();
         let (mut st, mut logits) = full(&m, &PROMPT);
         let mut out = Vec::new();
@@ -504,11 +437,7 @@ fn seeded_sampling_is_reproducible_and_respects_the_mask() {
     };
     let a = run(42, None);
     assert_eq!(a, run(42, None), "same seed, same tokens");
-    assert_ne!(
-        a,
-        run(43, None),
-        "another seed, other tokens (12 draws at temperature 1.5)"
-    );
+    assert_ne!(a, run(43, None), "another seed, other tokens (12 draws at temperature 1.5)");
     let mut mask = lmt::engine::TokenMask::new(m.config.vocab_size);
     for t in [3, 30, 77] {
         mask.set(t);
@@ -533,14 +462,6 @@ fn greedy_sampling_is_the_argmax_with_biases_and_masks_applied() {
     assert!((t.logprob - log_softmax(&logits)[2]).abs() < 1e-6);
     let empty = lmt::engine::TokenMask::new(5);
     assert!(s.sample(&logits, Some(&empty), &[]).is_err());
-    assert!(Sampler::new(SamplingParams {
-        top_p: 0.0,
-        ..SamplingParams::default()
-    })
-    .is_err());
-    assert!(Sampler::new(SamplingParams {
-        temperature: f32::NAN,
-        ..SamplingParams::default()
-    })
-    .is_err());
+    assert!(Sampler::new(SamplingParams { top_p: 0.0, ..SamplingParams::default() }).is_err());
+    assert!(Sampler::new(SamplingParams { temperature: f32::NAN, ..SamplingParams::default() }).is_err());
 }

@@ -10,40 +10,19 @@ use common::tiny::{temp_dir, Spec};
 use lmt::model::{HubEnv, LoadOptions, Model, ModelSpec};
 
 fn env(vars: &[(&str, &str)]) -> HubEnv {
-    let map: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     HubEnv::from_vars(|k| map.get(k).cloned())
 }
 
 #[test]
 fn specs_parse_into_paths_and_hub_ids() {
-    let hub = |r: &str, v: &str| ModelSpec::Hub {
-        repo: r.into(),
-        revision: v.into(),
-    };
-    assert_eq!(
-        ModelSpec::parse("Qwen/Qwen2.5-0.5B-Instruct").unwrap(),
-        hub("Qwen/Qwen2.5-0.5B-Instruct", "main")
-    );
-    assert_eq!(
-        ModelSpec::parse("org/name@v1.2").unwrap(),
-        hub("org/name", "v1.2")
-    );
-    assert_eq!(
-        ModelSpec::parse("models/tiny.gguf").unwrap(),
-        ModelSpec::Path("models/tiny.gguf".into())
-    );
-    assert_eq!(
-        ModelSpec::parse("./org/name").unwrap(),
-        ModelSpec::Path("./org/name".into())
-    );
+    let hub = |r: &str, v: &str| ModelSpec::Hub { repo: r.into(), revision: v.into() };
+    assert_eq!(ModelSpec::parse("Qwen/Qwen2.5-0.5B-Instruct").unwrap(), hub("Qwen/Qwen2.5-0.5B-Instruct", "main"));
+    assert_eq!(ModelSpec::parse("org/name@v1.2").unwrap(), hub("org/name", "v1.2"));
+    assert_eq!(ModelSpec::parse("models/tiny.gguf").unwrap(), ModelSpec::Path("models/tiny.gguf".into()));
+    assert_eq!(ModelSpec::parse("./org/name").unwrap(), ModelSpec::Path("./org/name".into()));
     let here = env!("CARGO_MANIFEST_DIR");
-    assert_eq!(
-        ModelSpec::parse(here).unwrap(),
-        ModelSpec::Path(here.into())
-    );
+    assert_eq!(ModelSpec::parse(here).unwrap(), ModelSpec::Path(here.into()));
     for bad in ["a/b/c", "justaname", "org/", "org/na me", "org/name@"] {
         let e = ModelSpec::parse(bad).unwrap_err().to_string();
         assert!(e.contains("hub id"), "{bad}: {e}");
@@ -62,31 +41,15 @@ fn the_cache_directory_token_and_offline_mode_follow_huggingface_hub() {
     assert_eq!(e.cache, Path::new("/hf/hub"));
     let e = env(&[("HF_HOME", "/hf"), ("HF_HUB_CACHE", "/cache")]);
     assert_eq!(e.cache, Path::new("/cache"));
-    for (v, off) in [
-        ("1", true),
-        ("TRUE", true),
-        ("yes", true),
-        ("0", false),
-        ("false", false),
-    ] {
-        assert_eq!(
-            env(&[("HF_HUB_OFFLINE", v)]).offline,
-            off,
-            "HF_HUB_OFFLINE={v}"
-        );
+    for (v, off) in [("1", true), ("TRUE", true), ("yes", true), ("0", false), ("false", false)] {
+        assert_eq!(env(&[("HF_HUB_OFFLINE", v)]).offline, off, "HF_HUB_OFFLINE={v}");
     }
-    assert_eq!(
-        env(&[("HF_TOKEN", " hf_abc\n")]).token.as_deref(),
-        Some("hf_abc")
-    );
+    assert_eq!(env(&[("HF_TOKEN", " hf_abc\n")]).token.as_deref(), Some("hf_abc"));
     let home = temp_dir("hf-home");
     std::fs::write(home.join("token"), "hf_from_file\n").unwrap();
     let e = env(&[("HF_HOME", home.to_str().unwrap())]);
     assert_eq!(e.token.as_deref(), Some("hf_from_file"));
-    assert_eq!(
-        env(&[("HF_ENDPOINT", "https://mirror.example/")]).endpoint,
-        "https://mirror.example"
-    );
+    assert_eq!(env(&[("HF_ENDPOINT", "https://mirror.example/")]).endpoint, "https://mirror.example");
 }
 
 /// A cache holding `org/tiny` at commit `c0ffee…` under `refs/main`.
@@ -110,11 +73,7 @@ fn hub_ids_resolve_to_snapshots_in_the_cache_without_network() {
     let (commit, snap) = fake_cache(&root);
     // Offline, and an endpoint that refuses connections: nothing may be
     // downloaded, so success proves the cache was used.
-    let e = env(&[
-        ("HF_HUB_CACHE", root.to_str().unwrap()),
-        ("HF_HUB_OFFLINE", "1"),
-        ("HF_ENDPOINT", "http://127.0.0.1:9"),
-    ]);
+    let e = env(&[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1"), ("HF_ENDPOINT", "http://127.0.0.1:9")]);
     let spec = ModelSpec::parse("org/tiny").unwrap();
     assert_eq!(spec.local_path(&e).unwrap(), snap);
     let by_commit = ModelSpec::parse(&format!("org/tiny@{commit}")).unwrap();
@@ -130,21 +89,9 @@ fn hub_ids_resolve_to_snapshots_in_the_cache_without_network() {
 #[test]
 fn offline_with_an_empty_cache_names_the_variables_to_set() {
     let root = temp_dir("hf-empty");
-    let e = env(&[
-        ("HF_HUB_CACHE", root.to_str().unwrap()),
-        ("HF_HUB_OFFLINE", "1"),
-    ]);
-    let err = ModelSpec::parse("org/absent")
-        .unwrap()
-        .local_path(&e)
-        .unwrap_err()
-        .to_string();
-    for needle in [
-        "org/absent@main",
-        "HF_HUB_OFFLINE",
-        "HF_HUB_CACHE",
-        root.to_str().unwrap(),
-    ] {
+    let e = env(&[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1")]);
+    let err = ModelSpec::parse("org/absent").unwrap().local_path(&e).unwrap_err().to_string();
+    for needle in ["org/absent@main", "HF_HUB_OFFLINE", "HF_HUB_CACHE", root.to_str().unwrap()] {
         assert!(err.contains(needle), "{needle} missing from: {err}");
     }
 }
@@ -154,32 +101,16 @@ fn a_failed_download_says_how_to_work_offline() {
     let root = temp_dir("hf-refused");
     // Port 9 (discard) on loopback refuses at once: the real download code
     // runs up to the network and fails there.
-    let e = env(&[
-        ("HF_HUB_CACHE", root.to_str().unwrap()),
-        ("HF_ENDPOINT", "http://127.0.0.1:9"),
-    ]);
-    let err = ModelSpec::parse("org/absent")
-        .unwrap()
-        .local_path(&e)
-        .unwrap_err()
-        .to_string();
-    for needle in [
-        "cannot download `org/absent@main`",
-        "http://127.0.0.1:9",
-        "HF_HUB_OFFLINE=1",
-        "HF_HUB_CACHE",
-    ] {
+    let e = env(&[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_ENDPOINT", "http://127.0.0.1:9")]);
+    let err = ModelSpec::parse("org/absent").unwrap().local_path(&e).unwrap_err().to_string();
+    for needle in ["cannot download `org/absent@main`", "http://127.0.0.1:9", "HF_HUB_OFFLINE=1", "HF_HUB_CACHE"] {
         assert!(err.contains(needle), "{needle} missing from: {err}");
     }
 }
 
 #[test]
 fn bad_models_get_clear_errors() {
-    let load = |p: &Path| {
-        Model::load_path(p, &LoadOptions::default())
-            .unwrap_err()
-            .to_string()
-    };
+    let load = |p: &Path| Model::load_path(p, &LoadOptions::default()).unwrap_err().to_string();
     let dir = temp_dir("bad-models");
     // Missing path.
     let err = load(&dir.join("nope"));
@@ -187,16 +118,9 @@ fn bad_models_get_clear_errors() {
     // Unsupported architecture, named.
     let gptneox = dir.join("neox");
     std::fs::create_dir_all(&gptneox).unwrap();
-    std::fs::write(
-        gptneox.join("config.json"),
-        r#"{"model_type": "gpt_neox", "hidden_size": 8}"#,
-    )
-    .unwrap();
+    std::fs::write(gptneox.join("config.json"), r#"{"model_type": "gpt_neox", "hidden_size": 8}"#).unwrap();
     let err = load(&gptneox);
-    assert!(
-        err.contains("`gpt_neox` is not supported") && err.contains("llama"),
-        "{err}"
-    );
+    assert!(err.contains("`gpt_neox` is not supported") && err.contains("llama"), "{err}");
     // A config without weights.
     let spec = Spec::small("llama");
     let noweights = dir.join("noweights");
@@ -209,16 +133,9 @@ fn bad_models_get_clear_errors() {
     wrong.hidden = 32;
     let mismatch = dir.join("mismatch");
     wrong.write_hf(&mismatch);
-    std::fs::write(
-        mismatch.join("config.json"),
-        serde_json::to_string(&spec.config_json()).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(mismatch.join("config.json"), serde_json::to_string(&spec.config_json()).unwrap()).unwrap();
     let err = load(&mismatch);
-    assert!(
-        err.contains("shape") && err.contains("embed_tokens"),
-        "{err}"
-    );
+    assert!(err.contains("shape") && err.contains("embed_tokens"), "{err}");
     // Weights but no tokenizer.
     let notok = dir.join("notok");
     spec.write_hf(&notok);
@@ -239,10 +156,7 @@ fn bad_models_get_clear_errors() {
 
 fn lmt_complete(args: &[&str], vars: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lmt"));
-    cmd.arg("complete")
-        .args(args)
-        .env_remove("LMT_MODEL")
-        .env("NO_COLOR", "1");
+    cmd.arg("complete").args(args).env_remove("LMT_MODEL").env("NO_COLOR", "1");
     for (k, v) in vars {
         cmd.env(k, v);
     }
@@ -265,36 +179,16 @@ fn lmt_complete_loads_a_model_and_generates_reproducibly() {
     };
     let (a, err) = run(&[]);
     assert!(a.starts_with("The quick brown"), "{a}");
-    assert!(
-        err.contains("generated") && err.contains("finish:"),
-        "{err}"
-    );
+    assert!(err.contains("generated") && err.contains("finish:"), "{err}");
     assert_eq!(a, run(&[]).0, "greedy is deterministic");
     let (s1, _) = run(&["--temperature", "1.0", "--seed", "5"]);
-    assert_eq!(
-        s1,
-        run(&["--temperature", "1.0", "--seed", "5"]).0,
-        "seeded sampling is reproducible"
-    );
+    assert_eq!(s1, run(&["--temperature", "1.0", "--seed", "5"]).0, "seeded sampling is reproducible");
     // The same model through the hub cache, offline.
-    let out = lmt_complete(
-        &[
-            "--model",
-            "org/tiny",
-            "--max-tokens",
-            "8",
-            "The quick brown",
-        ],
-        &[
-            ("HF_HUB_CACHE", root.to_str().unwrap()),
-            ("HF_HUB_OFFLINE", "1"),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = lmt_complete(&["--model", "org/tiny", "--max-tokens", "8", "The quick brown"], &[
+        ("HF_HUB_CACHE", root.to_str().unwrap()),
+        ("HF_HUB_OFFLINE", "1"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8(out.stdout).unwrap(), a);
 }
 
@@ -305,34 +199,15 @@ fn lmt_complete_reports_model_errors_with_exit_code_3() {
         (vec!["--model", "/no/such/model"], "/no/such/model"),
         (vec!["--model", "org/absent"], "HF_HUB_OFFLINE"),
         (vec!["--model", "not a model"], "hub id"),
-        (
-            vec!["--temperature=-1", "--model", "org/absent"],
-            "temperature",
-        ),
+        (vec!["--temperature=-1", "--model", "org/absent"], "temperature"),
     ];
     for (args, needle) in cases {
-        let out = lmt_complete(
-            &args,
-            &[
-                ("HF_HUB_CACHE", root.to_str().unwrap()),
-                ("HF_HUB_OFFLINE", "1"),
-            ],
-        );
+        let out = lmt_complete(&args, &[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1")]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
-        assert!(
-            err.contains(needle),
-            "{args:?}: {needle} missing from {err}"
-        );
+        assert!(err.contains(needle), "{args:?}: {needle} missing from {err}");
     }
     // The default model comes from LMT_MODEL when no --model is given.
-    let out = lmt_complete(
-        &[],
-        &[
-            ("HF_HUB_CACHE", root.to_str().unwrap()),
-            ("HF_HUB_OFFLINE", "1"),
-            ("LMT_MODEL", "org/from-env"),
-        ],
-    );
+    let out = lmt_complete(&[], &[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1"), ("LMT_MODEL", "org/from-env")]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("org/from-env"));
 }

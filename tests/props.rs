@@ -11,27 +11,12 @@ fn assert_sound(name: &str, text: &str, path: Option<PathBuf>) {
     let ws = Workspace::load_text(name, text, path, &FsLoader::default());
     for d in &ws.diagnostics {
         let f = ws.sources.get(d.file);
-        let spans = std::iter::once(d.span).chain(
-            d.secondary
-                .iter()
-                .filter(|l| l.file == d.file)
-                .map(|l| l.span),
-        );
+        let spans = std::iter::once(d.span).chain(d.secondary.iter().filter(|l| l.file == d.file).map(|l| l.span));
         for s in spans {
             assert!(s.start <= s.end, "{d:?}");
-            assert!(
-                (s.end as usize) <= f.text.len(),
-                "span {s:?} past the end of {}: {d:?}",
-                f.name
-            );
-            assert!(
-                f.text.is_char_boundary(s.start as usize),
-                "start not on a char boundary: {d:?}"
-            );
-            assert!(
-                f.text.is_char_boundary(s.end as usize),
-                "end not on a char boundary: {d:?}"
-            );
+            assert!((s.end as usize) <= f.text.len(), "span {s:?} past the end of {}: {d:?}", f.name);
+            assert!(f.text.is_char_boundary(s.start as usize), "start not on a char boundary: {d:?}");
+            assert!(f.text.is_char_boundary(s.end as usize), "end not on a char boundary: {d:?}");
         }
         for l in &d.secondary {
             let lf = ws.sources.get(l.file);
@@ -65,18 +50,9 @@ fn piece() -> impl Strategy<Value = String> {
 fn corpus_files() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    for dir in [
-        "examples",
-        "examples/lib",
-        "stdlib",
-        "tests/corpus/syntax/ok",
-        "tests/corpus/check/ok",
-    ] {
+    for dir in ["examples", "examples/lib", "stdlib", "tests/corpus/syntax/ok", "tests/corpus/check/ok"] {
         if let Ok(rd) = std::fs::read_dir(root.join(dir)) {
-            files.extend(
-                rd.filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|x| x == "lmt")),
-            );
+            files.extend(rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "lmt")));
         }
     }
     files.sort();
@@ -99,9 +75,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 }
 
 fn apply(text: &mut String, m: &Mutation) {
-    let at = |x: usize, t: &String| {
-        lmt::span::floor_char_boundary(t, if t.is_empty() { 0 } else { x % (t.len() + 1) })
-    };
+    let at = |x: usize, t: &String| lmt::span::floor_char_boundary(t, if t.is_empty() { 0 } else { x % (t.len() + 1) });
     match m {
         Mutation::Delete(a, n) => {
             let s = at(*a, text);
@@ -159,18 +133,12 @@ fn deep_nesting_is_reported_not_a_crash() {
         format!("{{{{ {}1 }}}}", "-".repeat(n)),
         format!("{{{{ 1{} }}}}", " + 1".repeat(n)),
         format!("{{{{ x{} }}}}", ".a".repeat(n)),
-        format!(
-            "{{% grammar g %}}\nroot ::= {}\"a\"{}\n{{% end %}}",
-            "(".repeat(n),
-            ")".repeat(n)
-        ),
+        format!("{{% grammar g %}}\nroot ::= {}\"a\"{}\n{{% end %}}", "(".repeat(n), ")".repeat(n)),
     ];
     for text in &cases {
         let ws = Workspace::load_text("deep.lmt", text, None, &FsLoader::default());
         assert!(
-            ws.diagnostics
-                .iter()
-                .any(|d| d.code == lmt::diagnostic::Code::TooDeep),
+            ws.diagnostics.iter().any(|d| d.code == lmt::diagnostic::Code::TooDeep),
             "no E0109 for {}…: {:?}",
             &text[..40],
             ws.diagnostics.iter().map(|d| d.code).collect::<Vec<_>>()
@@ -178,11 +146,7 @@ fn deep_nesting_is_reported_not_a_crash() {
         assert_sound("deep.lmt", text, None);
     }
     // Just under the limit is fine.
-    let ok = format!(
-        "{}x{}",
-        "{% if true %}".repeat(100),
-        "{% end %}".repeat(100)
-    );
+    let ok = format!("{}x{}", "{% if true %}".repeat(100), "{% end %}".repeat(100));
     let ws = Workspace::load_text("ok.lmt", &ok, None, &FsLoader::default());
     assert!(ws.diagnostics.is_empty(), "{:?}", ws.diagnostics);
 }

@@ -25,14 +25,16 @@ fn models() -> &'static [(String, PathBuf)] {
     static MODELS: OnceLock<Models> = OnceLock::new();
     &MODELS
         .get_or_init(|| {
-            let shared = common::shared_dirs("tiny_models", &["qwen2-tiny", "phi3-tiny", "llama3-tiny", "mistral-tiny"], "model.safetensors");
+            let shared =
+                common::shared_dirs("tiny_models", &["qwen2-tiny", "phi3-tiny", "llama3-tiny", "mistral-tiny"], "model.safetensors");
             if !shared.is_empty() {
                 return (shared, None);
             }
             eprintln!("NOTE: running on a model with a tokenizer trained here instead of the shared tiny models");
             let dir = temp_dir("run-fallback-model");
             let mut tok = common::trained_byte_level();
-            tok.add_special_tokens([tokenizers::AddedToken::from("<|im_start|>", true), tokenizers::AddedToken::from("<|im_end|>", true)]).unwrap();
+            tok.add_special_tokens([tokenizers::AddedToken::from("<|im_start|>", true), tokenizers::AddedToken::from("<|im_end|>", true)])
+                .unwrap();
             let mut spec = Spec::small("qwen2");
             spec.vocab = tok.get_vocab_size(true);
             spec.write_hf(&dir);
@@ -50,42 +52,19 @@ fn load(dir: &Path) -> Model {
 }
 
 /// Runs template text (as if it were a file in `examples/`) and collects events.
-fn run_text(
-    model: &Model,
-    text: &str,
-    vars: &[(&str, lmt::interp::value::Value)],
-) -> (Outcome, Vec<String>) {
-    let ws = Workspace::load_text(
-        "test.lmt",
-        text,
-        Some(PathBuf::from(ROOT).join("examples/test.lmt")),
-        &FsLoader::default(),
-    );
+fn run_text(model: &Model, text: &str, vars: &[(&str, lmt::interp::value::Value)]) -> (Outcome, Vec<String>) {
+    let ws = Workspace::load_text("test.lmt", text, Some(PathBuf::from(ROOT).join("examples/test.lmt")), &FsLoader::default());
     assert!(!ws.has_errors(), "{:?}", ws.diagnostics);
     run_ws(model, &ws, vars)
 }
 
-fn run_ws(
-    model: &Model,
-    ws: &Workspace,
-    vars: &[(&str, lmt::interp::value::Value)],
-) -> (Outcome, Vec<String>) {
+fn run_ws(model: &Model, ws: &Workspace, vars: &[(&str, lmt::interp::value::Value)]) -> (Outcome, Vec<String>) {
     let program = lmt::ir::compile(ws);
-    let opts = RunOptions {
-        vars: vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect(),
-        ..Default::default()
-    };
+    let opts = RunOptions { vars: vars.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(), ..Default::default() };
     let mut events = Vec::new();
     let out = interp::run(&program, &ws.sources, model, &opts, &mut |e| {
         events.push(match e {
-            Event::Text {
-                text,
-                hidden: false,
-                ..
-            } => format!("text:{text}"),
+            Event::Text { text, hidden: false, .. } => format!("text:{text}"),
             Event::Text { .. } => "hidden".into(),
             Event::Token(t) => format!("token:{:?}", t.kind),
             Event::RoleOpen(r) => format!("open:{r}"),
@@ -98,13 +77,7 @@ fn run_ws(
 }
 
 fn capture<'a>(o: &'a Outcome, name: &str) -> &'a lmt::interp::value::Captured {
-    &o.state
-        .captures
-        .iter()
-        .rev()
-        .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("no capture `{name}`"))
-        .value
+    &o.state.captures.iter().rev().find(|c| c.name == name).unwrap_or_else(|| panic!("no capture `{name}`")).value
 }
 
 /// The usage identity: every token through the model is in the final
@@ -112,23 +85,13 @@ fn capture<'a>(o: &'a Outcome, name: &str) -> &'a lmt::interp::value::Captured {
 fn assert_kv_accounting(o: &Outcome) {
     let u = &o.state.usage;
     assert_eq!(u.sequence_tokens as usize, o.state.tokens.len());
-    assert_eq!(
-        u.forward_tokens,
-        u.sequence_tokens + u.rewound_tokens + u.scored_tokens,
-        "{u:?}"
-    );
+    assert_eq!(u.forward_tokens, u.sequence_tokens + u.rewound_tokens + u.scored_tokens, "{u:?}");
 }
 
 #[test]
 fn every_example_runs_and_its_constraints_hold() {
-    let san = fancy_regex::Regex::new(
-        r"^(O-O-O|O-O|[KQRBN][a-h]?[1-8]?x?[a-h][1-8]|([a-h]x)?[a-h][1-8](=[QRBN])?)[+#]?$",
-    )
-    .unwrap();
-    let triples = fancy_regex::Regex::new(
-        r"^(NONE|\([^,()]+, [^,()]+, [^,()]+\)(<\|>\([^,()]+, [^,()]+, [^,()]+\))*)$",
-    )
-    .unwrap();
+    let san = fancy_regex::Regex::new(r"^(O-O-O|O-O|[KQRBN][a-h]?[1-8]?x?[a-h][1-8]|([a-h]x)?[a-h][1-8](=[QRBN])?)[+#]?$").unwrap();
+    let triples = fancy_regex::Regex::new(r"^(NONE|\([^,()]+, [^,()]+, [^,()]+\)(<\|>\([^,()]+, [^,()]+, [^,()]+\))*)$").unwrap();
     let date = fancy_regex::Regex::new(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$").unwrap();
     for (name, dir) in models() {
         let model = load(dir);
@@ -144,31 +107,15 @@ fn every_example_runs_and_its_constraints_hold() {
             let stem = f.file_stem().unwrap().to_str().unwrap().to_string();
             let ws = Workspace::load_file(&f, &FsLoader::default()).unwrap();
             assert!(!ws.has_errors(), "{stem}: {:?}", ws.diagnostics);
-            let vars = if stem == "chat" {
-                vec![(
-                    "question",
-                    lmt::interp::value::Value::str("What is a KV cache?"),
-                )]
-            } else {
-                vec![]
-            };
+            let vars = if stem == "chat" { vec![("question", lmt::interp::value::Value::str("What is a KV cache?"))] } else { vec![] };
             let (o, events) = run_ws(&model, &ws, &vars);
             let ctx = format!("{name} {stem}");
             if stem == "chat" && !has_template {
                 let e = o.error.expect("role blocks need a chat template");
-                assert!(
-                    e.message.contains("no chat template"),
-                    "{ctx}: {}",
-                    e.message
-                );
+                assert!(e.message.contains("no chat template"), "{ctx}: {}", e.message);
                 continue;
             }
-            assert!(
-                o.error.is_none(),
-                "{ctx}: {:?} {:?}",
-                o.error,
-                o.state.captures
-            );
+            assert!(o.error.is_none(), "{ctx}: {:?} {:?}", o.error, o.state.captures);
             assert_eq!(o.state.finish_reason, FinishReason::Done, "{ctx}");
             assert_eq!(events.last().map(String::as_str), Some("done"), "{ctx}");
             assert_kv_accounting(&o);
@@ -179,20 +126,14 @@ fn every_example_runs_and_its_constraints_hold() {
                     if finish("city") == Some(FinishReason::Stop) {
                         assert!(!value("city").contains('\n'), "{ctx}");
                     }
-                    assert!(
-                        o.state.text().starts_with("The capital of France is"),
-                        "{ctx}"
-                    );
+                    assert!(o.state.text().starts_with("The capital of France is"), "{ctx}");
                 }
                 "chess" => {
                     let first = value("first");
                     if finish("first") != Some(FinishReason::MaxTokens) {
                         assert!(san.is_match(&first).unwrap(), "{ctx}: {first:?}");
                     }
-                    assert!(
-                        ["e4", "d4", "Nf3", "c4"].contains(&value("best").as_str()),
-                        "{ctx}"
-                    );
+                    assert!(["e4", "d4", "Nf3", "c4"].contains(&value("best").as_str()), "{ctx}");
                 }
                 "extract" => {
                     let t = value("triples");
@@ -203,57 +144,29 @@ fn every_example_runs_and_its_constraints_hold() {
                 "grammar" => {
                     let n = value("n");
                     assert!(
-                        fancy_regex::Regex::new(r"^[0-9]+(\.[0-9]+)?$")
-                            .unwrap()
-                            .is_match(&n)
-                            .unwrap()
+                        fancy_regex::Regex::new(r"^[0-9]+(\.[0-9]+)?$").unwrap().is_match(&n).unwrap()
                             || finish("n") == Some(FinishReason::MaxTokens),
                         "{ctx}: {n:?}"
                     );
                     let e = value("e");
-                    assert!(
-                        e.chars().all(|c| "0123456789.+-*/() ".contains(c)),
-                        "{ctx}: {e:?}"
-                    );
+                    assert!(e.chars().all(|c| "0123456789.+-*/() ".contains(c)), "{ctx}: {e:?}");
                 }
                 "json" => {
-                    let p: serde_json::Value =
-                        serde_json::from_str(&value("p")).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    let p: serde_json::Value = serde_json::from_str(&value("p")).unwrap_or_else(|e| panic!("{ctx}: {e}"));
                     for k in ["x", "y"] {
                         let v = p[k].as_i64().unwrap_or_else(|| panic!("{ctx}: {p}"));
                         assert!((-100..=100).contains(&v), "{ctx}: {p}");
                     }
                     assert_eq!(p.as_object().unwrap().len(), 2, "{ctx}: {p}");
-                    let person: serde_json::Value = serde_json::from_str(&value("person"))
-                        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    let person: serde_json::Value = serde_json::from_str(&value("person")).unwrap_or_else(|e| panic!("{ctx}: {e}"));
                     let obj = person.as_object().unwrap();
-                    assert!(
-                        obj.keys()
-                            .all(|k| ["name", "age", "born"].contains(&k.as_str())),
-                        "{ctx}: {person}"
-                    );
-                    assert!(
-                        person["name"]
-                            .as_str()
-                            .is_some_and(|s| s.chars().count() <= 40),
-                        "{ctx}: {person}"
-                    );
-                    assert!(
-                        person["age"]
-                            .as_i64()
-                            .is_some_and(|a| (0..=150).contains(&a)),
-                        "{ctx}: {person}"
-                    );
+                    assert!(obj.keys().all(|k| ["name", "age", "born"].contains(&k.as_str())), "{ctx}: {person}");
+                    assert!(person["name"].as_str().is_some_and(|s| s.chars().count() <= 40), "{ctx}: {person}");
+                    assert!(person["age"].as_i64().is_some_and(|a| (0..=150).contains(&a)), "{ctx}: {person}");
                     if let Some(b) = obj.get("born") {
-                        assert!(
-                            date.is_match(b.as_str().unwrap()).unwrap(),
-                            "{ctx}: {person}"
-                        );
+                        assert!(date.is_match(b.as_str().unwrap()).unwrap(), "{ctx}: {person}");
                     }
-                    assert!(
-                        o.state.text().contains(&format!("x = {}", p["x"])),
-                        "{ctx}: values flow back into the prompt"
-                    );
+                    assert!(o.state.text().contains(&format!("x = {}", p["x"])), "{ctx}: values flow back into the prompt");
                 }
                 "select" => {
                     let mood = capture(&o, "mood");
@@ -261,89 +174,37 @@ fn every_example_runs_and_its_constraints_hold() {
                     let total: f64 = mood.meta.choices.iter().map(|c| c.probability).sum();
                     assert!((total - 1.0).abs() < 1e-9, "{ctx}");
                     let answer = capture(&o, "answer");
-                    assert!(
-                        ["yes", "no", "maybe"].contains(&answer.text.as_str()),
-                        "{ctx}"
-                    );
-                    assert_eq!(
-                        answer.meta.choices[0].text, answer.text,
-                        "{ctx}: greedy choice is the most likely"
-                    );
+                    assert!(["yes", "no", "maybe"].contains(&answer.text.as_str()), "{ctx}");
+                    assert_eq!(answer.meta.choices[0].text, answer.text, "{ctx}: greedy choice is the most likely");
                 }
                 "vehicles" => {
-                    assert_eq!(
-                        o.state
-                            .captures
-                            .iter()
-                            .filter(|c| c.name == "vehicle")
-                            .count(),
-                        6,
-                        "{ctx}"
-                    );
+                    assert_eq!(o.state.captures.iter().filter(|c| c.name == "vehicle").count(), 6, "{ctx}");
                 }
                 "usage" => {
                     assert!(o.state.text().contains("(finish: "), "{ctx}");
-                    assert!(
-                        matches!(
-                            finish("colour"),
-                            Some(FinishReason::Stop | FinishReason::Eos | FinishReason::MaxTokens)
-                        ),
-                        "{ctx}"
-                    );
+                    assert!(matches!(finish("colour"), Some(FinishReason::Stop | FinishReason::Eos | FinishReason::MaxTokens)), "{ctx}");
                 }
                 "capture" => {
                     let letter = value("letter");
-                    assert!(
-                        letter.starts_with("Dear Ada Lovelace, "),
-                        "{ctx}: {letter:?}"
-                    );
+                    assert!(letter.starts_with("Dear Ada Lovelace, "), "{ctx}: {letter:?}");
                     // The scratchpad was generated, kept as a capture, and removed from the prompt.
                     let scratch = capture(&o, "scratch");
-                    assert!(
-                        o.state
-                            .nodes
-                            .iter()
-                            .any(|n| matches!(n, Node::Text { hidden: true, .. })),
-                        "{ctx}"
-                    );
-                    assert!(
-                        !scratch.text.is_empty()
-                            || scratch.meta.finish_reason == Some(FinishReason::Stop),
-                        "{ctx}"
-                    );
-                    assert!(
-                        !o.state.text().contains("Let's think step by step"),
-                        "{ctx}"
-                    );
+                    assert!(o.state.nodes.iter().any(|n| matches!(n, Node::Text { hidden: true, .. })), "{ctx}");
+                    assert!(!scratch.text.is_empty() || scratch.meta.finish_reason == Some(FinishReason::Stop), "{ctx}");
+                    assert!(!o.state.text().contains("Let's think step by step"), "{ctx}");
                     assert!(o.state.text().contains("1=a, 2=b, 3=c"), "{ctx}");
                 }
                 "chat" => {
-                    let roles: Vec<&str> =
-                        o.state.messages.iter().map(|m| m.role.as_str()).collect();
-                    assert_eq!(
-                        roles,
-                        ["system", "user", "assistant", "user", "assistant"],
-                        "{ctx}"
-                    );
-                    assert!(
-                        o.state.messages[1]
-                            .content
-                            .contains("<|im_end|><|im_start|>system"),
-                        "{ctx}"
-                    );
+                    let roles: Vec<&str> = o.state.messages.iter().map(|m| m.role.as_str()).collect();
+                    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"], "{ctx}");
+                    assert!(o.state.messages[1].content.contains("<|im_end|><|im_start|>system"), "{ctx}");
                     // No special token comes from anything but the chat template.
                     for t in &o.state.tokens {
                         if model.tokenizer.vocab.is_special_or_added(t.id) {
-                            assert!(
-                                matches!(t.origin, Origin::Role | Origin::Bos),
-                                "{ctx}: {t:?}"
-                            );
+                            assert!(matches!(t.origin, Origin::Role | Origin::Bos), "{ctx}: {t:?}");
                         }
                     }
-                    assert!(
-                        ["helpful", "confusing"].contains(&value("feeling").as_str()),
-                        "{ctx}"
-                    );
+                    assert!(["helpful", "confusing"].contains(&value("feeling").as_str()), "{ctx}");
                 }
                 other => panic!("an example without checks: {other}"),
             }
@@ -364,40 +225,18 @@ fn six_vehicles_reuse_the_cache_and_feed_each_token_once() {
         // nothing already in the cache is re-encoded.
         assert!(u.rewound_tokens <= 2 * 6 * 2, "{name}: {u:?}");
         assert_eq!(u.scored_tokens, 0);
-        assert!(
-            u.reused_tokens > u.forward_tokens,
-            "{name}: the cache carries the prefix: {u:?}"
-        );
+        assert!(u.reused_tokens > u.forward_tokens, "{name}: the cache carries the prefix: {u:?}");
         // Fewer passes than tokens: text is fed in batches.
         assert!(u.forward_passes < u.forward_tokens, "{name}: {u:?}");
         // The sequence is the visible text (byte-level tokenizers spell it exactly).
         let vocab = &model.tokenizer.vocab;
         if vocab.encoding() == lmt::engine::Encoding::ByteLevel {
-            let ids: Vec<u32> = o
-                .state
-                .tokens
-                .iter()
-                .filter(|t| t.origin != Origin::Bos)
-                .map(|t| t.id)
-                .collect();
-            assert_eq!(
-                String::from_utf8_lossy(&vocab.decode(&ids)),
-                o.state.text(),
-                "{name}"
-            );
+            let ids: Vec<u32> = o.state.tokens.iter().filter(|t| t.origin != Origin::Bos).map(|t| t.id).collect();
+            assert_eq!(String::from_utf8_lossy(&vocab.decode(&ids)), o.state.text(), "{name}");
         }
         // Computed lengths were fed back into the prompt.
-        let first = capture(&o, "vehicle");
-        let _ = first;
         for c in o.state.captures.iter().filter(|c| c.name == "vehicle") {
-            assert!(
-                o.state.text().contains(&format!(
-                    "{} ({} letters)",
-                    c.value.text,
-                    c.value.text.trim().chars().count()
-                )),
-                "{name}"
-            );
+            assert!(o.state.text().contains(&format!("{} ({} letters)", c.value.text, c.value.text.trim().chars().count())), "{name}");
         }
     }
 }
@@ -407,7 +246,11 @@ fn stops_rewind_the_cache_to_the_kept_text() {
     for (name, dir) in models() {
         let model = load(dir);
         // Forced bytes cross the stop: the value is cut and the cache rewound.
-        let (o, _) = run_text(&model, "Code: {% gen x regex=\"12345\" stop=\"34\" %}!\nNext: {% gen y regex=\"[a-z]{2}[0-9][a-z]{3}\" stop_regex=\"[0-9]\" %} end", &[]);
+        let (o, _) = run_text(
+            &model,
+            "Code: {% gen x regex=\"12345\" stop=\"34\" %}!\nNext: {% gen y regex=\"[a-z]{2}[0-9][a-z]{3}\" stop_regex=\"[0-9]\" %} end",
+            &[],
+        );
         assert!(o.error.is_none(), "{name}: {:?}", o.error);
         let x = capture(&o, "x");
         assert_eq!(x.text, "12", "{name}");
@@ -416,28 +259,14 @@ fn stops_rewind_the_cache_to_the_kept_text() {
         let y = capture(&o, "y");
         assert_eq!(y.meta.finish_reason, Some(FinishReason::Stop), "{name}");
         assert_eq!(y.text.len(), 2, "{name}: {:?}", y.text);
-        assert!(y
-            .meta
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.len() == 1 && s.as_bytes()[0].is_ascii_digit()));
-        assert_eq!(
-            o.state.text(),
-            format!("Code: 12!\nNext: {} end", y.text),
-            "{name}"
-        );
+        assert!(y.meta.stop.as_ref().is_some_and(|s| s.len() == 1 && s.as_bytes()[0].is_ascii_digit()));
+        assert_eq!(o.state.text(), format!("Code: 12!\nNext: {} end", y.text), "{name}");
         assert_kv_accounting(&o);
         // The model state is exactly the kept text: the decoded sequence has no stop text.
         let vocab = &model.tokenizer.vocab;
         let decoded = String::from_utf8_lossy(&vocab.decode(&o.state.token_ids())).into_owned();
-        assert!(
-            decoded.contains("12!") && !decoded.contains("345"),
-            "{name}: {decoded:?}"
-        );
-        assert!(
-            decoded.ends_with(&format!("{} end", y.text)),
-            "{name}: {decoded:?}"
-        );
+        assert!(decoded.contains("12!") && !decoded.contains("345"), "{name}: {decoded:?}");
+        assert!(decoded.ends_with(&format!("{} end", y.text)), "{name}: {decoded:?}");
     }
 }
 
@@ -449,20 +278,9 @@ fn token_healing_lets_the_value_start_inside_the_last_prompt_token() {
         let (o, _) = run_text(&model, "Name: {% gen x regex=\"[A-Z][a-z]{2,5}\" %}.", &[]);
         assert!(o.error.is_none(), "{name}: {:?}", o.error);
         let x = capture(&o, "x");
-        assert!(
-            x.text
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_uppercase()),
-            "{name}: {:?}",
-            x.text
-        );
+        assert!(x.text.chars().next().is_some_and(|c| c.is_ascii_uppercase()), "{name}: {:?}", x.text);
         let gen_tokens = o.state.nodes.iter().find_map(|n| match n {
-            Node::Text {
-                origin: Origin::Generated,
-                tokens,
-                ..
-            } => Some(tokens.clone()),
+            Node::Text { origin: Origin::Generated, tokens, .. } => Some(tokens.clone()),
             _ => None,
         });
         let first = &gen_tokens.unwrap()[0];
@@ -470,26 +288,15 @@ fn token_healing_lets_the_value_start_inside_the_last_prompt_token() {
         // generated token starts with its bytes.
         if first.kind == TokenKind::Healed {
             let b = vocab.bytes(first.id);
-            assert!(
-                b.len() > 1 && !b.starts_with(x.text.as_bytes()),
-                "{name}: {first:?}"
-            );
+            assert!(b.len() > 1 && !b.starts_with(x.text.as_bytes()), "{name}: {first:?}");
         } else {
             panic!("{name}: the first token was not healed: {first:?}");
         }
         assert_eq!(o.state.text(), format!("Name: {}.", x.text));
         // heal=false: the prompt stays as tokenized.
-        let (o, _) = run_text(
-            &model,
-            "Name: {% gen x regex=\"[A-Z][a-z]{2,5}\" heal=false %}.",
-            &[],
-        );
+        let (o, _) = run_text(&model, "Name: {% gen x regex=\"[A-Z][a-z]{2,5}\" heal=false %}.", &[]);
         let first = o.state.nodes.iter().find_map(|n| match n {
-            Node::Text {
-                origin: Origin::Generated,
-                tokens,
-                ..
-            } => tokens.first().cloned(),
+            Node::Text { origin: Origin::Generated, tokens, .. } => tokens.first().cloned(),
             _ => None,
         });
         assert_ne!(first.map(|t| t.kind), Some(TokenKind::Healed), "{name}");
@@ -501,11 +308,7 @@ fn select_scores_whole_options_even_when_one_is_a_prefix_of_another() {
     for (name, dir) in models() {
         let model = load(dir);
         let prompt = "Pick one:";
-        let (o, _) = run_text(
-            &model,
-            "Pick one:{% select c in [\" a\", \" ab\", \" abc\"] %}.\nDone",
-            &[],
-        );
+        let (o, _) = run_text(&model, "Pick one:{% select c in [\" a\", \" ab\", \" abc\"] %}.\nDone", &[]);
         assert!(o.error.is_none(), "{name}: {:?}", o.error);
         let c = capture(&o, "c");
         assert_eq!(c.meta.choices.len(), 3);
@@ -517,32 +320,14 @@ fn select_scores_whole_options_even_when_one_is_a_prefix_of_another() {
             let full: Vec<u32> = tok
                 .bos
                 .into_iter()
-                .chain(
-                    tok.tokenizer
-                        .encode(format!("{prompt}{}.\nDone", choice.text), false)
-                        .unwrap()
-                        .get_ids()
-                        .iter()
-                        .copied(),
-                )
+                .chain(tok.tokenizer.encode(format!("{prompt}{}.\nDone", choice.text), false).unwrap().get_ids().iter().copied())
                 .collect();
-            let base: Vec<u32> = tok
-                .bos
-                .into_iter()
-                .chain(
-                    tok.tokenizer
-                        .encode(prompt, false)
-                        .unwrap()
-                        .get_ids()
-                        .iter()
-                        .copied(),
-                )
-                .collect();
+            let base: Vec<u32> =
+                tok.bos.into_iter().chain(tok.tokenizer.encode(prompt, false).unwrap().get_ids().iter().copied()).collect();
             // Healing backs out the prompt's last token.
             let start = base.len() - 1;
             assert_eq!(&full[..start], &base[..start], "{name}");
-            let follow_end =
-                full.len() - tok.tokenizer.encode("Done", false).unwrap().get_ids().len();
+            let follow_end = full.len() - tok.tokenizer.encode("Done", false).unwrap().get_ids().len();
             let mut st = m.new_state();
             let mut lp = 0.0f64;
             let mut logits = m.append(&mut st, &full[..start]).unwrap();
@@ -556,19 +341,9 @@ fn select_scores_whole_options_even_when_one_is_a_prefix_of_another() {
                 lp += f64::from(lmt::model::log_softmax(&logits)[t as usize]);
                 logits = m.append(&mut st, &[t]).unwrap();
             }
-            assert!(
-                (lp - choice.logprob).abs() < 2e-3,
-                "{name}: {:?}: {lp} vs {}",
-                choice.text,
-                choice.logprob
-            );
+            assert!((lp - choice.logprob).abs() < 2e-3, "{name}: {:?}: {lp} vs {}", choice.text, choice.logprob);
         }
-        let best = c
-            .meta
-            .choices
-            .iter()
-            .max_by(|a, b| a.logprob.total_cmp(&b.logprob))
-            .unwrap();
+        let best = c.meta.choices.iter().max_by(|a, b| a.logprob.total_cmp(&b.logprob)).unwrap();
         assert_eq!(best.text, c.text, "{name}");
         assert_eq!(o.state.text(), format!("Pick one:{}.\nDone", c.text));
         assert_kv_accounting(&o);
@@ -580,32 +355,20 @@ fn role_blocks_produce_the_chat_template_goldens() {
     let Some(data) = common::shared_data() else {
         return;
     };
-    let goldens: Vec<serde_json::Value> = serde_json::from_str(
-        &std::fs::read_to_string(data.join("chat_templates_goldens.json")).unwrap(),
-    )
-    .unwrap();
+    let goldens: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(data.join("chat_templates_goldens.json")).unwrap()).unwrap();
     let mut checked = 0;
     for (tokenizer, model_dir) in [("phi3", "phi3-tiny"), ("llama3", "llama3-tiny")] {
         let model = load(&data.join("tiny_models").join(model_dir));
-        for (n, g) in goldens
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| g["tokenizer"] == tokenizer)
-        {
+        for (n, g) in goldens.iter().enumerate().filter(|(_, g)| g["tokenizer"] == tokenizer) {
             let messages = g["messages"].as_array().unwrap();
             let mut src = String::new();
             let mut vars = Vec::new();
             let names: Vec<String> = (0..messages.len()).map(|i| format!("m{i}")).collect();
             src.push_str(&format!("{{% input {} %}}", names.join(", ")));
             for (i, m) in messages.iter().enumerate() {
-                src.push_str(&format!(
-                    "{{% role \"{}\" %}}{{{{ m{i} }}}}{{% end %}}",
-                    m["role"].as_str().unwrap()
-                ));
-                vars.push((
-                    names[i].as_str(),
-                    lmt::interp::value::Value::str(m["content"].as_str().unwrap()),
-                ));
+                src.push_str(&format!("{{% role \"{}\" %}}{{{{ m{i} }}}}{{% end %}}", m["role"].as_str().unwrap()));
+                vars.push((names[i].as_str(), lmt::interp::value::Value::str(m["content"].as_str().unwrap())));
             }
             let gen_prompt = g["add_generation_prompt"] == true;
             if gen_prompt {
@@ -613,43 +376,21 @@ fn role_blocks_produce_the_chat_template_goldens() {
             }
             let (o, _) = run_text(&model, &src, &vars);
             assert!(o.error.is_none(), "golden {n}: {:?}", o.error);
-            let mut ids: Vec<u32> = o
-                .state
-                .tokens
-                .iter()
-                .take_while(|t| t.origin != Origin::Generated)
-                .map(|t| t.id)
-                .collect();
+            let mut ids: Vec<u32> = o.state.tokens.iter().take_while(|t| t.origin != Origin::Generated).map(|t| t.id).collect();
             if gen_prompt {
                 // Up to the generation; a turn closed after it is not in the golden.
-                ids.truncate(
-                    o.state
-                        .tokens
-                        .iter()
-                        .position(|t| t.origin == Origin::Generated)
-                        .unwrap_or(ids.len()),
-                );
+                ids.truncate(o.state.tokens.iter().position(|t| t.origin == Origin::Generated).unwrap_or(ids.len()));
             }
             let expected: Vec<u32> = serde_json::from_value(g["expected_ids"].clone()).unwrap();
             let adversarial = g["adversarial"] == true;
             let content = messages[0]["content"].as_str().unwrap().as_bytes();
-            let has = |ids: &[u32]| {
-                model
-                    .tokenizer
-                    .vocab
-                    .decode(ids)
-                    .windows(content.len())
-                    .any(|w| w == content)
-            };
+            let has = |ids: &[u32]| model.tokenizer.vocab.decode(ids).windows(content.len()).any(|w| w == content);
             if adversarial && !has(&expected) {
                 eprintln!("NOTE: golden {n} is inconsistent (its expected_ids lack the message); checked by content instead");
                 assert!(has(&ids), "golden {n}: content lost");
                 continue;
             }
-            assert_eq!(
-                ids, expected,
-                "golden {n} ({tokenizer}, adversarial: {adversarial})\n{src}"
-            );
+            assert_eq!(ids, expected, "golden {n} ({tokenizer}, adversarial: {adversarial})\n{src}");
             checked += 1;
         }
     }
@@ -671,21 +412,13 @@ fn content_can_never_forge_a_role_marker() {
             .take(40)
             .collect();
         let attack = specials.join("\nassistant\n");
-        let src = "{% input attack %}{% user %}Hi {{ attack }} {% end %}{% assistant %}Sure: "
-            .to_string()
+        let src = "{% input attack %}{% user %}Hi {{ attack }} {% end %}{% assistant %}Sure: ".to_string()
             + "{% gen r max_tokens=5 %}{% end %}{{ attack }}";
-        let (o, _) = run_text(
-            &model,
-            &src,
-            &[("attack", lmt::interp::value::Value::str(attack.as_str()))],
-        );
+        let (o, _) = run_text(&model, &src, &[("attack", lmt::interp::value::Value::str(attack.as_str()))]);
         assert!(o.error.is_none(), "{name}: {:?}", o.error);
         for t in &o.state.tokens {
             if vocab.is_special_or_added(t.id) {
-                assert!(
-                    matches!(t.origin, Origin::Role | Origin::Bos),
-                    "{name}: {t:?} came from content"
-                );
+                assert!(matches!(t.origin, Origin::Role | Origin::Bos), "{name}: {t:?} came from content");
             }
         }
         assert_eq!(o.state.messages.len(), 2, "{name}");
@@ -697,30 +430,13 @@ fn content_can_never_forge_a_role_marker() {
 fn events_stream_text_tokens_and_captures_then_done() {
     let (name, dir) = &models()[0];
     let model = load(dir);
-    let (o, events) = run_text(
-        &model,
-        "A{% gen x max_tokens=4 %}B{% capture c %}C{% end %}{% select s in [\"y\", \"n\"] %}",
-        &[],
-    );
+    let (o, events) = run_text(&model, "A{% gen x max_tokens=4 %}B{% capture c %}C{% end %}{% select s in [\"y\", \"n\"] %}", &[]);
     assert!(o.error.is_none(), "{name}: {:?}", o.error);
-    let streamed: String = events
-        .iter()
-        .filter_map(|e| e.strip_prefix("text:"))
-        .collect();
-    assert_eq!(
-        streamed,
-        o.state.text(),
-        "{name}: streamed text is the visible text"
-    );
+    let streamed: String = events.iter().filter_map(|e| e.strip_prefix("text:")).collect();
+    assert_eq!(streamed, o.state.text(), "{name}: streamed text is the visible text");
     let tokens = events.iter().filter(|e| e.starts_with("token:")).count() as u64;
-    assert_eq!(
-        tokens,
-        o.state.usage.generated_tokens + o.state.usage.forced_tokens
-    );
-    let caps: Vec<&String> = events
-        .iter()
-        .filter(|e| e.starts_with("capture:"))
-        .collect();
+    assert_eq!(tokens, o.state.usage.generated_tokens + o.state.usage.forced_tokens);
+    let caps: Vec<&String> = events.iter().filter(|e| e.starts_with("capture:")).collect();
     assert_eq!(caps, ["capture:x", "capture:c", "capture:s"]);
     assert_eq!(events.iter().filter(|e| *e == "done").count(), 1);
     assert_eq!(events.last().unwrap(), "done");
@@ -737,11 +453,7 @@ fn events_stream_text_tokens_and_captures_then_done() {
         .filter_map(|t| t.logprob)
         .map(f64::from)
         .sum::<f64>();
-    assert!(
-        o.state.logprob < 0.0 && o.state.logprob >= sum - 1e-6,
-        "{} vs {sum}",
-        o.state.logprob
-    );
+    assert!(o.state.logprob < 0.0 && o.state.logprob >= sum - 1e-6, "{} vs {sum}", o.state.logprob);
     assert!((capture(&o, "x").meta.logprob - o.state.logprob).abs() < 1e-9);
 }
 
@@ -749,25 +461,13 @@ fn events_stream_text_tokens_and_captures_then_done() {
 fn runtime_errors_point_at_the_source_and_keep_the_partial_state() {
     let (name, dir) = &models()[0];
     let model = load(dir);
-    let (o, _) = run_text(
-        &model,
-        "Start {% gen x max_tokens=2 %} then {{ \"abc\" | int }} never",
-        &[],
-    );
+    let (o, _) = run_text(&model, "Start {% gen x max_tokens=2 %} then {{ \"abc\" | int }} never", &[]);
     let e = o.error.expect("`int` of a word fails");
-    assert!(
-        e.message.contains("cannot convert"),
-        "{name}: {}",
-        e.message
-    );
+    assert!(e.message.contains("cannot convert"), "{name}: {}", e.message);
     let src = "Start {% gen x max_tokens=2 %} then {{ \"abc\" | int }} never";
     assert_eq!(src[e.span.range()].trim(), "\"abc\" | int");
     assert_eq!(o.state.finish_reason, FinishReason::Error);
-    assert!(
-        o.state.text().starts_with("Start ") && o.state.text().ends_with(" then "),
-        "{:?}",
-        o.state.text()
-    );
+    assert!(o.state.text().starts_with("Start ") && o.state.text().ends_with(" then "), "{:?}", o.state.text());
     assert_eq!(o.state.captures.len(), 1, "the generated value is kept");
     // A missing input.
     let (o, _) = run_text(&model, "{% input topic %}About {{ topic }}", &[]);

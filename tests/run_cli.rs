@@ -13,8 +13,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// A model directory: the shared Llama-3 tiny model, or one built here.
 fn model(dir: &std::path::Path) -> PathBuf {
-    if let Some(m) = common::shared_dirs("tiny_models", &["llama3-tiny"], "model.safetensors").pop()
-    {
+    if let Some(m) = common::shared_dirs("tiny_models", &["llama3-tiny"], "model.safetensors").pop() {
         return m.1;
     }
     let tok = common::trained_byte_level();
@@ -26,17 +25,8 @@ fn model(dir: &std::path::Path) -> PathBuf {
 }
 
 fn lmt(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lmt"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("LMT_MODEL")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = Command::new(env!("CARGO_BIN_EXE_lmt")).args(args).env("NO_COLOR", "1").env_remove("LMT_MODEL").output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]
@@ -47,82 +37,29 @@ fn run_prints_text_and_a_json_document() {
     let vehicles = format!("{ROOT}/examples/vehicles.lmt");
     let (code, out, err) = lmt(&["run", &vehicles, "--model", m, "--var", "n=3"]);
     assert_eq!(code, 0, "{err}");
-    assert!(
-        out.starts_with("\nHere are 3 vehicles") || out.starts_with("Here are 3 vehicles"),
-        "{out}"
-    );
-    assert!(
-        err.contains("finish: done") && err.contains("forward passes"),
-        "{err}"
-    );
-    let (code, out, err) = lmt(&[
-        "run",
-        &vehicles,
-        "--model",
-        m,
-        "--var",
-        "n=2",
-        "--json",
-        "--quiet",
-        "--seed",
-        "3",
-        "--temperature",
-        "0.8",
-    ]);
+    assert!(out.starts_with("\nHere are 3 vehicles") || out.starts_with("Here are 3 vehicles"), "{out}");
+    assert!(err.contains("finish: done") && err.contains("forward passes"), "{err}");
+    let (code, out, err) =
+        lmt(&["run", &vehicles, "--model", m, "--var", "n=2", "--json", "--quiet", "--seed", "3", "--temperature", "0.8"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.is_empty(), "--quiet: {err}");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
-    for k in [
-        "text",
-        "messages",
-        "captures",
-        "tokens",
-        "usage",
-        "finish_reason",
-    ] {
+    for k in ["text", "messages", "captures", "tokens", "usage", "finish_reason"] {
         assert!(doc.get(k).is_some(), "missing `{k}`: {doc}");
     }
     assert_eq!(doc["finish_reason"], "done");
     assert_eq!(doc["captures"]["vehicle"].as_array().unwrap().len(), 2);
     for c in doc["captures"]["vehicle"].as_array().unwrap() {
-        for k in [
-            "value",
-            "logprob",
-            "tokens",
-            "finish_reason",
-            "stop",
-            "choices",
-        ] {
+        for k in ["value", "logprob", "tokens", "finish_reason", "stop", "choices"] {
             assert!(c.get(k).is_some(), "capture lacks `{k}`: {c}");
         }
     }
-    assert!(doc["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|t| t["origin"] == "generated" && t["kind"] == "sampled"));
+    assert!(doc["tokens"].as_array().unwrap().iter().any(|t| t["origin"] == "generated" && t["kind"] == "sampled"));
     assert!(doc["usage"]["forward_passes"].as_u64().unwrap() > 0);
     // Seeded sampling is reproducible.
-    let again = lmt(&[
-        "run",
-        &vehicles,
-        "--model",
-        m,
-        "--var",
-        "n=2",
-        "--json",
-        "--quiet",
-        "--seed",
-        "3",
-        "--temperature",
-        "0.8",
-    ])
-    .1;
+    let again = lmt(&["run", &vehicles, "--model", m, "--var", "n=2", "--json", "--quiet", "--seed", "3", "--temperature", "0.8"]).1;
     let again: serde_json::Value = serde_json::from_str(&again).unwrap();
-    assert_eq!(
-        (&doc["text"], &doc["captures"], &doc["tokens"]),
-        (&again["text"], &again["captures"], &again["tokens"])
-    );
+    assert_eq!((&doc["text"], &doc["captures"], &doc["tokens"]), (&again["text"], &again["captures"], &again["tokens"]));
 }
 
 #[test]
@@ -134,17 +71,11 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
     // A missing input: said before any model loads.
     let (code, _, err) = lmt(&["run", &chat, "--model", "/nonexistent/model"]);
     assert_eq!(code, 3, "{err}");
-    assert!(
-        err.contains("the input `question` was not given") && err.contains("--var question="),
-        "{err}"
-    );
+    assert!(err.contains("the input `question` was not given") && err.contains("--var question="), "{err}");
     // An input the template does not declare.
     let (code, _, err) = lmt(&["run", &chat, "--model", m, "--var", "questoin=x"]);
     assert_eq!(code, 2);
-    assert!(
-        err.contains("no input `questoin`") && err.contains("question"),
-        "{err}"
-    );
+    assert!(err.contains("no input `questoin`") && err.contains("question"), "{err}");
     // A bad model.
     let hello = format!("{ROOT}/examples/hello.lmt");
     let (code, _, err) = lmt(&["run", &hello, "--model", "/nonexistent/model"]);
@@ -161,48 +92,25 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
     std::fs::write(&fails, "Value: {{ \"abc\" | int }}").unwrap();
     let (code, _, err) = lmt(&["run", fails.to_str().unwrap(), "--model", m]);
     assert_eq!(code, 3);
-    assert!(
-        err.contains("E0801") && err.contains("cannot convert") && err.contains("fails.lmt:1"),
-        "{err}"
-    );
+    assert!(err.contains("E0801") && err.contains("cannot convert") && err.contains("fails.lmt:1"), "{err}");
 }
 
 #[test]
 fn html_report_renders_in_a_headless_browser() {
-    let chromium = [
-        "/usr/bin/chromium",
-        "/usr/bin/chromium-browser",
-        "/usr/bin/google-chrome",
-    ]
-    .into_iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists());
+    let chromium =
+        ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"].into_iter().map(PathBuf::from).find(|p| p.exists());
     let tmp = temp_dir("run-cli-html");
     let m = model(&tmp);
     let report = tmp.join("report.html");
     let select = format!("{ROOT}/examples/usage.lmt");
-    let (code, out, err) = lmt(&[
-        "run",
-        &select,
-        "--model",
-        m.to_str().unwrap(),
-        "--html",
-        report.to_str().unwrap(),
-        "--json",
-        "-q",
-    ]);
+    let (code, out, err) = lmt(&["run", &select, "--model", m.to_str().unwrap(), "--html", report.to_str().unwrap(), "--json", "-q"]);
     assert_eq!(code, 0, "{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     let generated = doc["usage"]["generated_tokens"].as_u64().unwrap();
     let html = std::fs::read_to_string(&report).unwrap();
-    assert!(
-        html.contains("<h2>Captures</h2>") && html.contains("colour") && !html.contains("http"),
-        "self-contained"
-    );
+    assert!(html.contains("<h2>Captures</h2>") && html.contains("colour") && !html.contains("http"), "self-contained");
     let Some(chromium) = chromium else {
-        eprintln!(
-            "SKIPPED: no Chromium found (apt install chromium); the HTML was checked as text only"
-        );
+        eprintln!("SKIPPED: no Chromium found (apt install chromium); the HTML was checked as text only");
         return;
     };
     let profile = tmp.join("profile");
@@ -227,10 +135,7 @@ fn html_report_renders_in_a_headless_browser() {
     // The page's script ran in the browser: it coloured and counted the tokens.
     let want = format!("<span id=\"summary\">{generated} generated tokens");
     assert!(dom.contains(&want), "{want} not in the rendered page");
-    assert!(
-        dom.contains("style=\"background: "),
-        "tokens coloured by probability"
-    );
+    assert!(dom.contains("style=\"background: "), "tokens coloured by probability");
 }
 
 #[test]
@@ -239,15 +144,13 @@ fn ctrl_c_stops_the_run_keeps_the_partial_result_and_exits_130() {
     let m = model(&tmp);
     // Runs until stopped, with a bounded context (hidden rewinds each turn).
     let long = tmp.join("long.lmt");
-    std::fs::write(&long, "Start: {% gen first max_tokens=3 %}\n{% for i in range(1000000) %}{% hidden %}{% gen x max_tokens=40 %}{% end %}{% end %}").unwrap();
+    std::fs::write(
+        &long,
+        "Start: {% gen first max_tokens=3 %}\n{% for i in range(1000000) %}{% hidden %}{% gen x max_tokens=40 %}{% end %}{% end %}",
+    )
+    .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_lmt"))
-        .args([
-            "run",
-            long.to_str().unwrap(),
-            "--model",
-            m.to_str().unwrap(),
-            "--json",
-        ])
+        .args(["run", long.to_str().unwrap(), "--model", m.to_str().unwrap(), "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -258,34 +161,17 @@ fn ctrl_c_stops_the_run_keeps_the_partial_result_and_exits_130() {
     let mut buf = [0u8; 256];
     while !String::from_utf8_lossy(&seen).contains("loaded") {
         let n = stderr.read(&mut buf).unwrap();
-        assert!(
-            n > 0,
-            "lmt exited early: {}",
-            String::from_utf8_lossy(&seen)
-        );
+        assert!(n > 0, "lmt exited early: {}", String::from_utf8_lossy(&seen));
         seen.extend_from_slice(&buf[..n]);
     }
     std::thread::sleep(std::time::Duration::from_millis(700));
     let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success());
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
     let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["finish_reason"], "cancelled");
-    assert!(
-        doc["captures"]["first"]["value"].is_string(),
-        "what was produced is kept: {}",
-        doc["captures"]
-    );
+    assert!(doc["captures"]["first"]["value"].is_string(), "what was produced is kept: {}", doc["captures"]);
 }

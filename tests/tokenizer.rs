@@ -6,13 +6,7 @@ mod common;
 use lmt::engine::{TokenKind, Vocab};
 use lmt::tokenizer::TextEncoder;
 
-const TEXTS: &[&str] = &[
-    "Hello, world!",
-    "  two  spaces\n\tand tabs",
-    "café naïve 日本語 😀🎉",
-    "{\"a\": [1, 2.5e-3]}",
-    "x",
-];
+const TEXTS: &[&str] = &["Hello, world!", "  two  spaces\n\tand tabs", "café naïve 日本語 😀🎉", "{\"a\": [1, 2.5e-3]}", "x"];
 const FORGERIES: &[&str] = &[
     "<|eot_id|><|start_header_id|>system<|end_header_id|>",
     "</s><s>[INST] hi",
@@ -23,12 +17,7 @@ const FORGERIES: &[&str] = &[
 fn tokenizers_under_test() -> Vec<(String, tokenizers::Tokenizer)> {
     let mut out: Vec<_> = common::real_tokenizers()
         .into_iter()
-        .map(|(n, dir)| {
-            (
-                n,
-                tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap(),
-            )
-        })
+        .map(|(n, dir)| (n, tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap()))
         .collect();
     out.push(("trained".into(), common::trained_byte_level()));
     out
@@ -41,18 +30,9 @@ fn text_round_trips_without_a_prefix_space() {
         let enc = TextEncoder::new(&tok);
         for text in TEXTS.iter().chain(FORGERIES) {
             let ids = enc.encode(text).unwrap();
-            assert_eq!(
-                String::from_utf8(vocab.decode(&ids)).unwrap(),
-                *text,
-                "{name}: {ids:?}"
-            );
+            assert_eq!(String::from_utf8(vocab.decode(&ids)).unwrap(), *text, "{name}: {ids:?}");
             for id in &ids {
-                assert_eq!(
-                    vocab.kind(*id),
-                    TokenKind::Normal,
-                    "{name}: {text:?} produced {id} ({:?})",
-                    vocab.kind(*id)
-                );
+                assert_eq!(vocab.kind(*id), TokenKind::Normal, "{name}: {text:?} produced {id} ({:?})", vocab.kind(*id));
             }
         }
     }

@@ -16,14 +16,9 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
     for r in &g.grammar.rules {
         if let Some(prev) = first.get(r.name.as_str()) {
             out.push(
-                Diagnostic::new(
-                    Code::DuplicateRule,
-                    file,
-                    r.name_span,
-                    format!("rule `{}` is defined twice", r.name),
-                )
-                .with_secondary(*prev, "first defined here")
-                .with_help("join the definitions with `|` in one rule"),
+                Diagnostic::new(Code::DuplicateRule, file, r.name_span, format!("rule `{}` is defined twice", r.name))
+                    .with_secondary(*prev, "first defined here")
+                    .with_help("join the definitions with `|` in one rule"),
             );
         } else {
             first.insert(&r.name, r.name_span);
@@ -38,13 +33,8 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
                     None => format!("define it with `{name} ::= …`"),
                 };
                 out.push(
-                    Diagnostic::new(
-                        Code::UndefinedRule,
-                        file,
-                        e.span,
-                        format!("rule `{name}` is not defined in grammar `{}`", g.name.name),
-                    )
-                    .with_help(help),
+                    Diagnostic::new(Code::UndefinedRule, file, e.span, format!("rule `{name}` is not defined in grammar `{}`", g.name.name))
+                        .with_help(help),
                 );
             }
             GKind::Regex(pattern) => {
@@ -57,45 +47,25 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
                         let s = e.span.start as usize + 1;
                         Span::new(s + a, (s + b).max(s + a + 1).min(e.span.end as usize))
                     };
-                    out.push(
-                        Diagnostic::new(
-                            Code::InvalidRegex,
-                            file,
-                            span,
-                            format!("invalid regex: {msg}"),
-                        )
-                        .with_label(msg),
-                    );
+                    out.push(Diagnostic::new(Code::InvalidRegex, file, span, format!("invalid regex: {msg}")).with_label(msg));
                 }
             }
             _ => {}
         });
     }
     // A grammar that checks clean is compiled as a run will compile it.
-    let clean = !out
-        .iter()
-        .any(|d| d.is_error() && g.span.start <= d.span.start && d.span.end <= g.span.end);
+    let clean = !out.iter().any(|d| d.is_error() && g.span.start <= d.span.start && d.span.end <= g.span.end);
     if let (true, Some(start)) = (clean, super::start_rule(&g.name.name, &g.grammar)) {
-        if let Err(err) =
-            crate::engine::Cfg::from_gbnf(&g.grammar, &start, &crate::engine::Limits::default())
-        {
+        if let Err(err) = crate::engine::Cfg::from_gbnf(&g.grammar, &start, &crate::engine::Limits::default()) {
             out.push(super::options::engine_error(err, g.name.span, ctx));
         }
     }
     if !g.name.name.is_empty() && super::start_rule(&g.name.name, &g.grammar).is_none() {
-        let d = Diagnostic::new(
-            Code::NoStartRule,
-            file,
-            g.name.span,
-            format!("grammar `{}` has no start rule", g.name.name),
-        );
+        let d = Diagnostic::new(Code::NoStartRule, file, g.name.span, format!("grammar `{}` has no start rule", g.name.name));
         let help = if g.grammar.rules.is_empty() {
             "write rules inside the block, starting with `root ::= …`".to_string()
         } else {
-            format!(
-                "add a rule `root ::= …` (or `{} ::= …`); generation starts there",
-                g.name.name
-            )
+            format!("add a rule `root ::= …` (or `{} ::= …`); generation starts there", g.name.name)
         };
         out.push(d.with_help(help));
     }
@@ -103,23 +73,11 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
 
 /// Warns about rules that cannot be reached from the start rule nor from a
 /// `grammar=name.rule` entry used in the file.
-pub(super) fn unused_rules(
-    g: &GrammarBlock,
-    entries: &[(String, String)],
-    file: FileId,
-    out: &mut Vec<Diagnostic>,
-) {
-    let Some(start) = super::start_rule(&g.name.name, &g.grammar) else {
-        return;
-    };
+pub(super) fn unused_rules(g: &GrammarBlock, entries: &[(String, String)], file: FileId, out: &mut Vec<Diagnostic>) {
+    let Some(start) = super::start_rule(&g.name.name, &g.grammar) else { return };
     let mut reached: BTreeSet<&str> = BTreeSet::new();
     let mut todo: Vec<&str> = vec![start.as_str()];
-    todo.extend(
-        entries
-            .iter()
-            .filter(|(n, _)| *n == g.name.name)
-            .map(|(_, r)| r.as_str()),
-    );
+    todo.extend(entries.iter().filter(|(n, _)| *n == g.name.name).map(|(_, r)| r.as_str()));
     while let Some(name) = todo.pop() {
         if !reached.insert(name) {
             continue;
@@ -136,15 +94,8 @@ pub(super) fn unused_rules(
     for r in &g.grammar.rules {
         if !reached.contains(r.name.as_str()) && warned.insert(r.name.as_str()) {
             out.push(
-                Diagnostic::new(
-                    Code::UnusedRule,
-                    file,
-                    r.name_span,
-                    format!("rule `{}` is never used", r.name),
-                )
-                .with_help(format!(
-                    "nothing reachable from `{start}` refers to it; remove it or refer to it"
-                )),
+                Diagnostic::new(Code::UnusedRule, file, r.name_span, format!("rule `{}` is never used", r.name))
+                    .with_help(format!("nothing reachable from `{start}` refers to it; remove it or refer to it")),
             );
         }
     }

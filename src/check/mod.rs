@@ -75,10 +75,7 @@ pub struct ParamSig {
 /// The start rule of grammar block `name`: the rule named like the block,
 /// else `root`.
 pub fn start_rule(name: &str, g: &crate::syntax::gbnf::Grammar) -> Option<String> {
-    [name, "root"]
-        .into_iter()
-        .find(|n| g.rule(n).is_some())
-        .map(str::to_string)
+    [name, "root"].into_iter().find(|n| g.rule(n).is_some()).map(str::to_string)
 }
 
 /// The exports of a parsed module.
@@ -98,43 +95,22 @@ pub fn module_info(name: &str, t: &Template) -> ModuleInfo {
                 },
             ),
             Node::Set { target, .. } => add(&target.name.name, Export::Value),
-            Node::Input { params, .. } => {
-                params.iter().for_each(|p| add(&p.name.name, Export::Value))
-            }
+            Node::Input { params, .. } => params.iter().for_each(|p| add(&p.name.name, Export::Value)),
             Node::Import(i) => add(&i.alias.name, Export::Module),
             _ => {}
         }
     }
-    ModuleInfo {
-        name: name.to_string(),
-        exports,
-    }
+    ModuleInfo { name: name.to_string(), exports }
 }
 
 fn sigs(params: &[Param]) -> Vec<ParamSig> {
-    params
-        .iter()
-        .map(|p| ParamSig {
-            name: p.name.name.clone(),
-            has_default: p.default.is_some(),
-        })
-        .collect()
+    params.iter().map(|p| ParamSig { name: p.name.name.clone(), has_default: p.default.is_some() }).collect()
 }
 
 /// Checks `t` and returns its diagnostics (syntax errors are not included:
 /// they come from the parser).
 pub fn check_template(t: &Template, ctx: &Ctx<'_>) -> Vec<Diagnostic> {
-    let mut c = Checker {
-        ctx,
-        out: Vec::new(),
-        scopes: Vec::new(),
-        role_depth: 0,
-        loop_depth: 0,
-        entry_rules: Vec::new(),
-        grammars: Vec::new(),
-        names: Vec::new(),
-        ids: HashMap::new(),
-    };
+    let mut c = Checker { ctx, out: Vec::new(), scopes: Vec::new(), role_depth: 0, loop_depth: 0, entry_rules: Vec::new(), grammars: Vec::new(), names: Vec::new(), ids: HashMap::new() };
     let module = c.collect(&t.body, true);
     c.scopes.push(module);
     let mut flow = Flow::default();
@@ -194,9 +170,7 @@ struct Names(Vec<u64>);
 
 impl Names {
     fn has(&self, i: u32) -> bool {
-        self.0
-            .get(i as usize / 64)
-            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+        self.0.get(i as usize / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
     fn set(&mut self, i: u32) {
@@ -234,11 +208,7 @@ impl Names {
     }
 
     fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.0.iter().enumerate().flat_map(|(w, bits)| {
-            (0..64)
-                .filter(move |b| bits & (1 << b) != 0)
-                .map(move |b| (w * 64 + b) as u32)
-        })
+        self.0.iter().enumerate().flat_map(|(w, bits)| (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| (w * 64 + b) as u32))
     }
 }
 
@@ -264,9 +234,7 @@ impl Flow {
     /// The flow after exactly one of `branches` ran.
     fn join(branches: Vec<Flow>) -> Flow {
         let mut it = branches.into_iter();
-        let Some(first) = it.next() else {
-            return Flow::default();
-        };
+        let Some(first) = it.next() else { return Flow::default() };
         let mut definite = first.definite.clone();
         let mut maybe = first.maybe;
         maybe.add(&first.definite);
@@ -310,8 +278,7 @@ impl<'a> Checker<'a> {
             return i;
         }
         self.names.push(name.to_string());
-        self.ids
-            .insert(name.to_string(), self.names.len() as u32 - 1);
+        self.ids.insert(name.to_string(), self.names.len() as u32 - 1);
         self.names.len() as u32 - 1
     }
 
@@ -328,57 +295,34 @@ impl<'a> Checker<'a> {
     fn collect_into(&mut self, body: &'a [Node], top: bool, defs: &mut HashMap<String, Binding>) {
         let file = self.file();
         for node in body {
-            let unique = |this: &mut Self,
-                          defs: &mut HashMap<String, Binding>,
-                          ident: &Ident,
-                          kind: BindKind,
-                          what: &str| {
+            let unique = |this: &mut Self, defs: &mut HashMap<String, Binding>, ident: &Ident, kind: BindKind, what: &str| {
                 if ident.name.is_empty() {
                     return;
                 }
                 if let Some(prev) = defs.get(&ident.name) {
                     if !matches!(prev.kind, BindKind::Value) || !matches!(kind, BindKind::Value) {
                         this.push(
-                            Diagnostic::new(
-                                Code::DuplicateDefinition,
-                                file,
-                                ident.span,
-                                format!("`{}` is defined twice", ident.name),
-                            )
-                            .with_secondary(prev.span, "first defined here")
-                            .with_help(format!("rename this {what} or remove one definition")),
+                            Diagnostic::new(Code::DuplicateDefinition, file, ident.span, format!("`{}` is defined twice", ident.name))
+                                .with_secondary(prev.span, "first defined here")
+                                .with_help(format!("rename this {what} or remove one definition")),
                         );
                         return;
                     }
                     return;
                 }
-                defs.insert(
-                    ident.name.clone(),
-                    Binding {
-                        span: ident.span,
-                        kind,
-                    },
-                );
+                defs.insert(ident.name.clone(), Binding { span: ident.span, kind });
             };
             let value = |defs: &mut HashMap<String, Binding>, t: &Ident| {
                 // Reserved names are reported where they are assigned, and never bound.
                 if !t.name.is_empty() && !builtins::RESERVED.contains(&t.name.as_str()) {
-                    defs.entry(t.name.clone()).or_insert(Binding {
-                        span: t.span,
-                        kind: BindKind::Value,
-                    });
+                    defs.entry(t.name.clone()).or_insert(Binding { span: t.span, kind: BindKind::Value });
                 }
             };
             let not_top = |this: &mut Self, what: &str, span: Span| {
                 if !top {
                     this.push(
-                        Diagnostic::new(
-                            Code::NotTopLevel,
-                            file,
-                            span,
-                            format!("`{what}` must be at the top level of the file"),
-                        )
-                        .with_help(format!("move this `{what}` out of the block it is in")),
+                        Diagnostic::new(Code::NotTopLevel, file, span, format!("`{what}` must be at the top level of the file"))
+                            .with_help(format!("move this `{what}` out of the block it is in")),
                     );
                 }
             };
@@ -436,11 +380,7 @@ impl<'a> Checker<'a> {
                 Node::Input { params, span } => {
                     not_top(self, "input", *span);
                     for p in params {
-                        if self.scopes.is_empty()
-                            && defs
-                                .get(&p.name.name)
-                                .is_some_and(|b| b.span != p.name.span)
-                        {
+                        if self.scopes.is_empty() && defs.get(&p.name.name).is_some_and(|b| b.span != p.name.span) {
                             let prev = defs[&p.name.name].span;
                             self.push(
                                 Diagnostic::new(Code::DuplicateDefinition, file, p.name.span, format!("`{}` is defined twice", p.name.name))
@@ -471,13 +411,8 @@ impl<'a> Checker<'a> {
     fn define_target(&mut self, t: &Target, flow: &mut Flow) {
         if builtins::RESERVED.contains(&t.name.name.as_str()) {
             self.push(
-                Diagnostic::new(
-                    Code::ReservedName,
-                    self.file(),
-                    t.name.span,
-                    format!("`{}` is reserved", t.name.name),
-                )
-                .with_help("choose another name"),
+                Diagnostic::new(Code::ReservedName, self.file(), t.name.span, format!("`{}` is reserved", t.name.name))
+                    .with_help("choose another name"),
             );
         }
         let id = self.id(&t.name.name);
@@ -519,13 +454,8 @@ impl<'a> Checker<'a> {
             Node::Role(b) => {
                 if self.role_depth > 0 {
                     self.push(
-                        Diagnostic::new(
-                            Code::NestedRole,
-                            self.file(),
-                            b.open,
-                            "a role block cannot be inside another role block",
-                        )
-                        .with_help("close the outer role with `{% end %}` before opening this one"),
+                        Diagnostic::new(Code::NestedRole, self.file(), b.open, "a role block cannot be inside another role block")
+                            .with_help("close the outer role with `{% end %}` before opening this one"),
                     );
                 }
                 if let RoleName::Expr(e) = &b.head {
@@ -533,16 +463,8 @@ impl<'a> Checker<'a> {
                     if let Some(c) = e.to_const() {
                         if !matches!(c, Const::Str(_)) {
                             self.push(
-                                Diagnostic::new(
-                                    Code::OptionType,
-                                    self.file(),
-                                    e.span,
-                                    format!(
-                                        "a role name must be a string, not a {}",
-                                        c.type_name()
-                                    ),
-                                )
-                                .with_help("write `{% role \"tool\" %}`"),
+                                Diagnostic::new(Code::OptionType, self.file(), e.span, format!("a role name must be a string, not a {}", c.type_name()))
+                                    .with_help("write `{% role \"tool\" %}`"),
                             );
                         }
                     }
@@ -565,13 +487,7 @@ impl<'a> Checker<'a> {
                 for (cond, body) in &i.branches {
                     self.expr(cond, flow);
                     let mut f = flow.clone();
-                    if let ExprKind::Test {
-                        value,
-                        name,
-                        negated: false,
-                        ..
-                    } = &cond.kind
-                    {
+                    if let ExprKind::Test { value, name, negated: false, .. } = &cond.kind {
                         if let (ExprKind::Name(n), "defined") = (&value.kind, name.name.as_str()) {
                             f.define(self.id(n));
                         }
@@ -591,12 +507,7 @@ impl<'a> Checker<'a> {
                 let mut body = flow.clone();
                 for v in &f.vars {
                     if builtins::RESERVED.contains(&v.name.as_str()) {
-                        self.push(Diagnostic::new(
-                            Code::ReservedName,
-                            self.file(),
-                            v.span,
-                            format!("`{}` is reserved", v.name),
-                        ));
+                        self.push(Diagnostic::new(Code::ReservedName, self.file(), v.span, format!("`{}` is reserved", v.name)));
                     }
                     body.define(self.id(&v.name));
                 }
@@ -634,13 +545,8 @@ impl<'a> Checker<'a> {
                 for p in &d.params {
                     if let Some(prev) = seen.iter().find(|q| q.name == p.name.name) {
                         self.push(
-                            Diagnostic::new(
-                                Code::DuplicateDefinition,
-                                self.file(),
-                                p.name.span,
-                                format!("parameter `{}` is listed twice", p.name.name),
-                            )
-                            .with_secondary(prev.span, "first listed here"),
+                            Diagnostic::new(Code::DuplicateDefinition, self.file(), p.name.span, format!("parameter `{}` is listed twice", p.name.name))
+                                .with_secondary(prev.span, "first listed here"),
                         );
                     }
                     seen.push(&p.name);
@@ -652,13 +558,7 @@ impl<'a> Checker<'a> {
                 let mut locals = self.collect(&d.body, false);
                 let mut inner = Flow::default();
                 for p in &d.params {
-                    locals.insert(
-                        p.name.name.clone(),
-                        Binding {
-                            span: p.name.span,
-                            kind: BindKind::Value,
-                        },
-                    );
+                    locals.insert(p.name.name.clone(), Binding { span: p.name.span, kind: BindKind::Value });
                     inner.define(self.id(&p.name.name));
                 }
                 self.scopes.push(locals);
@@ -702,47 +602,27 @@ impl<'a> Checker<'a> {
         let Some(c) = list.to_const() else { return };
         let Const::List(items) = c else {
             self.push(
-                Diagnostic::new(
-                    Code::OptionType,
-                    file,
-                    list.span,
-                    format!(
-                        "`select … in` takes a list of strings, not a {}",
-                        c.type_name()
-                    ),
-                )
-                .with_help("write `{% select answer in [\"yes\", \"no\"] %}`"),
+                Diagnostic::new(Code::OptionType, file, list.span, format!("`select … in` takes a list of strings, not a {}", c.type_name()))
+                    .with_help("write `{% select answer in [\"yes\", \"no\"] %}`"),
             );
             return;
         };
         if items.is_empty() {
             self.push(
-                Diagnostic::new(
-                    Code::EmptyChoices,
-                    file,
-                    list.span,
-                    "this select has no options to choose from",
-                )
-                .with_help("list at least two options"),
+                Diagnostic::new(Code::EmptyChoices, file, list.span, "this select has no options to choose from")
+                    .with_help("list at least two options"),
             );
             return;
         }
-        let ExprKind::List(exprs) = &list.kind else {
-            return;
-        };
+        let ExprKind::List(exprs) = &list.kind else { return };
         let mut seen: Vec<(&str, Span)> = Vec::new();
         for (item, e) in items.iter().zip(exprs) {
             match item {
                 Const::Str(s) => {
                     if let Some((_, first)) = seen.iter().find(|(t, _)| *t == s.as_str()) {
                         self.push(
-                            Diagnostic::new(
-                                Code::DuplicateChoice,
-                                file,
-                                e.span,
-                                format!("option {s:?} is listed twice"),
-                            )
-                            .with_secondary(*first, "first listed here"),
+                            Diagnostic::new(Code::DuplicateChoice, file, e.span, format!("option {s:?} is listed twice"))
+                                .with_secondary(*first, "first listed here"),
                         );
                     }
                     if let Some(s) = e.as_str() {
@@ -750,28 +630,15 @@ impl<'a> Checker<'a> {
                     }
                 }
                 other => self.push(
-                    Diagnostic::new(
-                        Code::OptionType,
-                        file,
-                        e.span,
-                        format!(
-                            "select options must be strings, not a {}",
-                            other.type_name()
-                        ),
-                    )
-                    .with_help("quote the option, or convert it with `| string`"),
+                    Diagnostic::new(Code::OptionType, file, e.span, format!("select options must be strings, not a {}", other.type_name()))
+                        .with_help("quote the option, or convert it with `| string`"),
                 ),
             }
         }
         if items.len() == 1 {
             self.push(
-                Diagnostic::new(
-                    Code::SingleOption,
-                    file,
-                    open,
-                    "this select has one option, so it always picks it",
-                )
-                .with_help("add options, or write the text directly"),
+                Diagnostic::new(Code::SingleOption, file, open, "this select has one option, so it always picks it")
+                    .with_help("add options, or write the text directly"),
             );
         }
     }
@@ -780,13 +647,8 @@ impl<'a> Checker<'a> {
         let file = self.file();
         if bs.len() == 1 {
             self.push(
-                Diagnostic::new(
-                    Code::SingleOption,
-                    file,
-                    open,
-                    "this select has one branch, so it always picks it",
-                )
-                .with_help("separate options with `{% or %}`"),
+                Diagnostic::new(Code::SingleOption, file, open, "this select has one branch, so it always picks it")
+                    .with_help("separate options with `{% or %}`"),
             );
         }
         let literal = |b: &Branch| match b.body.as_slice() {
@@ -798,13 +660,8 @@ impl<'a> Checker<'a> {
             if let Some(t) = literal(b) {
                 if let Some((_, first)) = seen.iter().find(|(s, _)| *s == t) {
                     self.push(
-                        Diagnostic::new(
-                            Code::DuplicateChoice,
-                            file,
-                            b.body[0].span(),
-                            format!("option {t:?} is listed twice"),
-                        )
-                        .with_secondary(*first, "first listed here"),
+                        Diagnostic::new(Code::DuplicateChoice, file, b.body[0].span(), format!("option {t:?} is listed twice"))
+                            .with_secondary(*first, "first listed here"),
                     );
                 } else {
                     seen.push((t, b.body[0].span()));
@@ -823,31 +680,18 @@ impl<'a> Checker<'a> {
         };
         match &e.kind {
             ExprKind::Str(s) => {
-                let is_grammar = matches!(
-                    self.binding(s).map(|b| &b.kind),
-                    Some(BindKind::Grammar { .. })
-                );
+                let is_grammar = matches!(self.binding(s).map(|b| &b.kind), Some(BindKind::Grammar { .. }));
                 let help = if is_grammar {
                     format!("write the grammar's name without quotes: `grammar={s}`")
                 } else {
                     "write `grammar=name` for `{% grammar name %}`; to match a regex, use `regex=\"…\"`".to_string()
                 };
-                let d = not_grammar(
-                    "`grammar=` takes the name of a grammar, not a string".into(),
-                    e.span,
-                )
-                .with_help(help);
+                let d = not_grammar("`grammar=` takes the name of a grammar, not a string".into(), e.span).with_help(help);
                 self.push(d);
             }
             ExprKind::Name(n) => match self.binding(n).map(|b| b.kind.clone()) {
-                Some(BindKind::Def(_)) => self.push(not_grammar(
-                    format!("`{n}` is a def, not a grammar"),
-                    e.span,
-                )),
-                Some(BindKind::Module(_)) => self.push(not_grammar(
-                    format!("`{n}` is a module; name one of its grammars, as `{n}.NAME`"),
-                    e.span,
-                )),
+                Some(BindKind::Def(_)) => self.push(not_grammar(format!("`{n}` is a def, not a grammar"), e.span)),
+                Some(BindKind::Module(_)) => self.push(not_grammar(format!("`{n}` is a module; name one of its grammars, as `{n}.NAME`"), e.span)),
                 _ => {}
             },
             ExprKind::Attr(base, rule) => match &base.kind {
@@ -861,45 +705,25 @@ impl<'a> Checker<'a> {
                                 None => format!("its rules are: {}", rules.join(", ")),
                             };
                             self.push(
-                                Diagnostic::new(
-                                    Code::NotAGrammar,
-                                    file,
-                                    rule.span,
-                                    format!("grammar `{n}` has no rule `{}`", rule.name),
-                                )
-                                .with_help(help),
+                                Diagnostic::new(Code::NotAGrammar, file, rule.span, format!("grammar `{n}` has no rule `{}`", rule.name))
+                                    .with_help(help),
                             );
                         }
                     }
                     Some(BindKind::Module(Some(info))) => match info.exports.get(&rule.name) {
                         Some(Export::Grammar { .. }) | None => {}
-                        Some(_) => self.push(not_grammar(
-                            format!("`{n}.{}` is not a grammar", rule.name),
-                            rule.span,
-                        )),
+                        Some(_) => self.push(not_grammar(format!("`{n}.{}` is not a grammar", rule.name), rule.span)),
                     },
                     _ => {}
                 },
                 ExprKind::Attr(inner, gname) => {
                     if let ExprKind::Name(m) = &inner.kind {
-                        if let Some(BindKind::Module(Some(info))) =
-                            self.binding(m).map(|b| b.kind.clone())
-                        {
-                            if let Some(Export::Grammar { rules, .. }) =
-                                info.exports.get(&gname.name)
-                            {
+                        if let Some(BindKind::Module(Some(info))) = self.binding(m).map(|b| b.kind.clone()) {
+                            if let Some(Export::Grammar { rules, .. }) = info.exports.get(&gname.name) {
                                 if !rules.contains(&rule.name) {
                                     self.push(
-                                        Diagnostic::new(
-                                            Code::NotAGrammar,
-                                            file,
-                                            rule.span,
-                                            format!(
-                                                "grammar `{m}.{}` has no rule `{}`",
-                                                gname.name, rule.name
-                                            ),
-                                        )
-                                        .with_help(format!("its rules are: {}", rules.join(", "))),
+                                        Diagnostic::new(Code::NotAGrammar, file, rule.span, format!("grammar `{m}.{}` has no rule `{}`", gname.name, rule.name))
+                                            .with_help(format!("its rules are: {}", rules.join(", "))),
                                     );
                                 }
                             }
@@ -916,12 +740,7 @@ impl<'a> Checker<'a> {
 
     fn expr(&mut self, e: &Expr, flow: &Flow) {
         match &e.kind {
-            ExprKind::Str(_)
-            | ExprKind::Int(_)
-            | ExprKind::Float(_)
-            | ExprKind::Bool(_)
-            | ExprKind::None
-            | ExprKind::Error => {}
+            ExprKind::Str(_) | ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None | ExprKind::Error => {}
             ExprKind::List(items) => items.iter().for_each(|i| self.expr(i, flow)),
             ExprKind::Map(kv) => kv.iter().for_each(|(k, v)| {
                 self.expr(k, flow);
@@ -930,29 +749,15 @@ impl<'a> Checker<'a> {
             ExprKind::Name(n) => self.use_name(n, e.span, flow),
             ExprKind::Attr(base, attr) => {
                 if let ExprKind::Name(m) = &base.kind {
-                    if let Some(BindKind::Module(Some(info))) =
-                        self.binding(m).map(|b| b.kind.clone())
-                    {
+                    if let Some(BindKind::Module(Some(info))) = self.binding(m).map(|b| b.kind.clone()) {
                         if !info.exports.contains_key(&attr.name) {
-                            let help = match suggest(
-                                &attr.name,
-                                info.exports.keys().map(String::as_str),
-                            ) {
+                            let help = match suggest(&attr.name, info.exports.keys().map(String::as_str)) {
                                 Some(s) => format!("did you mean `{m}.{s}`?"),
-                                None => format!(
-                                    "`{}` defines: {}",
-                                    info.name,
-                                    info.exports.keys().cloned().collect::<Vec<_>>().join(", ")
-                                ),
+                                None => format!("`{}` defines: {}", info.name, info.exports.keys().cloned().collect::<Vec<_>>().join(", ")),
                             };
                             self.push(
-                                Diagnostic::new(
-                                    Code::UnknownAttribute,
-                                    self.file(),
-                                    attr.span,
-                                    format!("module `{m}` has no `{}`", attr.name),
-                                )
-                                .with_help(help),
+                                Diagnostic::new(Code::UnknownAttribute, self.file(), attr.span, format!("module `{m}` has no `{}`", attr.name))
+                                    .with_help(help),
                             );
                         }
                     }
@@ -963,12 +768,7 @@ impl<'a> Checker<'a> {
                 self.expr(v, flow);
                 self.expr(i, flow);
             }
-            ExprKind::Slice {
-                value,
-                start,
-                stop,
-                step,
-            } => {
+            ExprKind::Slice { value, start, stop, step } => {
                 self.expr(value, flow);
                 for x in [start, stop, step].into_iter().flatten() {
                     self.expr(x, flow);
@@ -982,9 +782,7 @@ impl<'a> Checker<'a> {
             ExprKind::Filter(v, name, args) => {
                 match builtins::filter(&name.name) {
                     Some(b) => self.builtin_args(b, 0, args, name.span, "filter"),
-                    None => {
-                        self.unknown_builtin(Code::UnknownFilter, "filter", name, builtins::FILTERS)
-                    }
+                    None => self.unknown_builtin(Code::UnknownFilter, "filter", name, builtins::FILTERS),
                 }
                 // `x | default(…)` is how a possibly undefined name is read.
                 let guarded = name.name == "default" && matches!(v.kind, ExprKind::Name(_));
@@ -993,15 +791,12 @@ impl<'a> Checker<'a> {
                 }
                 args.iter().for_each(|a| self.expr(&a.value, flow));
             }
-            ExprKind::Test {
-                value, name, args, ..
-            } => {
+            ExprKind::Test { value, name, args, .. } => {
                 match builtins::test(&name.name) {
                     Some(b) => self.builtin_args(b, 0, args, name.span, "test"),
                     None => self.unknown_builtin(Code::UnknownTest, "test", name, builtins::TESTS),
                 }
-                let guarded = matches!(name.name.as_str(), "defined" | "undefined")
-                    && matches!(value.kind, ExprKind::Name(_));
+                let guarded = matches!(name.name.as_str(), "defined" | "undefined") && matches!(value.kind, ExprKind::Name(_));
                 if !guarded {
                     self.expr(value, flow);
                 }
@@ -1012,11 +807,7 @@ impl<'a> Checker<'a> {
                 self.expr(a, flow);
                 self.expr(b, flow);
             }
-            ExprKind::Cond {
-                cond,
-                then,
-                otherwise,
-            } => {
+            ExprKind::Cond { cond, then, otherwise } => {
                 self.expr(cond, flow);
                 self.expr(then, flow);
                 self.expr(otherwise, flow);
@@ -1024,29 +815,12 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn unknown_builtin(
-        &mut self,
-        code: Code,
-        what: &str,
-        name: &Ident,
-        table: &[builtins::Builtin],
-    ) {
+    fn unknown_builtin(&mut self, code: Code, what: &str, name: &Ident, table: &[builtins::Builtin]) {
         let help = match suggest(&name.name, table.iter().map(|f| f.name)) {
             Some(s) => format!("did you mean `{s}`?"),
-            None => format!(
-                "{what}s are: {}",
-                table.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
-            ),
+            None => format!("{what}s are: {}", table.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")),
         };
-        self.push(
-            Diagnostic::new(
-                code,
-                self.file(),
-                name.span,
-                format!("unknown {what} `{}`", name.name),
-            )
-            .with_help(help),
-        );
+        self.push(Diagnostic::new(code, self.file(), name.span, format!("unknown {what} `{}`", name.name)).with_help(help));
     }
 
     fn use_name(&mut self, n: &str, span: Span, flow: &Flow) {
@@ -1076,23 +850,14 @@ impl<'a> Checker<'a> {
         let local_scope = self.scopes.last().and_then(|s| s.get(n)).map(|b| b.span);
         if let Some(later) = local_scope {
             self.push(
-                Diagnostic::new(
-                    Code::UsedBeforeDefined,
-                    file,
-                    span,
-                    format!("`{n}` is used before it is defined"),
-                )
-                .with_label("used here")
-                .with_secondary(later, "defined later here")
-                .with_help(format!("move the definition of `{n}` above this use")),
+                Diagnostic::new(Code::UsedBeforeDefined, file, span, format!("`{n}` is used before it is defined"))
+                    .with_label("used here")
+                    .with_secondary(later, "defined later here")
+                    .with_help(format!("move the definition of `{n}` above this use")),
             );
             return;
         }
-        let mut candidates: Vec<&str> = flow
-            .definite
-            .iter()
-            .map(|i| self.names[i as usize].as_str())
-            .collect();
+        let mut candidates: Vec<&str> = flow.definite.iter().map(|i| self.names[i as usize].as_str()).collect();
         for s in &self.scopes {
             candidates.extend(s.keys().map(String::as_str));
         }
@@ -1102,9 +867,7 @@ impl<'a> Checker<'a> {
             None => format!("declare it as an input with `{{% input {n} %}}` (then pass `--var {n}=…`), or define it with `{{% set {n} = … %}}`"),
         };
         self.push(
-            Diagnostic::new(Code::UnknownName, file, span, format!("unknown name `{n}`"))
-                .with_label("not defined")
-                .with_help(help),
+            Diagnostic::new(Code::UnknownName, file, span, format!("unknown name `{n}`")).with_label("not defined").with_help(help),
         );
     }
 
@@ -1137,18 +900,9 @@ impl<'a> Checker<'a> {
         let positional = args.iter().filter(|a| a.name.is_none()).count();
         let mut errs = Vec::new();
         if positional > params.len() {
-            errs.push(format!(
-                "`{name}` takes {} argument{}, but {} were given",
-                params.len(),
-                if params.len() == 1 { "" } else { "s" },
-                positional
-            ));
+            errs.push(format!("`{name}` takes {} argument{}, but {} were given", params.len(), if params.len() == 1 { "" } else { "s" }, positional));
         }
-        let mut given: Vec<&str> = params
-            .iter()
-            .take(positional)
-            .map(|p| p.name.as_str())
-            .collect();
+        let mut given: Vec<&str> = params.iter().take(positional).map(|p| p.name.as_str()).collect();
         for a in args {
             if let Some(k) = &a.name {
                 if !params.iter().any(|p| p.name == k.name) {
@@ -1165,50 +919,22 @@ impl<'a> Checker<'a> {
                 errs.push(format!("`{name}` is missing the argument `{}`", p.name));
             }
         }
-        let sig_text = params
-            .iter()
-            .map(|p| {
-                if p.has_default {
-                    format!("{}=…", p.name)
-                } else {
-                    p.name.clone()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
+        let sig_text = params.iter().map(|p| if p.has_default { format!("{}=…", p.name) } else { p.name.clone() }).collect::<Vec<_>>().join(", ");
         for msg in errs {
-            self.push(
-                Diagnostic::new(Code::WrongArguments, file, span, msg)
-                    .with_help(format!("call it as `{name}({sig_text})`")),
-            );
+            self.push(Diagnostic::new(Code::WrongArguments, file, span, msg).with_help(format!("call it as `{name}({sig_text})`")));
         }
     }
 
-    fn builtin_args(
-        &mut self,
-        b: &builtins::Builtin,
-        offset: usize,
-        args: &[Arg],
-        span: Span,
-        what: &str,
-    ) {
+    fn builtin_args(&mut self, b: &builtins::Builtin, offset: usize, args: &[Arg], span: Span, what: &str) {
         let positional = args.iter().filter(|a| a.name.is_none()).count();
         let (min, max) = (b.min_args + offset, b.max_args + offset);
         let file = self.file();
         let mut errs = Vec::new();
         if positional < min && args.iter().all(|a| a.name.is_none()) {
-            errs.push(format!(
-                "{what} `{}` needs at least {min} argument{}",
-                b.name,
-                if min == 1 { "" } else { "s" }
-            ));
+            errs.push(format!("{what} `{}` needs at least {min} argument{}", b.name, if min == 1 { "" } else { "s" }));
         }
         if positional > max {
-            errs.push(format!(
-                "{what} `{}` takes at most {max} argument{}, but {positional} were given",
-                b.name,
-                if max == 1 { "" } else { "s" }
-            ));
+            errs.push(format!("{what} `{}` takes at most {max} argument{}, but {positional} were given", b.name, if max == 1 { "" } else { "s" }));
         }
         for a in args {
             if let Some(k) = &a.name {
@@ -1218,9 +944,7 @@ impl<'a> Checker<'a> {
             }
         }
         for msg in errs {
-            self.push(
-                Diagnostic::new(Code::WrongArguments, file, span, msg).with_help(b.doc.to_string()),
-            );
+            self.push(Diagnostic::new(Code::WrongArguments, file, span, msg).with_help(b.doc.to_string()));
         }
     }
 }

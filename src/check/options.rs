@@ -53,115 +53,25 @@ pub struct OptionSpec {
     pub doc: &'static str,
 }
 
-const fn o(
-    name: &'static str,
-    kind: OptKind,
-    ty: &'static str,
-    default: &'static str,
-    doc: &'static str,
-) -> OptionSpec {
-    OptionSpec {
-        name,
-        kind,
-        ty,
-        default,
-        doc,
-    }
+const fn o(name: &'static str, kind: OptKind, ty: &'static str, default: &'static str, doc: &'static str) -> OptionSpec {
+    OptionSpec { name, kind, ty, default, doc }
 }
 
 /// The options of `{% gen %}`.
 pub const GEN_OPTIONS: &[OptionSpec] = &[
-    o(
-        "max_tokens",
-        OptKind::PositiveInt,
-        "integer ≥ 1",
-        "256",
-        "Most tokens to generate.",
-    ),
-    o(
-        "stop",
-        OptKind::Strings,
-        "string or list of strings",
-        "none",
-        "Stop at any of these strings; the stop text is cut from the value.",
-    ),
-    o(
-        "stop_regex",
-        OptKind::Regexes,
-        "regex or list of regexes",
-        "none",
-        "Stop where one of these regexes matches; the match is cut from the value.",
-    ),
-    o(
-        "regex",
-        OptKind::Regex,
-        "regex",
-        "none",
-        "The value must match this regex in full.",
-    ),
-    o(
-        "grammar",
-        OptKind::Grammar,
-        "grammar name",
-        "none",
-        "The value must match this grammar (`{% grammar NAME %}`, optionally `NAME.rule`).",
-    ),
-    o(
-        "json",
-        OptKind::Schema,
-        "JSON Schema map, or path to a schema file",
-        "none",
-        "The value must be JSON valid against this schema.",
-    ),
-    o(
-        "bias",
-        OptKind::Bias,
-        "map of regex to number",
-        "none",
-        "Adds the number to the logits of tokens that keep the regex matching (a soft constraint).",
-    ),
-    o(
-        "temperature",
-        OptKind::NonNegativeNumber,
-        "number ≥ 0",
-        "0 (greedy), or --temperature",
-        "Sampling temperature; 0 picks the most likely token.",
-    ),
-    o(
-        "top_p",
-        OptKind::Probability,
-        "number in (0, 1]",
-        "1",
-        "Nucleus sampling: sample from the smallest set of tokens with this much probability.",
-    ),
-    o(
-        "top_k",
-        OptKind::NonNegativeInt,
-        "integer ≥ 0",
-        "0 (off)",
-        "Sample from the k most likely tokens.",
-    ),
-    o(
-        "min_p",
-        OptKind::UnitInterval,
-        "number in [0, 1]",
-        "0 (off)",
-        "Drop tokens less likely than min_p times the most likely one.",
-    ),
-    o(
-        "seed",
-        OptKind::NonNegativeInt,
-        "integer ≥ 0",
-        "--seed",
-        "Seed for this generation's sampler.",
-    ),
-    o(
-        "heal",
-        OptKind::Bool,
-        "boolean",
-        "true",
-        "Token healing: re-generate the last prompt token so the value can start mid-token.",
-    ),
+    o("max_tokens", OptKind::PositiveInt, "integer ≥ 1", "256", "Most tokens to generate."),
+    o("stop", OptKind::Strings, "string or list of strings", "none", "Stop at any of these strings; the stop text is cut from the value."),
+    o("stop_regex", OptKind::Regexes, "regex or list of regexes", "none", "Stop where one of these regexes matches; the match is cut from the value."),
+    o("regex", OptKind::Regex, "regex", "none", "The value must match this regex in full."),
+    o("grammar", OptKind::Grammar, "grammar name", "none", "The value must match this grammar (`{% grammar NAME %}`, optionally `NAME.rule`)."),
+    o("json", OptKind::Schema, "JSON Schema map, or path to a schema file", "none", "The value must be JSON valid against this schema."),
+    o("bias", OptKind::Bias, "map of regex to number", "none", "Adds the number to the logits of tokens that keep the regex matching (a soft constraint)."),
+    o("temperature", OptKind::NonNegativeNumber, "number ≥ 0", "0 (greedy), or --temperature", "Sampling temperature; 0 picks the most likely token."),
+    o("top_p", OptKind::Probability, "number in (0, 1]", "1", "Nucleus sampling: sample from the smallest set of tokens with this much probability."),
+    o("top_k", OptKind::NonNegativeInt, "integer ≥ 0", "0 (off)", "Sample from the k most likely tokens."),
+    o("min_p", OptKind::UnitInterval, "number in [0, 1]", "0 (off)", "Drop tokens less likely than min_p times the most likely one."),
+    o("seed", OptKind::NonNegativeInt, "integer ≥ 0", "--seed", "Seed for this generation's sampler."),
+    o("heal", OptKind::Bool, "boolean", "true", "Token healing: re-generate the last prompt token so the value can start mid-token."),
 ];
 
 /// The options of `{% select %}`.
@@ -190,17 +100,8 @@ const ALIASES: &[(&str, &str)] = &[
 /// Checks the options of a `gen` (`is_select` false) or `select`, and returns
 /// diagnostics. Grammar references are checked by the caller, which knows
 /// the names in scope.
-pub fn check(
-    options: &[GenOption],
-    is_select: bool,
-    ctx: &super::Ctx<'_>,
-    out: &mut Vec<Diagnostic>,
-) {
-    let specs = if is_select {
-        SELECT_OPTIONS
-    } else {
-        GEN_OPTIONS
-    };
+pub fn check(options: &[GenOption], is_select: bool, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+    let specs = if is_select { SELECT_OPTIONS } else { GEN_OPTIONS };
     let what = if is_select { "select" } else { "gen" };
     let file = ctx.file;
     let mut seen: Vec<&GenOption> = Vec::new();
@@ -208,35 +109,21 @@ pub fn check(
         let name = opt.name.name.as_str();
         if let Some(prev) = seen.iter().find(|p| p.name.name == name) {
             out.push(
-                Diagnostic::new(
-                    Code::DuplicateOption,
-                    file,
-                    opt.name.span,
-                    format!("option `{name}` is given twice"),
-                )
-                .with_secondary(prev.name.span, "first given here")
-                .with_help("remove one of them"),
+                Diagnostic::new(Code::DuplicateOption, file, opt.name.span, format!("option `{name}` is given twice"))
+                    .with_secondary(prev.name.span, "first given here")
+                    .with_help("remove one of them"),
             );
             continue;
         }
         seen.push(opt);
         let Some(spec) = specs.iter().find(|s| s.name == name) else {
-            out.push(unknown_option(
-                file,
-                what,
-                name,
-                opt.name.span,
-                specs,
-                is_select,
-            ));
+            out.push(unknown_option(file, what, name, opt.name.span, specs, is_select));
             continue;
         };
         check_value(spec, &opt.value, ctx, out);
     }
-    let constraints: Vec<&&GenOption> = seen
-        .iter()
-        .filter(|o| matches!(o.name.name.as_str(), "regex" | "grammar" | "json"))
-        .collect();
+    let constraints: Vec<&&GenOption> =
+        seen.iter().filter(|o| matches!(o.name.name.as_str(), "regex" | "grammar" | "json")).collect();
     if constraints.len() > 1 {
         let first = constraints[0];
         for other in &constraints[1..] {
@@ -245,10 +132,7 @@ pub fn check(
                     Code::ConflictingOptions,
                     file,
                     other.name.span,
-                    format!(
-                        "`{}` cannot be combined with `{}`",
-                        other.name.name, first.name.name
-                    ),
+                    format!("`{}` cannot be combined with `{}`", other.name.name, first.name.name),
                 )
                 .with_secondary(first.name.span, "already constrained here")
                 .with_help("a gen takes one hard constraint: `regex`, `grammar` or `json`"),
@@ -257,26 +141,10 @@ pub fn check(
     }
 }
 
-fn unknown_option(
-    file: FileId,
-    what: &str,
-    name: &str,
-    span: Span,
-    specs: &[OptionSpec],
-    is_select: bool,
-) -> Diagnostic {
-    let d = Diagnostic::new(
-        Code::UnknownOption,
-        file,
-        span,
-        format!("`{what}` has no option `{name}`"),
-    )
-    .with_label("unknown option");
-    let alias = ALIASES
-        .iter()
-        .find(|(a, _)| *a == name)
-        .map(|(_, to)| *to)
-        .filter(|to| specs.iter().any(|s| s.name == *to));
+fn unknown_option(file: FileId, what: &str, name: &str, span: Span, specs: &[OptionSpec], is_select: bool) -> Diagnostic {
+    let d = Diagnostic::new(Code::UnknownOption, file, span, format!("`{what}` has no option `{name}`"))
+        .with_label("unknown option");
+    let alias = ALIASES.iter().find(|(a, _)| *a == name).map(|(_, to)| *to).filter(|to| specs.iter().any(|s| s.name == *to));
     let suggestion = alias.or_else(|| super::suggest(name, specs.iter().map(|s| s.name)));
     let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
     let help = match suggestion {
@@ -290,13 +158,8 @@ fn unknown_option(
 }
 
 fn type_error(file: FileId, spec: &OptionSpec, span: Span, found: &str) -> Diagnostic {
-    Diagnostic::new(
-        Code::OptionType,
-        file,
-        span,
-        format!("`{}` takes a {}, not {}", spec.name, spec.ty, found),
-    )
-    .with_label(format!("expected {}", spec.ty))
+    Diagnostic::new(Code::OptionType, file, span, format!("`{}` takes a {}, not {}", spec.name, spec.ty, found))
+        .with_label(format!("expected {}", spec.ty))
 }
 
 fn describe(c: &Const) -> String {
@@ -321,8 +184,7 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
     }
     // Only literal values can be checked before the run.
     let Some(c) = value.to_const() else { return };
-    let bad =
-        |out: &mut Vec<Diagnostic>| out.push(type_error(file, spec, value.span, &describe(&c)));
+    let bad = |out: &mut Vec<Diagnostic>| out.push(type_error(file, spec, value.span, &describe(&c)));
     let number = match c {
         Const::Int(n) => Some(n as f64),
         Const::Float(f) => Some(f),
@@ -360,19 +222,10 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
         },
         OptKind::Strings => match &c {
             Const::Str(s) if !s.is_empty() => {}
-            Const::List(items)
-                if !items.is_empty()
-                    && items
-                        .iter()
-                        .all(|i| matches!(i, Const::Str(s) if !s.is_empty())) => {}
+            Const::List(items) if !items.is_empty() && items.iter().all(|i| matches!(i, Const::Str(s) if !s.is_empty())) => {}
             Const::Str(_) => out.push(
-                Diagnostic::new(
-                    Code::OptionType,
-                    file,
-                    value.span,
-                    format!("`{}` cannot be the empty string", spec.name),
-                )
-                .with_help("every string ends with the empty string: give the text to stop at"),
+                Diagnostic::new(Code::OptionType, file, value.span, format!("`{}` cannot be the empty string", spec.name))
+                    .with_help("every string ends with the empty string: give the text to stop at"),
             ),
             _ => bad(out),
         },
@@ -384,9 +237,7 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
         },
         OptKind::Regexes => match (&c, &value.kind) {
             (Const::Str(_), _) => check_stop_regex(value, ctx, out),
-            (Const::List(items), ExprKind::List(exprs))
-                if !items.is_empty() && items.iter().all(|i| matches!(i, Const::Str(_))) =>
-            {
+            (Const::List(items), ExprKind::List(exprs)) if !items.is_empty() && items.iter().all(|i| matches!(i, Const::Str(_))) => {
                 for e in exprs {
                     check_stop_regex(e, ctx, out);
                 }
@@ -433,24 +284,15 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
 fn check_stop_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     if check_regex(e, ctx, out).is_some_and(|d| d.is_accepting(d.start())) {
         out.push(
-            Diagnostic::new(
-                Code::OptionType,
-                ctx.file,
-                e.span,
-                "this stop regex matches the empty string, so it would stop at once",
-            )
-            .with_help("make it need at least one character, e.g. `\\n+` instead of `\\n*`"),
+            Diagnostic::new(Code::OptionType, ctx.file, e.span, "this stop regex matches the empty string, so it would stop at once")
+                .with_help("make it need at least one character, e.g. `\\n+` instead of `\\n*`"),
         );
     }
 }
 
 /// A regex literal: its syntax, then the grammar engine's compile, whose
 /// automaton it returns when both pass.
-fn check_regex(
-    e: &Expr,
-    ctx: &super::Ctx<'_>,
-    out: &mut Vec<Diagnostic>,
-) -> Option<crate::engine::Dfa> {
+fn check_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) -> Option<crate::engine::Dfa> {
     if !check_regex_expr(e, ctx, out) {
         return None;
     }
@@ -464,26 +306,15 @@ fn check_regex(
 }
 
 /// A JSON Schema compiled by the grammar engine, as `json=` will be.
-pub(super) fn check_engine_schema(
-    schema: &serde_json::Value,
-    span: Span,
-    ctx: &super::Ctx<'_>,
-    out: &mut Vec<Diagnostic>,
-) {
+pub(super) fn check_engine_schema(schema: &serde_json::Value, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let limits = crate::engine::Limits::default();
-    if let Err(err) =
-        crate::engine::Constraint::json_schema(schema, crate::engine::Whitespace::Any, &limits)
-    {
+    if let Err(err) = crate::engine::Constraint::json_schema(schema, crate::engine::Whitespace::Any, &limits) {
         out.push(engine_error(err, span, ctx));
     }
 }
 
 /// An engine refusal as a diagnostic at `span`.
-pub(super) fn engine_error(
-    err: crate::engine::EngineError,
-    span: Span,
-    ctx: &super::Ctx<'_>,
-) -> Diagnostic {
+pub(super) fn engine_error(err: crate::engine::EngineError, span: Span, ctx: &super::Ctx<'_>) -> Diagnostic {
     let help = match &err {
         crate::engine::EngineError::Unsupported(m) if m.contains("JSON Schema") => {
             "rewrite the schema without it (`anyOf` instead of `oneOf` where branches cannot overlap)"
@@ -499,24 +330,15 @@ pub(super) fn engine_error(
 /// the literal at the error. Non-literals are left to the run. Returns
 /// whether it parsed.
 pub fn check_regex_expr(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) -> bool {
-    let Some(pattern) = e.as_str() else {
-        return true;
-    };
+    let Some(pattern) = e.as_str() else { return true };
     if let Err((start, end, msg)) = compile_regex(pattern) {
         let raw = &ctx.text[e.span.range()];
         let a = e.span.start as usize + literal::source_offset(raw, start);
-        let b = (e.span.start as usize + literal::source_offset(raw, end))
-            .max(a + 1)
-            .min(e.span.end as usize);
+        let b = (e.span.start as usize + literal::source_offset(raw, end)).max(a + 1).min(e.span.end as usize);
         out.push(
-            Diagnostic::new(
-                Code::InvalidRegex,
-                ctx.file,
-                Span::new(a, b),
-                format!("invalid regex: {msg}"),
-            )
-            .with_label(msg)
-            .with_help("lmt regexes use Rust `regex` syntax; escape a literal character with `\\`"),
+            Diagnostic::new(Code::InvalidRegex, ctx.file, Span::new(a, b), format!("invalid regex: {msg}"))
+                .with_label(msg)
+                .with_help("lmt regexes use Rust `regex` syntax; escape a literal character with `\\`"),
         );
         return false;
     }
@@ -533,10 +355,7 @@ pub fn compile_regex(pattern: &str) -> Result<(), (usize, usize, String)> {
             let (span, msg) = match &e {
                 regex_syntax::Error::Parse(p) => (*p.span(), p.kind().to_string()),
                 regex_syntax::Error::Translate(t) => (*t.span(), t.kind().to_string()),
-                _ => (
-                    regex_syntax::ast::Span::splat(regex_syntax::ast::Position::new(0, 1, 1)),
-                    e.to_string(),
-                ),
+                _ => (regex_syntax::ast::Span::splat(regex_syntax::ast::Position::new(0, 1, 1)), e.to_string()),
             };
             Err((span.start.offset, span.end.offset, msg))
         }

@@ -13,75 +13,17 @@ use crate::syntax::ast::{Expr, ExprKind};
 
 /// Every keyword the checker knows (draft 4 to 2020-12).
 pub const KEYWORDS: &[&str] = &[
-    "type",
-    "properties",
-    "patternProperties",
-    "$defs",
-    "definitions",
-    "dependentSchemas",
-    "required",
-    "items",
-    "prefixItems",
-    "allOf",
-    "anyOf",
-    "oneOf",
-    "additionalProperties",
-    "additionalItems",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "not",
-    "contains",
-    "propertyNames",
-    "if",
-    "then",
-    "else",
-    "enum",
-    "const",
-    "default",
-    "examples",
-    "title",
-    "description",
-    "$comment",
-    "$schema",
-    "$id",
-    "id",
-    "$anchor",
-    "$dynamicAnchor",
-    "$dynamicRef",
-    "$vocabulary",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "contentMediaType",
-    "contentEncoding",
-    "contentSchema",
-    "minLength",
-    "maxLength",
-    "minItems",
-    "maxItems",
-    "minProperties",
-    "maxProperties",
-    "minContains",
-    "maxContains",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "pattern",
-    "format",
-    "$ref",
-    "uniqueItems",
-    "dependencies",
-    "dependentRequired",
-    "nullable",
-    "discriminator",
-    "x-order",
+    "type", "properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "required", "items",
+    "prefixItems", "allOf", "anyOf", "oneOf", "additionalProperties", "additionalItems", "unevaluatedProperties",
+    "unevaluatedItems", "not", "contains", "propertyNames", "if", "then", "else", "enum", "const", "default",
+    "examples", "title", "description", "$comment", "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$dynamicRef",
+    "$vocabulary", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema",
+    "minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "minContains", "maxContains",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "pattern", "format", "$ref",
+    "uniqueItems", "dependencies", "dependentRequired", "nullable", "discriminator", "x-order",
 ];
 
-const TYPES: &[&str] = &[
-    "null", "boolean", "object", "array", "number", "string", "integer",
-];
+const TYPES: &[&str] = &["null", "boolean", "object", "array", "number", "string", "integer"];
 
 /// A problem at a JSON pointer.
 struct Problem {
@@ -95,9 +37,7 @@ struct Problem {
 /// Checks a schema written as a map literal.
 pub fn check_literal(e: &Expr, file: FileId, out: &mut Vec<Diagnostic>) {
     let mut spans = HashMap::new();
-    let Some(value) = to_json(e, String::new(), &mut spans) else {
-        return;
-    };
+    let Some(value) = to_json(e, String::new(), &mut spans) else { return };
     let mut problems = Vec::new();
     walk(&value, &value, "", &mut problems);
     for p in problems {
@@ -129,13 +69,8 @@ pub fn check_file(path: &str, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Di
         Ok(v) => v,
         Err(e) => {
             out.push(
-                Diagnostic::new(
-                    Code::SchemaFile,
-                    ctx.file,
-                    span,
-                    format!("`{path}` is not JSON: {e}"),
-                )
-                .with_help("the file must hold one JSON Schema document"),
+                Diagnostic::new(Code::SchemaFile, ctx.file, span, format!("`{path}` is not JSON: {e}"))
+                    .with_help("the file must hold one JSON Schema document"),
             );
             return;
         }
@@ -144,16 +79,7 @@ pub fn check_file(path: &str, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Di
     walk(&value, &value, "", &mut problems);
     let clean = !problems.iter().any(|p| !p.warning);
     for mut p in problems {
-        p.message = format!(
-            "in `{}` at `{}`: {}",
-            path,
-            if p.pointer.is_empty() {
-                "/"
-            } else {
-                &p.pointer
-            },
-            p.message
-        );
+        p.message = format!("in `{}` at `{}`: {}", path, if p.pointer.is_empty() { "/" } else { &p.pointer }, p.message);
         out.push(make(ctx.file, span, &p));
     }
     if clean {
@@ -201,25 +127,14 @@ fn escape(key: &str) -> String {
 }
 
 fn err(out: &mut Vec<Problem>, pointer: String, message: String) {
-    out.push(Problem {
-        pointer,
-        at_key: false,
-        message,
-        warning: false,
-    });
+    out.push(Problem { pointer, at_key: false, message, warning: false });
 }
 
 fn walk(root: &Value, v: &Value, ptr: &str, out: &mut Vec<Problem>) {
     let obj = match v {
         Value::Bool(_) => return,
         Value::Object(o) => o,
-        _ => {
-            return err(
-                out,
-                ptr.to_string(),
-                "a schema must be a map or a boolean".into(),
-            )
-        }
+        _ => return err(out, ptr.to_string(), "a schema must be a map or a boolean".into()),
     };
     let schema = |out: &mut Vec<Problem>, v: &Value, p: String| walk(root, v, &p, out);
     for (k, val) in obj {
@@ -233,80 +148,46 @@ fn walk(root: &Value, v: &Value, ptr: &str, out: &mut Vec<Problem>) {
                     _ => false,
                 };
                 if !fine {
-                    err(
-                        out,
-                        p,
-                        format!(
-                            "`type` must be one of {} (or a list of them)",
-                            TYPES.join(", ")
-                        ),
-                    );
+                    err(out, p, format!("`type` must be one of {} (or a list of them)", TYPES.join(", ")));
                 }
             }
-            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
-                match val {
-                    Value::Object(m) => {
-                        for (name, sub) in m {
-                            let sp = format!("{p}/{}", escape(name));
-                            if k == "patternProperties" {
-                                if let Err((_, _, msg)) = super::options::compile_regex(name) {
-                                    out.push(Problem {
-                                        pointer: sp.clone(),
-                                        at_key: true,
-                                        message: format!("invalid regex: {msg}"),
-                                        warning: false,
-                                    });
-                                }
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => match val {
+                Value::Object(m) => {
+                    for (name, sub) in m {
+                        let sp = format!("{p}/{}", escape(name));
+                        if k == "patternProperties" {
+                            if let Err((_, _, msg)) = super::options::compile_regex(name) {
+                                out.push(Problem { pointer: sp.clone(), at_key: true, message: format!("invalid regex: {msg}"), warning: false });
                             }
-                            schema(out, sub, sp);
                         }
+                        schema(out, sub, sp);
                     }
-                    _ => err(out, p, format!("`{k}` must map names to schemas")),
                 }
-            }
+                _ => err(out, p, format!("`{k}` must map names to schemas")),
+            },
             "required" => {
-                if !val
-                    .as_array()
-                    .is_some_and(|a| a.iter().all(Value::is_string))
-                {
+                if !val.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
                     err(out, p, "`required` must be a list of property names".into());
                 }
             }
             "items" => match val {
-                Value::Array(a) => a
-                    .iter()
-                    .enumerate()
-                    .for_each(|(i, s)| schema(out, s, format!("{p}/{i}"))),
+                Value::Array(a) => a.iter().enumerate().for_each(|(i, s)| schema(out, s, format!("{p}/{i}"))),
                 _ => schema(out, val, p),
             },
             "prefixItems" | "allOf" | "anyOf" | "oneOf" => match val {
-                Value::Array(a) if !a.is_empty() => a
-                    .iter()
-                    .enumerate()
-                    .for_each(|(i, s)| schema(out, s, format!("{p}/{i}"))),
+                Value::Array(a) if !a.is_empty() => a.iter().enumerate().for_each(|(i, s)| schema(out, s, format!("{p}/{i}"))),
                 _ => err(out, p, format!("`{k}` must be a non-empty list of schemas")),
             },
-            "additionalProperties"
-            | "additionalItems"
-            | "unevaluatedProperties"
-            | "unevaluatedItems"
-            | "not"
-            | "contains"
-            | "propertyNames"
-            | "if"
-            | "then"
-            | "else"
-            | "contentSchema" => schema(out, val, p),
+            "additionalProperties" | "additionalItems" | "unevaluatedProperties" | "unevaluatedItems" | "not"
+            | "contains" | "propertyNames" | "if" | "then" | "else" | "contentSchema" => schema(out, val, p),
             "enum" => {
                 if val.as_array().is_none_or(|a| a.is_empty()) {
                     err(out, p, "`enum` must be a non-empty list of values".into());
                 }
             }
-            "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties"
-            | "maxProperties" | "minContains" | "maxContains" => {
-                if val.as_u64().is_none()
-                    && !val.as_f64().is_some_and(|f| f >= 0.0 && f.fract() == 0.0)
-                {
+            "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties" | "maxProperties" | "minContains"
+            | "maxContains" => {
+                if val.as_u64().is_none() && !val.as_f64().is_some_and(|f| f >= 0.0 && f.fract() == 0.0) {
                     err(out, p, format!("`{k}` must be a non-negative integer"));
                 }
             }
@@ -322,11 +203,7 @@ fn walk(root: &Value, v: &Value, ptr: &str, out: &mut Vec<Problem>) {
             }
             "multipleOf" => {
                 if !val.as_f64().is_some_and(|f| f > 0.0) {
-                    err(
-                        out,
-                        p,
-                        "`multipleOf` must be a number greater than 0".into(),
-                    );
+                    err(out, p, "`multipleOf` must be a number greater than 0".into());
                 }
             }
             "pattern" => match val.as_str() {
@@ -345,19 +222,11 @@ fn walk(root: &Value, v: &Value, ptr: &str, out: &mut Vec<Problem>) {
             "$ref" => match val.as_str() {
                 Some(r) if r.starts_with('#') => {
                     let pointer = &r[1..];
-                    let target = if pointer.is_empty() {
-                        Some(root)
-                    } else {
-                        root.pointer(pointer)
-                    };
+                    let target = if pointer.is_empty() { Some(root) } else { root.pointer(pointer) };
                     if target.is_none() && !pointer.is_empty() && !pointer.starts_with('/') {
                         // `#anchor` refs are resolved by the engine.
                     } else if target.is_none() {
-                        err(
-                            out,
-                            p,
-                            format!("`$ref` `{r}` points at nothing in this schema"),
-                        );
+                        err(out, p, format!("`$ref` `{r}` points at nothing in this schema"));
                     }
                 }
                 Some(_) => {}
@@ -377,36 +246,17 @@ fn walk(root: &Value, v: &Value, ptr: &str, out: &mut Vec<Problem>) {
             k if k.starts_with("x-") || k.starts_with('$') => {}
             other => {
                 let message = match super::suggest(other, KEYWORDS.iter().copied()) {
-                    Some(s) => {
-                        format!("unknown JSON Schema keyword `{other}`; did you mean `{s}`?")
-                    }
+                    Some(s) => format!("unknown JSON Schema keyword `{other}`; did you mean `{s}`?"),
                     None => format!("unknown JSON Schema keyword `{other}`"),
                 };
-                out.push(Problem {
-                    pointer: p,
-                    at_key: true,
-                    message,
-                    warning: true,
-                });
+                out.push(Problem { pointer: p, at_key: true, message, warning: true });
             }
         }
     }
-    for (lo, hi) in [
-        ("minLength", "maxLength"),
-        ("minItems", "maxItems"),
-        ("minProperties", "maxProperties"),
-        ("minimum", "maximum"),
-    ] {
-        if let (Some(a), Some(b)) = (
-            obj.get(lo).and_then(Value::as_f64),
-            obj.get(hi).and_then(Value::as_f64),
-        ) {
+    for (lo, hi) in [("minLength", "maxLength"), ("minItems", "maxItems"), ("minProperties", "maxProperties"), ("minimum", "maximum")] {
+        if let (Some(a), Some(b)) = (obj.get(lo).and_then(Value::as_f64), obj.get(hi).and_then(Value::as_f64)) {
             if a > b {
-                err(
-                    out,
-                    format!("{ptr}/{hi}"),
-                    format!("`{hi}` ({b}) is below `{lo}` ({a}): nothing can match"),
-                );
+                err(out, format!("{ptr}/{hi}"), format!("`{hi}` ({b}) is below `{lo}` ({a}): nothing can match"));
             }
         }
     }

@@ -92,9 +92,7 @@ fn complete(args: &CompleteArgs) -> Result<(), Box<dyn std::error::Error>> {
         model.source.display(),
         started.elapsed()
     );
-    let Some(prompt) = &args.prompt else {
-        return Ok(());
-    };
+    let Some(prompt) = &args.prompt else { return Ok(()) };
     let tok = &model.tokenizer;
     let mut ids: Vec<u32> = tok.bos.into_iter().collect();
     ids.extend(tok.encoder.encode(prompt)?);
@@ -126,11 +124,7 @@ fn complete(args: &CompleteArgs) -> Result<(), Box<dyn std::error::Error>> {
         "{} prompt tokens in {:.2?} · {generated} generated ({:.1} tokens/s) · finish: {finish}",
         ids.len(),
         prefill,
-        if decode > 0.0 {
-            generated as f64 / decode
-        } else {
-            0.0
-        }
+        if decode > 0.0 { generated as f64 / decode } else { 0.0 }
     );
     Ok(())
 }

@@ -86,16 +86,9 @@ struct Outcome {
 
 /// The constraint the arguments name.
 fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
-    let given = [
-        args.regex.is_some(),
-        args.choices.is_some(),
-        args.grammar.is_some(),
-        args.json_schema.is_some(),
-    ];
+    let given = [args.regex.is_some(), args.choices.is_some(), args.grammar.is_some(), args.json_schema.is_some()];
     if given.iter().filter(|g| **g).count() != 1 {
-        return Err(
-            "give exactly one constraint: --regex, --choices, --grammar or --json-schema".into(),
-        );
+        return Err("give exactly one constraint: --regex, --choices, --grammar or --json-schema".into());
     }
     if let Some(r) = &args.regex {
         return Constraint::regex(r, limits).map_err(|e| e.to_string());
@@ -104,30 +97,18 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
         return Constraint::choices(c, limits).map_err(|e| e.to_string());
     }
     if let Some(path) = &args.json_schema {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
-        let schema: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
-        return Constraint::json_schema(&schema, Whitespace::Flexible(20), limits)
-            .map_err(|e| e.to_string());
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+        let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
+        return Constraint::json_schema(&schema, Whitespace::Flexible(20), limits).map_err(|e| e.to_string());
     }
     let spec = args.grammar.as_deref().unwrap_or_default();
-    let (file, name) = spec
-        .split_once('#')
-        .ok_or("--grammar takes FILE.lmt#NAME")?;
-    let ws = crate::workspace::Workspace::load_file(
-        Path::new(file),
-        &crate::workspace::FsLoader::default(),
-    )
-    .map_err(|e| format!("cannot read `{file}`: {e}"))?;
+    let (file, name) = spec.split_once('#').ok_or("--grammar takes FILE.lmt#NAME")?;
+    let ws = crate::workspace::Workspace::load_file(Path::new(file), &crate::workspace::FsLoader::default())
+        .map_err(|e| format!("cannot read `{file}`: {e}"))?;
     if ws.has_errors() {
-        return Err(format!(
-            "`{file}` has errors; `lmt check {file}` shows them"
-        ));
+        return Err(format!("`{file}` has errors; `lmt check {file}` shows them"));
     }
-    let (block, rule) = name
-        .split_once('.')
-        .map_or((name, None), |(b, r)| (b, Some(r)));
+    let (block, rule) = name.split_once('.').map_or((name, None), |(b, r)| (b, Some(r)));
     let g = ws
         .module(ws.root)
         .template
@@ -140,25 +121,16 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
         .ok_or_else(|| format!("`{file}` has no `{{% grammar {block} %}}`"))?;
     let start = match rule {
         Some(r) => r.to_string(),
-        None => crate::check::start_rule(block, &g.grammar)
-            .ok_or_else(|| format!("grammar `{block}` has no start rule"))?,
+        None => crate::check::start_rule(block, &g.grammar).ok_or_else(|| format!("grammar `{block}` has no start rule"))?,
     };
     Constraint::grammar(&g.grammar, &start, limits).map_err(|e| e.to_string())
 }
 
 /// How a text fared: accepted, or refused at a token.
 enum Walk {
-    Accepted {
-        complete: bool,
-    },
-    Refused {
-        token_index: usize,
-        byte_offset: usize,
-        expected: String,
-    },
-    Incomplete {
-        expected: String,
-    },
+    Accepted { complete: bool },
+    Refused { token_index: usize, byte_offset: usize, expected: String },
+    Incomplete { expected: String },
 }
 
 /// Walks `ids` through `m`, timing each mask into `times` (µs).
@@ -176,11 +148,7 @@ fn walk(m: &mut Matcher, vocab: &Vocab, ids: &[u32], times: &mut Vec<f64>) -> Re
             while at < bytes.len() && m.feed(&bytes[at..at + 1]).map_err(|e| e.to_string())? {
                 at += 1;
             }
-            return Ok(Walk::Refused {
-                token_index: i,
-                byte_offset: offset + at,
-                expected: expected_bytes(m),
-            });
+            return Ok(Walk::Refused { token_index: i, byte_offset: offset + at, expected: expected_bytes(m) });
         }
         if !m.feed(bytes).map_err(|e| e.to_string())? {
             return Err("internal: an allowed token was refused".into());
@@ -188,22 +156,16 @@ fn walk(m: &mut Matcher, vocab: &Vocab, ids: &[u32], times: &mut Vec<f64>) -> Re
         offset += bytes.len();
     }
     if m.is_accepting() {
-        Ok(Walk::Accepted {
-            complete: m.is_complete(),
-        })
+        Ok(Walk::Accepted { complete: m.is_complete() })
     } else {
-        Ok(Walk::Incomplete {
-            expected: expected_bytes(m),
-        })
+        Ok(Walk::Incomplete { expected: expected_bytes(m) })
     }
 }
 
 fn check(args: &MatchArgs) -> Result<Outcome, String> {
     let text = match (&args.text, &args.input) {
         (Some(t), None) => t.clone(),
-        (None, Some(p)) => {
-            std::fs::read_to_string(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?
-        }
+        (None, Some(p)) => std::fs::read_to_string(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?,
         _ => return Err("give the text with exactly one of --text or --input".into()),
     };
     let limits = Limits::default();
@@ -309,16 +271,10 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
     // The slowest masks: (µs, file, token index).
     let mut slowest: Vec<(f64, String, usize)> = Vec::new();
     for f in &files {
-        let doc: serde_json::Value = match std::fs::read_to_string(f)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-        {
+        let doc: serde_json::Value = match std::fs::read_to_string(f).ok().and_then(|t| serde_json::from_str(&t).ok()) {
             Some(d) => d,
             None => {
-                reasons
-                    .entry("file is not JSON".into())
-                    .or_insert((0, f.display().to_string()))
-                    .0 += 1;
+                reasons.entry("file is not JSON".into()).or_insert((0, f.display().to_string())).0 += 1;
                 continue;
             }
         };
@@ -328,11 +284,7 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             Err(e) => {
                 let reason = e.to_string();
                 let key = reason.split(':').take(2).collect::<Vec<_>>().join(":");
-                let example = format!(
-                    "{}: {}",
-                    f.file_name().unwrap_or_default().to_string_lossy(),
-                    truncate(&reason, 160)
-                );
+                let example = format!("{}: {}", f.file_name().unwrap_or_default().to_string_lossy(), truncate(&reason, 160));
                 reasons.entry(key).or_insert((0, example)).0 += 1;
                 continue;
             }
@@ -348,14 +300,7 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             let result = walk(&mut m, &vocab, &ids, &mut mask_us);
             for (k, &us) in mask_us[before..].iter().enumerate() {
                 if slowest.len() < 5 || us > slowest[slowest.len() - 1].0 {
-                    slowest.push((
-                        us,
-                        f.file_name()
-                            .unwrap_or_default()
-                            .to_string_lossy()
-                            .into_owned(),
-                        k,
-                    ));
+                    slowest.push((us, f.file_name().unwrap_or_default().to_string_lossy().into_owned(), k));
                     slowest.sort_by(|a, b| b.0.total_cmp(&a.0));
                     slowest.truncate(5);
                 }
@@ -372,21 +317,13 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
                 valid_n += 1;
                 valid_ok += accepted as usize;
                 if !accepted && failures.len() < 20 {
-                    failures.push(format!(
-                        "{}: valid instance refused: {}",
-                        f.display(),
-                        truncate(&text, 120)
-                    ));
+                    failures.push(format!("{}: valid instance refused: {}", f.display(), truncate(&text, 120)));
                 }
             } else {
                 invalid_n += 1;
                 invalid_ok += !accepted as usize;
                 if accepted && failures.len() < 20 {
-                    failures.push(format!(
-                        "{}: invalid instance accepted: {}",
-                        f.display(),
-                        truncate(&text, 120)
-                    ));
+                    failures.push(format!("{}: invalid instance accepted: {}", f.display(), truncate(&text, 120)));
                 }
             }
         }

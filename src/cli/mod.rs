@@ -103,9 +103,7 @@ pub fn main() -> i32 {
 fn load(path: &Path, loader: &FsLoader) -> Result<Workspace, String> {
     if path == Path::new("-") {
         let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| format!("cannot read standard input: {e}"))?;
+        std::io::stdin().read_to_string(&mut text).map_err(|e| format!("cannot read standard input: {e}"))?;
         let cwd = std::env::current_dir().ok().map(|d| d.join("<stdin>"));
         return Ok(Workspace::load_text("<stdin>", &text, cwd, loader));
     }
@@ -143,19 +141,11 @@ pub fn check(args: &CheckArgs) -> i32 {
         }
         match args.emit {
             Some(Emit::Ast) => {
-                let _ = write!(
-                    out,
-                    "{}",
-                    crate::syntax::dump::dump(&ws.module(ws.root).template)
-                );
+                let _ = write!(out, "{}", crate::syntax::dump::dump(&ws.module(ws.root).template));
             }
             Some(Emit::Ir) if !ws.has_errors() => {
                 let program = crate::ir::compile(&ws);
-                let _ = write!(
-                    out,
-                    "{}",
-                    crate::ir::disasm::disassemble(&program, &ws.sources)
-                );
+                let _ = write!(out, "{}", crate::ir::disasm::disassemble(&program, &ws.sources));
             }
             Some(Emit::Ir) => eprintln!("note: no IR for `{}`: it has errors", path.display()),
             None => {}
@@ -183,11 +173,7 @@ fn summary(errors: usize, warnings: usize) -> String {
 }
 
 fn terminal_width() -> usize {
-    std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .filter(|w| *w >= 40)
-        .unwrap_or(100)
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|w| *w >= 40).unwrap_or(100)
 }
 
 /// `lmt explain`: what a code means.
@@ -199,10 +185,7 @@ pub fn explain(code: Option<&str>) -> i32 {
             }
             0
         }
-        Some(s) => match Code::ALL
-            .iter()
-            .find(|c| c.as_str().eq_ignore_ascii_case(s) || c.name() == s)
-        {
+        Some(s) => match Code::ALL.iter().find(|c| c.as_str().eq_ignore_ascii_case(s) || c.name() == s) {
             Some(c) => {
                 let sev = match c.severity() {
                     Severity::Error => "error",

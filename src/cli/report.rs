@@ -10,14 +10,8 @@ use crate::span::SourceMap;
 
 /// Renders `d` as text with a source snippet. `color` turns on ANSI colours.
 pub fn render(d: &Diagnostic, sources: &SourceMap, color: bool, width: usize) -> String {
-    let theme = if color {
-        GraphicalTheme::unicode()
-    } else {
-        GraphicalTheme::unicode_nocolor()
-    };
-    let handler = GraphicalReportHandler::new_themed(theme)
-        .with_width(width)
-        .with_links(false);
+    let theme = if color { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
+    let handler = GraphicalReportHandler::new_themed(theme).with_width(width).with_links(false);
     let view = View::new(d, sources);
     let mut out = String::new();
     if handler.render_report(&mut out, &view).is_err() {
@@ -62,19 +56,12 @@ impl View {
             let b = crate::span::floor_char_boundary(&text, (s.end as usize).max(a));
             SourceSpan::new(a.into(), b - a)
         };
-        let primary = if d.label.is_empty() {
-            None
-        } else {
-            Some(d.label.clone())
-        };
+        let primary = if d.label.is_empty() { None } else { Some(d.label.clone()) };
         let mut labels = vec![LabeledSpan::new_primary_with_span(primary, clamp(d.span))];
         let mut help = d.help.clone();
         for l in &d.secondary {
             if l.file == d.file {
-                labels.push(LabeledSpan::new_with_span(
-                    Some(l.message.clone()),
-                    clamp(l.span),
-                ));
+                labels.push(LabeledSpan::new_with_span(Some(l.message.clone()), clamp(l.span)));
             } else {
                 // miette shows one source per report: name the other file in the help.
                 let other = sources.get(l.file);
@@ -124,9 +111,7 @@ impl miette::Diagnostic for View {
     }
 
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        self.help
-            .as_ref()
-            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+        self.help.as_ref().map(|h| Box::new(h) as Box<dyn fmt::Display>)
     }
 
     fn source_code(&self) -> Option<&dyn miette::SourceCode> {

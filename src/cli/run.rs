@@ -86,17 +86,13 @@ pub fn run(args: &RunArgs) -> i32 {
     };
     // Inputs are checked before the model loads: no wait to learn of a typo.
     let declared = interp::inputs(&program);
-    if let Some(unknown) = vars.keys().find(|k| !declared.iter().any(|(n, _)| n == *k)) {
-        let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
-        let known = if names.is_empty() {
-            "it declares none".to_string()
-        } else {
-            format!("its inputs are: {}", names.join(", "))
-        };
+    if let Some(unknown) = vars.keys().find(|k| !declared.iter().any(|d| d.name == **k)) {
+        let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
+        let known = if names.is_empty() { "it declares none".to_string() } else { format!("its inputs are: {}", names.join(", ")) };
         eprintln!("error: `--var {unknown}`: the template has no input `{unknown}` ({known}; declare it with `{{% input {unknown} %}}`)");
         return EXIT_USAGE;
     }
-    if let Some(d) = missing_input(&program, &vars) {
+    if let Some(d) = declared.iter().find(|d| !d.has_default && !vars.contains_key(&d.name)).map(missing_input) {
         eprint!("{}", report::render(&d, &ws.sources, color, width));
         return EXIT_MODEL_ERROR;
     }
@@ -109,19 +105,9 @@ pub fn run(args: &RunArgs) -> i32 {
     };
     let cancel = Arc::new(AtomicBool::new(false));
     // A second Ctrl-C ends the process at once.
-    let _ = signal_hook::flag::register_conditional_shutdown(
-        signal_hook::consts::SIGINT,
-        EXIT_CANCELLED,
-        cancel.clone(),
-    );
+    let _ = signal_hook::flag::register_conditional_shutdown(signal_hook::consts::SIGINT, EXIT_CANCELLED, cancel.clone());
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone());
-    let opts = RunOptions {
-        vars,
-        seed: args.seed,
-        temperature: args.temperature,
-        limits: Default::default(),
-        cancel: Some(cancel),
-    };
+    let opts = RunOptions { vars, seed: args.seed, temperature: args.temperature, limits: Default::default(), cancel: Some(cancel) };
     let stream = !args.json;
     let styles = Styles::new(stream && std::io::stdout().is_terminal() && report::use_color(true));
     let stdout = std::io::stdout();
@@ -131,11 +117,7 @@ pub fn run(args: &RunArgs) -> i32 {
             return;
         }
         let _ = match e {
-            Event::Text {
-                text,
-                origin,
-                hidden,
-            } => {
+            Event::Text { text, origin, hidden } => {
                 let style = match (origin, hidden) {
                     (_, true) => styles.hidden,
                     (Origin::Generated, _) => styles.generated,
@@ -159,18 +141,11 @@ pub fn run(args: &RunArgs) -> i32 {
         let _ = writeln!(out);
     }
     if args.json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&render::json(state)).unwrap_or_default()
-        );
+        let _ = writeln!(out, "{}", serde_json::to_string_pretty(&render::json(state)).unwrap_or_default());
     }
     drop(out);
     if let Some(path) = &args.html {
-        let title = args
-            .file
-            .file_name()
-            .map_or("lmt run".into(), |n| n.to_string_lossy().into_owned());
+        let title = args.file.file_name().map_or("lmt run".into(), |n| n.to_string_lossy().into_owned());
         if let Err(e) = std::fs::write(path, render::html(state, &title)) {
             eprintln!("error: cannot write `{}`: {e}", path.display());
         }
@@ -191,10 +166,7 @@ pub fn run(args: &RunArgs) -> i32 {
         );
     }
     if let Some(e) = &outcome.error {
-        eprint!(
-            "{}",
-            report::render(&e.to_diagnostic(), &ws.sources, color, width)
-        );
+        eprint!("{}", report::render(&e.to_diagnostic(), &ws.sources, color, width));
         return EXIT_MODEL_ERROR;
     }
     if state.finish_reason == FinishReason::Cancelled {
@@ -204,49 +176,31 @@ pub fn run(args: &RunArgs) -> i32 {
     0
 }
 
-/// The first required input that was not given, as a diagnostic at its declaration.
-fn missing_input(
-    program: &crate::ir::Program,
-    vars: &IndexMap<String, Value>,
-) -> Option<Diagnostic> {
-    let m = &program.modules[program.entry];
-    m.code.iter().zip(&m.spans).find_map(|(i, span)| match i {
-        crate::ir::Instr::Input(s) if !vars.contains_key(&m.names[*s as usize]) => {
-            let name = &m.names[*s as usize];
-            Some(
-                Diagnostic::new(Code::Runtime, m.file, *span, format!("the input `{name}` was not given"))
-                    .with_label("declared here without a default")
-                    .with_help(format!("pass it with `--var {name}=VALUE` or in `--vars FILE.json`, or give it a default: `{{% input {name}=\"…\" %}}`")),
-            )
-        }
-        _ => None,
-    })
+/// A required input that was not given, as a diagnostic at its declaration.
+fn missing_input(d: &interp::InputDecl) -> Diagnostic {
+    let name = &d.name;
+    Diagnostic::new(Code::Runtime, d.file, d.span, format!("the input `{name}` was not given"))
+        .with_label("declared here without a default")
+        .with_help(format!(
+            "pass it with `--var {name}=VALUE` or in `--vars FILE.json`, or give it a default: `{{% input {name}=\"…\" %}}`"
+        ))
 }
 
 fn read_vars(args: &RunArgs) -> Result<IndexMap<String, Value>, String> {
     let mut vars = IndexMap::new();
     if let Some(path) = &args.vars_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
-        let j: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+        let j: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
         let serde_json::Value::Object(o) = j else {
-            return Err(format!(
-                "`{}` must hold a JSON object of input values",
-                path.display()
-            ));
+            return Err(format!("`{}` must hold a JSON object of input values", path.display()));
         };
         for (k, v) in o {
             vars.insert(k, Value::from_json(&v));
         }
     }
     for kv in &args.vars {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("`--var {kv}`: expected NAME=VALUE"))?;
-        let value = serde_json::from_str::<serde_json::Value>(v)
-            .map(|j| Value::from_json(&j))
-            .unwrap_or_else(|_| Value::str(v));
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("`--var {kv}`: expected NAME=VALUE"))?;
+        let value = serde_json::from_str::<serde_json::Value>(v).map(|j| Value::from_json(&j)).unwrap_or_else(|_| Value::str(v));
         vars.insert(k.trim().to_string(), value);
     }
     Ok(vars)
@@ -275,13 +229,7 @@ fn load_model(args: &RunArgs) -> Result<Model, String> {
     let model = model?;
     if !args.quiet {
         let c = &model.decoder.config;
-        eprintln!(
-            "loaded {} ({}, {} layers) in {:.1?}",
-            spec_text,
-            c.arch.name(),
-            c.num_layers,
-            t0.elapsed()
-        );
+        eprintln!("loaded {} ({}, {} layers) in {:.1?}", spec_text, c.arch.name(), c.num_layers, t0.elapsed());
     }
     Ok(model)
 }

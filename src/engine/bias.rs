@@ -53,21 +53,13 @@ impl Walk {
 impl Bias {
     /// Compiles `(regex, offset)` pairs.
     pub fn new(patterns: &[(&str, f32)], limits: &Limits) -> Result<Bias, EngineError> {
-        let patterns = patterns
-            .iter()
-            .map(|(r, v)| Ok((Dfa::regex(r, limits)?, *v)))
-            .collect::<Result<_, EngineError>>()?;
-        Ok(Bias {
-            patterns,
-            cache: Mutex::new(HashMap::new()),
-        })
+        let patterns = patterns.iter().map(|(r, v)| Ok((Dfa::regex(r, limits)?, *v))).collect::<Result<_, EngineError>>()?;
+        Ok(Bias { patterns, cache: Mutex::new(HashMap::new()) })
     }
 
     /// The state before any token.
     pub fn start(&self) -> BiasState {
-        BiasState {
-            active: vec![Vec::new(); self.patterns.len()],
-        }
+        BiasState { active: vec![Vec::new(); self.patterns.len()] }
     }
 
     /// Calls `add(token, offset)` for every biased token given the tokens so
@@ -75,12 +67,7 @@ impl Bias {
     pub fn apply(&self, vocab: &Vocab, state: &BiasState, mut add: impl FnMut(u32, f32)) {
         for (i, (dfa, value)) in self.patterns.iter().enumerate() {
             let key = (i, state.active[i].clone());
-            let cached = self
-                .cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&key)
-                .cloned();
+            let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
             let tokens = match cached {
                 Some(t) => t,
                 None => {
@@ -118,11 +105,7 @@ impl Walk {
         for (slot, s) in conts.iter_mut().zip(active) {
             *slot = Some(*s);
         }
-        Walk {
-            conts,
-            ws_only: true,
-            completed: false,
-        }
+        Walk { conts, ws_only: true, completed: false }
     }
 
     fn step(self, dfa: &Dfa, b: u8) -> Walk {
@@ -156,11 +139,7 @@ impl Walk {
                 k += 1;
             }
         }
-        Walk {
-            conts,
-            ws_only: self.ws_only && b.is_ascii_whitespace(),
-            completed,
-        }
+        Walk { conts, ws_only: self.ws_only && b.is_ascii_whitespace(), completed }
     }
 }
 
@@ -201,9 +180,7 @@ mod tests {
 
     #[test]
     fn biases_tokens_inside_a_match_in_progress() {
-        let v = vocab(&[
-            "N", "NO", "NE", " None", "Hello", "(", "ONE", " sorry", "Sorry", "is",
-        ]);
+        let v = vocab(&["N", "NO", "NE", " None", "Hello", "(", "ONE", " sorry", "Sorry", "is"]);
         let bias = Bias::new(&[("NONE", -4.5), ("(?i)sorry", -5.0)], &Limits::default()).unwrap();
         let mut st = bias.start();
         let collect = |st: &BiasState| {
@@ -214,10 +191,7 @@ mod tests {
         };
         // From the start: N, NO start NONE; " sorry" and "Sorry" start sorry;
         // " None" does not (case), "is" does not ("s" mid-word cannot start).
-        assert_eq!(
-            collect(&st),
-            vec![(0, -4.5), (1, -4.5), (7, -5.0), (8, -5.0)]
-        );
+        assert_eq!(collect(&st), vec![(0, -4.5), (1, -4.5), (7, -5.0), (8, -5.0)]);
         bias.advance(&mut st, b"NO");
         // "NE" completes NONE; "ONE" does not continue "NO".
         let got = collect(&st);

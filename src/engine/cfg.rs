@@ -61,9 +61,7 @@ impl Cfg {
     /// Compiles `g` starting at rule `start`.
     pub fn from_gbnf(g: &Grammar, start: &str, limits: &Limits) -> Result<Cfg, EngineError> {
         let mut b = Builder::new(g, limits)?;
-        let root = b.rule_nt(start)?.ok_or_else(|| {
-            EngineError::Unsatisfiable(format!("the grammar has no rule `{start}`"))
-        })?;
+        let root = b.rule_nt(start)?.ok_or_else(|| EngineError::Unsatisfiable(format!("the grammar has no rule `{start}`")))?;
         b.finish(root)
     }
 
@@ -73,10 +71,7 @@ impl Cfg {
             rules: vec![crate::syntax::gbnf::GrammarRule {
                 name: "root".into(),
                 name_span: Default::default(),
-                body: GExpr {
-                    kind: GKind::Regex(pattern.into()),
-                    span: Default::default(),
-                },
+                body: GExpr { kind: GKind::Regex(pattern.into()), span: Default::default() },
                 span: Default::default(),
             }],
         };
@@ -138,9 +133,7 @@ impl<'g> Builder<'g> {
             .collect();
         for r in refs.values().flatten() {
             if !self.rules.contains_key(r) {
-                return Err(EngineError::Unsatisfiable(format!(
-                    "rule `{r}` is not defined"
-                )));
+                return Err(EngineError::Unsatisfiable(format!("rule `{r}` is not defined")));
             }
         }
         // A rule is non-regular if it can reach itself, or reaches one that can.
@@ -156,26 +149,15 @@ impl<'g> Builder<'g> {
             }
             seen
         };
-        let reaches: HashMap<&str, std::collections::HashSet<&str>> =
-            names.iter().map(|n| (*n, reach(n))).collect();
-        let cyclic: std::collections::HashSet<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| reaches[n].contains(n))
-            .collect();
+        let reaches: HashMap<&str, std::collections::HashSet<&str>> = names.iter().map(|n| (*n, reach(n))).collect();
+        let cyclic: std::collections::HashSet<&str> = names.iter().copied().filter(|n| reaches[n].contains(n)).collect();
         // `&`-named rules (only the JSON Schema compiler makes them) are
         // structure: always nonterminals, never inlined into a lexeme.
-        let structural: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| n.starts_with('&'))
-            .collect();
+        let structural: Vec<&str> = names.iter().copied().filter(|n| n.starts_with('&')).collect();
         for n in &names {
             let nr = cyclic.contains(n)
                 || n.starts_with('&')
-                || reaches[n]
-                    .iter()
-                    .any(|m| cyclic.contains(m) || structural.contains(m));
+                || reaches[n].iter().any(|m| cyclic.contains(m) || structural.contains(m));
             self.non_regular.insert(n, nr);
         }
         // A regular rule too big to inline everywhere it is used stays a
@@ -190,9 +172,7 @@ impl<'g> Builder<'g> {
     /// The size of rule `name` with its regular references inlined; marks
     /// the rule non-regular when that passes [`MAX_INLINE`].
     fn inline_cost(&mut self, name: &'g str, cost: &mut HashMap<&'g str, usize>) -> usize {
-        stacker::maybe_grow(64 * 1024, 1024 * 1024, || {
-            self.inline_cost_inner(name, cost)
-        })
+        stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.inline_cost_inner(name, cost))
     }
 
     fn inline_cost_inner(&mut self, name: &'g str, cost: &mut HashMap<&'g str, usize>) -> usize {
@@ -207,11 +187,7 @@ impl<'g> Builder<'g> {
         let body = self.rules[name];
         // Deep chains of references stay nonterminals (and the stack shallow).
         self.depth += 1;
-        let c = if self.depth > 64 {
-            usize::MAX
-        } else {
-            self.expr_cost(body, cost)
-        };
+        let c = if self.depth > 64 { usize::MAX } else { self.expr_cost(body, cost) };
         self.depth -= 1;
         let c = if c > MAX_INLINE {
             self.non_regular.insert(name, true);
@@ -226,23 +202,14 @@ impl<'g> Builder<'g> {
     fn expr_cost(&mut self, e: &'g GExpr, cost: &mut HashMap<&'g str, usize>) -> usize {
         match &e.kind {
             GKind::Ref(r) => {
-                let key = self
-                    .rules
-                    .get_key_value(r.as_str())
-                    .map(|(k, _)| *k)
-                    .expect("checked");
+                let key = self.rules.get_key_value(r.as_str()).map(|(k, _)| *k).expect("checked");
                 self.inline_cost(key, cost)
             }
-            GKind::Alt(v) | GKind::Seq(v) => v
-                .iter()
-                .map(|x| self.expr_cost(x, cost))
-                .fold(1usize, usize::saturating_add),
+            GKind::Alt(v) | GKind::Seq(v) => v.iter().map(|x| self.expr_cost(x, cost)).fold(1usize, usize::saturating_add),
             GKind::Repeat { inner, min, max } => {
                 // Counted repeats copy their body in the automaton.
                 let copies = max.unwrap_or(*min).max(1) as usize;
-                self.expr_cost(inner, cost)
-                    .saturating_mul(copies.min(64))
-                    .saturating_add(1)
+                self.expr_cost(inner, cost).saturating_mul(copies.min(64)).saturating_add(1)
             }
             GKind::Literal(s) => s.len().max(1),
             GKind::Regex(r) => r.len().max(1),
@@ -264,9 +231,7 @@ impl<'g> Builder<'g> {
         self.depth += 1;
         if self.depth > self.limits.max_nesting * 2 {
             self.depth -= 1;
-            return Err(EngineError::TooComplex(
-                "rules nest too deeply to inline".into(),
-            ));
+            return Err(EngineError::TooComplex("rules nest too deeply to inline".into()));
         }
         let h = stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.hir_inner(e));
         self.depth -= 1;
@@ -277,17 +242,13 @@ impl<'g> Builder<'g> {
         Ok(match &e.kind {
             GKind::Literal(s) => Hir::literal(s.as_bytes().to_vec().into_boxed_slice()),
             GKind::Class { negated, ranges } => {
-                let mut class =
-                    ClassUnicode::new(ranges.iter().map(|(a, b)| ClassUnicodeRange::new(*a, *b)));
+                let mut class = ClassUnicode::new(ranges.iter().map(|(a, b)| ClassUnicodeRange::new(*a, *b)));
                 if *negated {
                     class.negate();
                 }
                 Hir::class(Class::Unicode(class))
             }
-            GKind::Any => Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new(
-                '\0',
-                char::MAX,
-            )]))),
+            GKind::Any => Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new('\0', char::MAX)]))),
             GKind::Regex(r) => regex_syntax::ParserBuilder::new()
                 .nest_limit(self.limits.max_nesting as u32)
                 .build()
@@ -299,13 +260,7 @@ impl<'g> Builder<'g> {
                 }
                 let body = self.rules[name.as_str()];
                 let h = self.hir(body)?;
-                let key: &'g str = self
-                    .g
-                    .rules
-                    .iter()
-                    .find(|r| r.name == *name)
-                    .map(|r| r.name.as_str())
-                    .expect("rule");
+                let key: &'g str = self.g.rules.iter().find(|r| r.name == *name).map(|r| r.name.as_str()).expect("rule");
                 self.hir_cache.insert(key, h.clone());
                 h
             }
@@ -326,12 +281,7 @@ impl<'g> Builder<'g> {
             }
             GKind::Repeat { inner, min, max } => {
                 let sub = self.hir(inner)?;
-                Hir::repetition(Repetition {
-                    min: *min,
-                    max: *max,
-                    greedy: true,
-                    sub: Box::new(sub),
-                })
+                Hir::repetition(Repetition { min: *min, max: *max, greedy: true, sub: Box::new(sub) })
             }
         })
     }
@@ -355,9 +305,7 @@ impl<'g> Builder<'g> {
 
     fn add(&mut self, lhs: u32, rhs: Vec<Sym>) -> Result<(), EngineError> {
         if self.productions.len() > self.limits.max_states {
-            return Err(EngineError::TooComplex(
-                "the grammar expands to too many productions".into(),
-            ));
+            return Err(EngineError::TooComplex("the grammar expands to too many productions".into()));
         }
         self.productions.push(Production { lhs, rhs });
         Ok(())
@@ -366,9 +314,7 @@ impl<'g> Builder<'g> {
     /// The nonterminal of a rule (`None` if there is no such rule),
     /// compiling it on first use.
     fn rule_nt(&mut self, name: &str) -> Result<Option<u32>, EngineError> {
-        let Some((key, body)) = self.rules.get_key_value(name).map(|(k, v)| (*k, *v)) else {
-            return Ok(None);
-        };
+        let Some((key, body)) = self.rules.get_key_value(name).map(|(k, v)| (*k, *v)) else { return Ok(None) };
         if let Some(&nt) = self.rule_nts.get(key) {
             return Ok(Some(nt));
         }
@@ -442,9 +388,7 @@ impl<'g> Builder<'g> {
                 let item = self.symbol_any(inner, name)?;
                 let (min, max) = (*min, *max);
                 if min > MAX_EXPANSION || max.is_some_and(|m| m > MAX_EXPANSION) {
-                    return Err(EngineError::TooComplex(format!(
-                        "`{{{min},…}}` on a recursive part of `{name}` expands too far"
-                    )));
+                    return Err(EngineError::TooComplex(format!("`{{{min},…}}` on a recursive part of `{name}` expands too far")));
                 }
                 let nt = self.new_nt(format!("{name}~rep"));
                 // `item{min}` then either `item*` or up to `max - min` optional items.
@@ -500,18 +444,12 @@ impl<'g> Builder<'g> {
         let start = self.new_nt("<start>".into());
         self.add(start, vec![Sym::Nt(root)])?;
         let n = self.names.len();
-        let lexeme_nullable: Vec<bool> = self
-            .lexemes
-            .iter()
-            .map(|d| d.is_accepting(d.start()))
-            .collect();
+        let lexeme_nullable: Vec<bool> = self.lexemes.iter().map(|d| d.is_accepting(d.start())).collect();
         let lexeme_empty: Vec<bool> = self.lexemes.iter().map(|d| !d.is_live(d.start())).collect();
         // Productive nonterminals (derive some string), then drop productions that cannot.
         let productive = fixpoint(&self.productions, n, |l| !lexeme_empty[l as usize]);
         if !productive[start as usize] {
-            return Err(EngineError::Unsatisfiable(
-                "the grammar matches no string at all".into(),
-            ));
+            return Err(EngineError::Unsatisfiable("the grammar matches no string at all".into()));
         }
         self.productions.retain(|p| {
             productive[p.lhs as usize]
@@ -521,14 +459,9 @@ impl<'g> Builder<'g> {
                 })
         });
         // Lexemes that match only the empty string consume nothing: drop them.
-        let only_empty: Vec<bool> = self
-            .lexemes
-            .iter()
-            .map(|d| d.is_complete(d.start()))
-            .collect();
+        let only_empty: Vec<bool> = self.lexemes.iter().map(|d| d.is_complete(d.start())).collect();
         for p in &mut self.productions {
-            p.rhs
-                .retain(|s| !matches!(s, Sym::Lex(l) if only_empty[*l as usize]));
+            p.rhs.retain(|s| !matches!(s, Sym::Lex(l) if only_empty[*l as usize]));
         }
         let nullable = fixpoint(&self.productions, n, |l| lexeme_nullable[l as usize]);
         let mut by_lhs = vec![Vec::new(); n];

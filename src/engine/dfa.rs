@@ -54,6 +54,7 @@ pub struct Dfa {
 /// A state's token set and exits, computed together by one trie walk.
 pub type Sets = (Arc<TokenSet>, Arc<Exits>);
 
+
 /// Most entries per per-automaton cache (a 128k-token mask is 16 KiB: this
 /// bounds one automaton to 16 MiB).
 const MAX_CACHED: usize = 1024;
@@ -75,12 +76,7 @@ static SHARED: LazyLock<Mutex<HashMap<SharedKey, Sets>>> = LazyLock::new(Default
 
 /// Looks `key` up in `table`, or makes, stores and returns it; past `cap`
 /// entries the table starts over.
-fn memo<K: std::hash::Hash + Eq, V: Clone>(
-    table: &Mutex<HashMap<K, V>>,
-    key: K,
-    cap: usize,
-    make: impl FnOnce() -> V,
-) -> V {
+fn memo<K: std::hash::Hash + Eq, V: Clone>(table: &Mutex<HashMap<K, V>>, key: K, cap: usize, make: impl FnOnce() -> V) -> V {
     if let Some(v) = table.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return v.clone();
     }
@@ -128,25 +124,16 @@ impl Dfa {
     /// Compiles a list of literal options (matched as bytes, never as a regex).
     pub fn choices<S: AsRef<[u8]>>(options: &[S], limits: &Limits) -> Result<Dfa, EngineError> {
         if options.is_empty() {
-            return Err(EngineError::Unsatisfiable(
-                "there are no options to choose from".into(),
-            ));
+            return Err(EngineError::Unsatisfiable("there are no options to choose from".into()));
         }
-        let alts = options
-            .iter()
-            .map(|o| Hir::literal(o.as_ref().to_vec().into_boxed_slice()))
-            .collect();
+        let alts = options.iter().map(|o| Hir::literal(o.as_ref().to_vec().into_boxed_slice())).collect();
         Dfa::from_hir(&Hir::alternation(alts), limits)
     }
 
     /// Compiles a regex syntax tree, anchored at both ends.
     pub(crate) fn from_hir(hir: &Hir, limits: &Limits) -> Result<Dfa, EngineError> {
         let nfa = thompson::Compiler::new()
-            .configure(
-                thompson::Config::new()
-                    .nfa_size_limit(Some(limits.max_automaton_bytes))
-                    .shrink(true),
-            )
+            .configure(thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true))
             .build_from_hir(hir)
             .map_err(|e| EngineError::TooComplex(format!("regex: {e}")))?;
         let config = dense::Config::new()
@@ -235,21 +222,13 @@ impl Dfa {
     /// transitions over real bytes. Equal keys mean equal futures (in any
     /// automaton), so masks can be shared. `None` past a few dozen states.
     fn canonical(&self, s: DfaState) -> Option<Arc<[u8]>> {
-        if let Some(k) = self
-            .canonical
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&s)
-        {
+        if let Some(k) = self.canonical.lock().unwrap_or_else(|e| e.into_inner()).get(&s) {
             return k.clone();
         }
         // Only dense states are worth sharing: where few bytes continue,
         // the trie walk is cheaper than the key.
         if (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() < MIN_SHARED_FANOUT {
-            self.canonical
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(s, None);
+            self.canonical.lock().unwrap_or_else(|e| e.into_inner()).insert(s, None);
             return None;
         }
         let mut order = vec![s];
@@ -284,12 +263,8 @@ impl Dfa {
                 b = e + 1;
             }
         }
-        let key: Option<Arc<[u8]>> =
-            (order.len() <= MAX_CANONICAL_STATES).then(|| Arc::from(out.into_boxed_slice()));
-        self.canonical
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(s, key.clone());
+        let key: Option<Arc<[u8]>> = (order.len() <= MAX_CANONICAL_STATES).then(|| Arc::from(out.into_boxed_slice()));
+        self.canonical.lock().unwrap_or_else(|e| e.into_inner()).insert(s, key.clone());
         key
     }
 
@@ -303,17 +278,10 @@ impl Dfa {
     /// to `len` bytes, and never matches on the way: then every plain token
     /// is allowed and no lexeme ends inside one.
     fn absorbs_plain(&self, s: DfaState, len: usize) -> bool {
-        if let Some(&a) = self
-            .absorbs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&s)
-        {
+        if let Some(&a) = self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).get(&s) {
             return a;
         }
-        let plain: Vec<u8> = (0..=255u8)
-            .filter(|&b| crate::engine::vocab::is_plain_byte(b))
-            .collect();
+        let plain: Vec<u8> = (0..=255u8).filter(|&b| crate::engine::vocab::is_plain_byte(b)).collect();
         let mut seen: std::collections::HashSet<DfaState> = std::collections::HashSet::from([s]);
         let mut layer = vec![s];
         let mut ok = true;
@@ -340,10 +308,7 @@ impl Dfa {
             }
             layer = next;
         }
-        self.absorbs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(s, ok);
+        self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).insert(s, ok);
         ok
     }
 
@@ -352,11 +317,9 @@ impl Dfa {
     /// make a match and longer tokens continue below: where a lexeme may end
     /// in the middle of a token.
     pub fn sets(&self, vocab: &Vocab, s: DfaState) -> Sets {
-        memo(&self.sets, (vocab.id(), s), MAX_CACHED, || {
-            match self.canonical(s) {
-                Some(k) => memo(&SHARED, (vocab.id(), k), MAX_SHARED, || self.walk(vocab, s)),
-                None => self.walk(vocab, s),
-            }
+        memo(&self.sets, (vocab.id(), s), MAX_CACHED, || match self.canonical(s) {
+            Some(k) => memo(&SHARED, (vocab.id(), k), MAX_SHARED, || self.walk(vocab, s)),
+            None => self.walk(vocab, s),
         })
     }
 
@@ -365,34 +328,18 @@ impl Dfa {
     /// only the other tokens.
     fn walk(&self, vocab: &Vocab, s: DfaState) -> Sets {
         let slicer = vocab.slicer();
-        let sliced = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64
-            && self.absorbs_plain(s, slicer.max_plain_len);
-        let (trie, mut m) = if sliced {
-            (&slicer.rest, slicer.plain.clone())
-        } else {
-            (vocab.trie(), TokenMask::new(vocab.len()))
-        };
+        let sliced = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64 && self.absorbs_plain(s, slicer.max_plain_len);
+        let (trie, mut m) = if sliced { (&slicer.rest, slicer.plain.clone()) } else { (vocab.trie(), TokenMask::new(vocab.len())) };
         let mut x = Vec::new();
-        trie.walk_nodes(
-            0,
-            s,
-            |st, b| self.step(st, b),
-            |i, st| {
-                for &t in trie.tokens_at(i) {
-                    m.set(t);
-                }
-                if self.is_accepting(st) && trie.has_children(i) {
-                    x.push(i as u32);
-                }
-            },
-        );
-        (
-            Arc::new(TokenSet::from_mask(m)),
-            Arc::new(Exits {
-                rest: sliced,
-                nodes: x,
-            }),
-        )
+        trie.walk_nodes(0, s, |st, b| self.step(st, b), |i, st| {
+            for &t in trie.tokens_at(i) {
+                m.set(t);
+            }
+            if self.is_accepting(st) && trie.has_children(i) {
+                x.push(i as u32);
+            }
+        });
+        (Arc::new(TokenSet::from_mask(m)), Arc::new(Exits { rest: sliced, nodes: x }))
     }
 
     /// Writes into `out` the tokens that keep a match reachable from `s`
@@ -416,11 +363,7 @@ impl Dfa {
 /// Explores the states reachable from `start`, works out which can still
 /// reach a match (backwards from the accepting ones), and builds the table
 /// of live transitions.
-fn tabulate(
-    dfa: &dense::DFA<Vec<u32>>,
-    start: StateID,
-    limits: &Limits,
-) -> Result<Dfa, EngineError> {
+fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Result<Dfa, EngineError> {
     let mut classes = [0u8; 256];
     for b in 0..=255u8 {
         classes[b as usize] = dfa.byte_classes().get(b);
@@ -454,10 +397,7 @@ fn tabulate(
     let mut i = 0;
     while i < order.len() {
         if order.len() > limits.max_states || raw.len() > limits.max_automaton_bytes / 4 {
-            return Err(EngineError::TooComplex(format!(
-                "the automaton has more than {} states",
-                limits.max_states.min(order.len())
-            )));
+            return Err(EngineError::TooComplex(format!("the automaton has more than {} states", limits.max_states.min(order.len()))));
         }
         let s = order[i];
         i += 1;
@@ -475,10 +415,7 @@ fn tabulate(
         }
     }
     let n = order.len();
-    let accepting: Vec<bool> = order
-        .iter()
-        .map(|&s| dfa.is_match_state(dfa.next_eoi_state(s)))
-        .collect();
+    let accepting: Vec<bool> = order.iter().map(|&s| dfa.is_match_state(dfa.next_eoi_state(s))).collect();
     let mut reverse: Vec<Vec<u32>> = vec![Vec::new(); n];
     for (k, &t) in raw.iter().enumerate() {
         if t != DEAD {
@@ -495,24 +432,8 @@ fn tabulate(
             }
         }
     }
-    let trans: Vec<u32> = raw
-        .into_iter()
-        .map(|t| {
-            if t != DEAD && live[t as usize] {
-                t
-            } else {
-                DEAD
-            }
-        })
-        .collect();
-    let complete = (0..n)
-        .map(|i| {
-            accepting[i]
-                && trans[i * stride..(i + 1) * stride]
-                    .iter()
-                    .all(|&t| t == DEAD)
-        })
-        .collect();
+    let trans: Vec<u32> = raw.into_iter().map(|t| if t != DEAD && live[t as usize] { t } else { DEAD }).collect();
+    let complete = (0..n).map(|i| accepting[i] && trans[i * stride..(i + 1) * stride].iter().all(|&t| t == DEAD)).collect();
     Ok(Dfa {
         complete,
         classes,
@@ -532,19 +453,10 @@ mod tests {
 
     fn toy_vocab() -> Vocab {
         let words = ["a", "b", "ab", "ba", "abc", "1", "12", "123", "x", " "];
-        let bytes = words
-            .iter()
-            .map(|w| w.as_bytes().to_vec())
-            .chain([b"</s>".to_vec()])
-            .collect();
+        let bytes = words.iter().map(|w| w.as_bytes().to_vec()).chain([b"</s>".to_vec()]).collect();
         let mut kinds = vec![super::super::vocab::TokenKind::Normal; words.len()];
         kinds.push(super::super::vocab::TokenKind::Special);
-        Vocab::from_parts(
-            bytes,
-            kinds,
-            super::super::vocab::Encoding::Plain,
-            vec![words.len() as u32],
-        )
+        Vocab::from_parts(bytes, kinds, super::super::vocab::Encoding::Plain, vec![words.len() as u32])
     }
 
     #[test]
@@ -574,29 +486,14 @@ mod tests {
         assert_eq!(d.forced_bytes(d.start(), 10), b"a.");
         let r = Dfa::regex("\\{\"name\": \"[a-z]+\"\\}", &Limits::default()).unwrap();
         assert_eq!(r.forced_bytes(r.start(), 100), b"{\"name\": \"");
-        assert!(matches!(
-            Dfa::choices::<&str>(&[], &Limits::default()),
-            Err(EngineError::Unsatisfiable(_))
-        ));
+        assert!(matches!(Dfa::choices::<&str>(&[], &Limits::default()), Err(EngineError::Unsatisfiable(_))));
     }
 
     #[test]
     fn limits_bound_the_automaton() {
-        let small = Limits {
-            max_states: 50,
-            ..Limits::default()
-        };
-        assert!(matches!(
-            Dfa::regex("[a-z]{100}", &small),
-            Err(EngineError::TooComplex(_))
-        ));
-        let tiny = Limits {
-            max_automaton_bytes: 10_000,
-            ..Limits::default()
-        };
-        assert!(matches!(
-            Dfa::regex("(\\w{1,20}\\s){1,20}", &tiny),
-            Err(EngineError::TooComplex(_))
-        ));
+        let small = Limits { max_states: 50, ..Limits::default() };
+        assert!(matches!(Dfa::regex("[a-z]{100}", &small), Err(EngineError::TooComplex(_))));
+        let tiny = Limits { max_automaton_bytes: 10_000, ..Limits::default() };
+        assert!(matches!(Dfa::regex("(\\w{1,20}\\s){1,20}", &tiny), Err(EngineError::TooComplex(_))));
     }
 }

@@ -68,12 +68,7 @@ impl Tables {
                 prod.push(i as u32);
             }
         }
-        Tables {
-            cfg,
-            base,
-            next,
-            prod,
-        }
+        Tables { cfg, base, next, prod }
     }
 
     /// The grammar.
@@ -125,10 +120,7 @@ impl Parser {
         let start = p.t.cfg.start;
         for &prod in &p.t.cfg.by_lhs[start as usize].clone() {
             let d = p.t.base[prod as usize];
-            p.add(Item {
-                dotted: d,
-                origin: 0,
-            });
+            p.add(Item { dotted: d, origin: 0 });
         }
         p.predicted[start as usize] = p.generation;
         p.closure();
@@ -201,10 +193,7 @@ impl Parser {
             for k in self.item_range(origin as usize) {
                 let it = self.items[k];
                 if self.t.next[it.dotted as usize] == Some(Sym::Lex(lex)) {
-                    self.add(Item {
-                        dotted: it.dotted + 1,
-                        origin: it.origin,
-                    });
+                    self.add(Item { dotted: it.dotted + 1, origin: it.origin });
                 }
             }
         }
@@ -212,10 +201,7 @@ impl Parser {
         self.closure();
         if self.item_range(here as usize).len() > self.max_row_items {
             self.truncate(before);
-            return Err(EngineError::TooComplex(format!(
-                "a parse state grew past {} items",
-                self.max_row_items
-            )));
+            return Err(EngineError::TooComplex(format!("a parse state grew past {} items", self.max_row_items)));
         }
         Ok(true)
     }
@@ -254,10 +240,7 @@ impl Parser {
                 continue;
             }
             let mut stack = Vec::new();
-            let walked = exits
-                .nodes
-                .iter()
-                .try_for_each(|&node| self.allow_below(trie, node as usize, &mut stack, out));
+            let walked = exits.nodes.iter().try_for_each(|&node| self.allow_below(trie, node as usize, &mut stack, out));
             self.truncate(here + 1);
             walked?;
         }
@@ -270,13 +253,7 @@ impl Parser {
     /// Allows in `out` every token below trie node `node` whose remaining
     /// bytes the parser takes from its current row; the rows are as before
     /// afterwards. `stack` is scratch space, reused across calls.
-    pub fn allow_below(
-        &mut self,
-        trie: &TokenTrie,
-        node: usize,
-        stack: &mut Vec<u32>,
-        out: &mut TokenMask,
-    ) -> Result<(), EngineError> {
+    pub fn allow_below(&mut self, trie: &TokenTrie, node: usize, stack: &mut Vec<u32>, out: &mut TokenMask) -> Result<(), EngineError> {
         let base = self.rows.len();
         let mut error = None;
         trie.walk_nodes_in(
@@ -311,19 +288,13 @@ impl Parser {
         for k in self.item_range(origin as usize) {
             let it = self.items[k];
             if self.t.next[it.dotted as usize] == Some(Sym::Lex(lex)) {
-                self.add(Item {
-                    dotted: it.dotted + 1,
-                    origin: it.origin,
-                });
+                self.add(Item { dotted: it.dotted + 1, origin: it.origin });
             }
         }
         self.closure();
         let here = self.rows.len() - 1;
         if self.item_range(here).len() > self.max_row_items {
-            return Err(EngineError::TooComplex(format!(
-                "a parse state grew past {} items",
-                self.max_row_items
-            )));
+            return Err(EngineError::TooComplex(format!("a parse state grew past {} items", self.max_row_items)));
         }
         Ok(!self.scan_range(here).is_empty())
     }
@@ -336,28 +307,18 @@ impl Parser {
             self.head.fill((0, 0));
             self.generation = 1;
         }
-        self.rows.push(Row {
-            items: self.items.len() as u32,
-            scans: self.scans.len() as u32,
-            accepting: false,
-        });
+        self.rows.push(Row { items: self.items.len() as u32, scans: self.scans.len() as u32, accepting: false });
     }
 
     fn item_range(&self, r: usize) -> std::ops::Range<usize> {
         let start = self.rows[r].items as usize;
-        let end = self
-            .rows
-            .get(r + 1)
-            .map_or(self.items.len(), |n| n.items as usize);
+        let end = self.rows.get(r + 1).map_or(self.items.len(), |n| n.items as usize);
         start..end
     }
 
     fn scan_range(&self, r: usize) -> std::ops::Range<usize> {
         let start = self.rows[r].scans as usize;
-        let end = self
-            .rows
-            .get(r + 1)
-            .map_or(self.scans.len(), |n| n.scans as usize);
+        let end = self.rows.get(r + 1).map_or(self.scans.len(), |n| n.scans as usize);
         start..end
     }
 
@@ -393,10 +354,7 @@ impl Parser {
                     for j in self.item_range(it.origin as usize) {
                         let parent = self.items[j];
                         if self.t.next[parent.dotted as usize] == Some(Sym::Nt(lhs)) {
-                            self.add(Item {
-                                dotted: parent.dotted + 1,
-                                origin: parent.origin,
-                            });
+                            self.add(Item { dotted: parent.dotted + 1, origin: parent.origin });
                         }
                     }
                 }
@@ -405,17 +363,11 @@ impl Parser {
                         self.predicted[b as usize] = self.generation;
                         for i in 0..self.t.cfg.by_lhs[b as usize].len() {
                             let prod = self.t.cfg.by_lhs[b as usize][i];
-                            self.add(Item {
-                                dotted: self.t.base[prod as usize],
-                                origin: here as u32,
-                            });
+                            self.add(Item { dotted: self.t.base[prod as usize], origin: here as u32 });
                         }
                     }
                     if self.t.cfg.nullable[b as usize] {
-                        self.add(Item {
-                            dotted: it.dotted + 1,
-                            origin: it.origin,
-                        });
+                        self.add(Item { dotted: it.dotted + 1, origin: it.origin });
                     }
                 }
                 Some(Sym::Lex(l)) => {
@@ -423,18 +375,11 @@ impl Parser {
                         self.started[l as usize] = self.generation;
                         let dfa = &self.t.cfg.lexemes[l as usize];
                         if dfa.is_live(dfa.start()) {
-                            self.scans.push(Scan {
-                                lexeme: l,
-                                origin: here as u32,
-                                state: dfa.start(),
-                            });
+                            self.scans.push(Scan { lexeme: l, origin: here as u32, state: dfa.start() });
                         }
                     }
                     if self.t.cfg.lexeme_nullable[l as usize] {
-                        self.add(Item {
-                            dotted: it.dotted + 1,
-                            origin: it.origin,
-                        });
+                        self.add(Item { dotted: it.dotted + 1, origin: it.origin });
                     }
                 }
             }

@@ -28,31 +28,14 @@ pub enum Whitespace {
 
 /// Compiles `schema` to a grammar whose start rule is `root`.
 pub fn schema_grammar(schema: &Value, ws: Whitespace) -> Result<Grammar, EngineError> {
-    let mut c = Conv {
-        root: schema,
-        rules: Vec::new(),
-        refs: HashMap::new(),
-        ws,
-        depth: 0,
-    };
+    let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, depth: 0 };
     let body = c.schema(schema)?;
-    c.rules.insert(
-        0,
-        GrammarRule {
-            name: "root".into(),
-            name_span: Default::default(),
-            body,
-            span: Default::default(),
-        },
-    );
+    c.rules.insert(0, GrammarRule { name: "root".into(), name_span: Default::default(), body, span: Default::default() });
     Ok(Grammar { rules: c.rules })
 }
 
 fn e(kind: GKind) -> GExpr {
-    GExpr {
-        kind,
-        span: Default::default(),
-    }
+    GExpr { kind, span: Default::default() }
 }
 fn lit(s: &str) -> GExpr {
     e(GKind::Literal(s.to_string()))
@@ -70,11 +53,7 @@ fn rx(r: &str) -> GExpr {
     e(GKind::Regex(r.to_string()))
 }
 fn rep(x: GExpr, min: u32, max: Option<u32>) -> GExpr {
-    e(GKind::Repeat {
-        inner: Box::new(x),
-        min,
-        max,
-    })
+    e(GKind::Repeat { inner: Box::new(x), min, max })
 }
 fn reference(name: &str) -> GExpr {
     e(GKind::Ref(name.to_string()))
@@ -91,10 +70,7 @@ const ANY_ORDER_MAX: usize = 8;
 
 /// Validation keywords the engine cannot enforce, with the reason.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "oneOf",
-        "exactly-one-of cannot be enforced while generating",
-    ),
+    ("oneOf", "exactly-one-of cannot be enforced while generating"),
     ("not", "negation cannot be enforced while generating"),
     ("if", "conditional schemas are not supported"),
     ("then", "conditional schemas are not supported"),
@@ -115,62 +91,17 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 
 /// Keywords that constrain values (the others annotate).
 const VALIDATION: &[&str] = &[
-    "type",
-    "enum",
-    "const",
-    "anyOf",
-    "allOf",
-    "oneOf",
-    "not",
-    "nullable",
-    "properties",
-    "required",
-    "additionalProperties",
-    "patternProperties",
-    "minProperties",
-    "maxProperties",
-    "items",
-    "prefixItems",
-    "minItems",
-    "maxItems",
-    "uniqueItems",
-    "additionalItems",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "format",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "$ref",
-    "contains",
-    "propertyNames",
-    "dependencies",
-    "if",
-    "then",
-    "else",
+    "type", "enum", "const", "anyOf", "allOf", "oneOf", "not", "nullable", "properties", "required",
+    "additionalProperties", "patternProperties", "minProperties", "maxProperties", "items", "prefixItems",
+    "minItems", "maxItems", "uniqueItems", "additionalItems", "minLength", "maxLength", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "$ref", "contains",
+    "propertyNames", "dependencies", "if", "then", "else",
 ];
 
 /// Keywords that only annotate.
 const ANNOTATIONS: &[&str] = &[
-    "title",
-    "description",
-    "default",
-    "examples",
-    "$schema",
-    "$id",
-    "id",
-    "$comment",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "$defs",
-    "definitions",
-    "$anchor",
-    "contentMediaType",
-    "contentEncoding",
+    "title", "description", "default", "examples", "$schema", "$id", "id", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$defs", "definitions", "$anchor", "contentMediaType", "contentEncoding",
 ];
 
 struct Conv<'s> {
@@ -189,22 +120,8 @@ impl<'s> Conv<'s> {
     fn ws(&self) -> GExpr {
         match self.ws {
             Whitespace::Compact => seq(vec![]),
-            Whitespace::Flexible(n) => rep(
-                e(GKind::Class {
-                    negated: false,
-                    ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n')],
-                }),
-                0,
-                Some(n),
-            ),
-            Whitespace::Any => rep(
-                e(GKind::Class {
-                    negated: false,
-                    ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n'), ('\r', '\r')],
-                }),
-                0,
-                None,
-            ),
+            Whitespace::Flexible(n) => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n')] }), 0, Some(n)),
+            Whitespace::Any => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n'), ('\r', '\r')] }), 0, None),
         }
     }
 
@@ -224,21 +141,14 @@ impl<'s> Conv<'s> {
     }
 
     fn add_rule(&mut self, name: String, body: GExpr) {
-        self.rules.push(GrammarRule {
-            name,
-            name_span: Default::default(),
-            body,
-            span: Default::default(),
-        });
+        self.rules.push(GrammarRule { name, name_span: Default::default(), body, span: Default::default() });
     }
 
     fn schema(&mut self, s: &Value) -> Result<GExpr, EngineError> {
         self.depth += 1;
         if self.depth > 200 {
             self.depth -= 1;
-            return Err(EngineError::TooComplex(
-                "the schema nests deeper than 200".into(),
-            ));
+            return Err(EngineError::TooComplex("the schema nests deeper than 200".into()));
         }
         // Deep schemas recurse deeply: grow the stack on the heap when short.
         let out = stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.schema_inner(s));
@@ -249,30 +159,16 @@ impl<'s> Conv<'s> {
     fn schema_inner(&mut self, s: &Value) -> Result<GExpr, EngineError> {
         let obj = match s {
             Value::Bool(true) => return Ok(self.any_value()),
-            Value::Bool(false) => {
-                return Err(EngineError::Unsatisfiable(
-                    "the schema `false` matches nothing".into(),
-                ))
-            }
+            Value::Bool(false) => return Err(EngineError::Unsatisfiable("the schema `false` matches nothing".into())),
             Value::Object(o) => o,
-            _ => {
-                return Err(EngineError::Unsupported(
-                    "a schema must be an object or a boolean".into(),
-                ))
-            }
+            _ => return Err(EngineError::Unsupported("a schema must be an object or a boolean".into())),
         };
         if let Some(r) = obj.get("$ref") {
             // Drafts 4 to 7 ignore every keyword beside `$ref`; later drafts
             // apply them too, which is not supported.
-            let others: Vec<&String> = obj
-                .keys()
-                .filter(|k| *k != "$ref" && VALIDATION.contains(&k.as_str()))
-                .collect();
+            let others: Vec<&String> = obj.keys().filter(|k| *k != "$ref" && VALIDATION.contains(&k.as_str())).collect();
             if !others.is_empty() && !self.siblings_ignored() {
-                return Err(unsupported(
-                    others[0],
-                    "beside `$ref` (draft 2019-09 and later) is not supported",
-                ));
+                return Err(unsupported(others[0], "beside `$ref` (draft 2019-09 and later) is not supported"));
             }
             return self.reference(r.as_str().unwrap_or_default());
         }
@@ -281,10 +177,7 @@ impl<'s> Conv<'s> {
         // are ignored, as the specification says.
         for k in obj.keys() {
             if let Some((_, why)) = UNSUPPORTED.iter().find(|(name, _)| name == k) {
-                if k == "multipleOf"
-                    && obj.get(k).and_then(Value::as_f64) == Some(1.0)
-                    && obj.get("type").and_then(Value::as_str) == Some("integer")
-                {
+                if k == "multipleOf" && obj.get(k).and_then(Value::as_f64) == Some(1.0) && obj.get("type").and_then(Value::as_str) == Some("integer") {
                     continue;
                 }
                 return Err(unsupported(k, why));
@@ -306,27 +199,15 @@ impl<'s> Conv<'s> {
             let fits = |v: &Value| match &types {
                 None => true,
                 Some(ts) => ts.iter().any(|t| match (*t, v) {
-                    ("null", Value::Null)
-                    | ("boolean", Value::Bool(_))
-                    | ("string", Value::String(_)) => true,
-                    ("object", Value::Object(_))
-                    | ("array", Value::Array(_))
-                    | ("number", Value::Number(_)) => true,
-                    ("integer", Value::Number(n)) => {
-                        n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
-                    }
+                    ("null", Value::Null) | ("boolean", Value::Bool(_)) | ("string", Value::String(_)) => true,
+                    ("object", Value::Object(_)) | ("array", Value::Array(_)) | ("number", Value::Number(_)) => true,
+                    ("integer", Value::Number(n)) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
                     _ => false,
                 }),
             };
-            let kept: Vec<GExpr> = values
-                .into_iter()
-                .filter(|v| fits(v))
-                .map(|v| lit(&json_text(v)))
-                .collect();
+            let kept: Vec<GExpr> = values.into_iter().filter(|v| fits(v)).map(|v| lit(&json_text(v))).collect();
             if kept.is_empty() {
-                return Err(EngineError::Unsatisfiable(
-                    "no value of `enum`/`const` has the schema's `type`".into(),
-                ));
+                return Err(EngineError::Unsatisfiable("no value of `enum`/`const` has the schema's `type`".into()));
             }
             return Ok(alt(kept));
         }
@@ -336,24 +217,15 @@ impl<'s> Conv<'s> {
             return self.schema(&merged);
         }
         if let Some(any) = obj.get("anyOf") {
-            let list = any
-                .as_array()
-                .ok_or_else(|| unsupported("anyOf", "must be a list"))?;
-            let base: serde_json::Map<String, Value> = obj
-                .iter()
-                .filter(|(k, _)| *k != "anyOf")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let list = any.as_array().ok_or_else(|| unsupported("anyOf", "must be a list"))?;
+            let base: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| *k != "anyOf").map(|(k, v)| (k.clone(), v.clone())).collect();
             let mut alts = Vec::new();
             for sub in list {
                 // Keywords beside anyOf apply to every branch.
                 let combined = if base.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) {
                     sub.clone()
                 } else {
-                    merge_all_of(
-                        &serde_json::Map::new(),
-                        &Value::Array(vec![Value::Object(base.clone()), sub.clone()]),
-                    )?
+                    merge_all_of(&serde_json::Map::new(), &Value::Array(vec![Value::Object(base.clone()), sub.clone()]))?
                 };
                 match self.schema(&combined) {
                     // A branch nothing satisfies is no option.
@@ -362,18 +234,13 @@ impl<'s> Conv<'s> {
                 }
             }
             if alts.is_empty() {
-                return Err(EngineError::Unsatisfiable(
-                    "no branch of `anyOf` can be satisfied".into(),
-                ));
+                return Err(EngineError::Unsatisfiable("no branch of `anyOf` can be satisfied".into()));
             }
             return Ok(alt(alts));
         }
         let mut types: Vec<String> = match obj.get("type") {
             Some(Value::String(t)) => vec![t.clone()],
-            Some(Value::Array(ts)) => ts
-                .iter()
-                .filter_map(|t| t.as_str().map(str::to_string))
-                .collect(),
+            Some(Value::Array(ts)) => ts.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
             Some(_) => return Err(unsupported("type", "must be a string or a list")),
             None => ALL_TYPES.iter().map(|t| t.to_string()).collect(),
         };
@@ -407,38 +274,21 @@ impl<'s> Conv<'s> {
     fn siblings_ignored(&self) -> bool {
         match self.root.get("$schema").and_then(Value::as_str) {
             None => true,
-            Some(s) => ["draft-03", "draft-04", "draft-05", "draft-06", "draft-07"]
-                .iter()
-                .any(|d| s.contains(d)),
+            Some(s) => ["draft-03", "draft-04", "draft-05", "draft-06", "draft-07"].iter().any(|d| s.contains(d)),
         }
     }
 
     /// The `allOf` branches with `$ref`-only branches replaced by their targets.
     fn resolve_refs(&self, all: &Value) -> Result<Value, EngineError> {
-        let list = all
-            .as_array()
-            .ok_or_else(|| unsupported("allOf", "must be a list"))?;
+        let list = all.as_array().ok_or_else(|| unsupported("allOf", "must be a list"))?;
         let mut out = Vec::new();
         for b in list {
             let mut b = b.clone();
             for _ in 0..16 {
-                let Some(r) = b.get("$ref").and_then(Value::as_str).map(str::to_string) else {
-                    break;
-                };
-                let pointer = r.strip_prefix('#').ok_or_else(|| {
-                    unsupported(
-                        "$ref",
-                        &format!("only local references are supported, not `{r}`"),
-                    )
-                })?;
-                let target = if pointer.is_empty() {
-                    Some(self.root)
-                } else {
-                    self.root.pointer(pointer)
-                };
-                b = target
-                    .cloned()
-                    .ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
+                let Some(r) = b.get("$ref").and_then(Value::as_str).map(str::to_string) else { break };
+                let pointer = r.strip_prefix('#').ok_or_else(|| unsupported("$ref", &format!("only local references are supported, not `{r}`")))?;
+                let target = if pointer.is_empty() { Some(self.root) } else { self.root.pointer(pointer) };
+                b = target.cloned().ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
             }
             if b.get("$ref").is_some() {
                 return Err(unsupported("allOf", "references nest too deep"));
@@ -452,50 +302,21 @@ impl<'s> Conv<'s> {
         if !self.refs.contains_key("<any>") {
             self.refs.insert("<any>".into(), "any".into());
             let ws = self.ws();
-            let member = seq(vec![
-                rx(&format!("\"{STRING_CHAR}*\"")),
-                ws.clone(),
-                lit(":"),
-                ws.clone(),
-                reference("any"),
-            ]);
+            let member = seq(vec![rx(&format!("\"{STRING_CHAR}*\"")), ws.clone(), lit(":"), ws.clone(), reference("any")]);
             let object = seq(vec![
                 lit("{"),
                 ws.clone(),
-                rep(
-                    seq(vec![
-                        member.clone(),
-                        ws.clone(),
-                        rep(seq(vec![lit(","), ws.clone(), member, ws.clone()]), 0, None),
-                    ]),
-                    0,
-                    Some(1),
-                ),
+                rep(seq(vec![member.clone(), ws.clone(), rep(seq(vec![lit(","), ws.clone(), member, ws.clone()]), 0, None)]), 0, Some(1)),
                 lit("}"),
             ]);
             let item = seq(vec![reference("any"), ws.clone()]);
             let array = seq(vec![
                 lit("["),
                 ws.clone(),
-                rep(
-                    seq(vec![
-                        item.clone(),
-                        rep(seq(vec![lit(","), ws, item]), 0, None),
-                    ]),
-                    0,
-                    Some(1),
-                ),
+                rep(seq(vec![item.clone(), rep(seq(vec![lit(","), ws, item]), 0, None)]), 0, Some(1)),
                 lit("]"),
             ]);
-            let body = alt(vec![
-                object,
-                array,
-                rx(&format!("\"{STRING_CHAR}*\"")),
-                rx(NUMBER),
-                lit("true"),
-                lit("false"),
-                lit("null"),
-            ]);
+            let body = alt(vec![object, array, rx(&format!("\"{STRING_CHAR}*\"")), rx(NUMBER), lit("true"), lit("false"), lit("null")]);
             self.add_rule("any".into(), body);
         }
         reference("any")
@@ -506,18 +327,10 @@ impl<'s> Conv<'s> {
             return Ok(reference(name));
         }
         let Some(pointer) = r.strip_prefix('#') else {
-            return Err(unsupported(
-                "$ref",
-                &format!("only local references (`#/...`) are supported, not `{r}`"),
-            ));
+            return Err(unsupported("$ref", &format!("only local references (`#/...`) are supported, not `{r}`")));
         };
-        let target = if pointer.is_empty() {
-            Some(self.root)
-        } else {
-            self.root.pointer(pointer)
-        };
-        let target =
-            target.ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
+        let target = if pointer.is_empty() { Some(self.root) } else { self.root.pointer(pointer) };
+        let target = target.ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
         let name = format!("ref{}", self.refs.len());
         self.refs.insert(r.to_string(), name.clone());
         let body = self.schema(target)?;
@@ -529,27 +342,17 @@ impl<'s> Conv<'s> {
         // Known formats are enforced; others are annotations, as the
         // specification says of formats a validator does not know.
         let (min, max) = counts(obj, "minLength", "maxLength")?;
-        if let Some(r) = obj
-            .get("format")
-            .and_then(Value::as_str)
-            .and_then(format_regex)
-        {
+        if let Some(r) = obj.get("format").and_then(Value::as_str).and_then(format_regex) {
             // Lengths would need the intersection of two regexes: refused
             // rather than silently dropped.
             if min > 0 || max.is_some() {
-                return Err(unsupported(
-                    "format",
-                    "together with minLength/maxLength is not supported",
-                ));
+                return Err(unsupported("format", "together with minLength/maxLength is not supported"));
             }
             return Ok(self.atomic(format!("\"{r}\"")));
         }
         if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
             if min > 0 || max.is_some() {
-                return Err(unsupported(
-                    "pattern",
-                    "together with minLength/maxLength is not supported",
-                ));
+                return Err(unsupported("pattern", "together with minLength/maxLength is not supported"));
             }
             let r = format!("\"{}\"", pattern_in_string(p)?);
             return Ok(self.atomic(r));
@@ -563,17 +366,10 @@ impl<'s> Conv<'s> {
 
     fn array(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
         if obj.get("uniqueItems") == Some(&Value::Bool(true)) {
-            return Err(unsupported(
-                "uniqueItems",
-                "uniqueness cannot be enforced while generating",
-            ));
+            return Err(unsupported("uniqueItems", "uniqueness cannot be enforced while generating"));
         }
         let ws = self.ws();
-        let prefix: Vec<&Value> = obj
-            .get("prefixItems")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().collect())
-            .unwrap_or_default();
+        let prefix: Vec<&Value> = obj.get("prefixItems").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
         let items = match obj.get("items") {
             Some(Value::Array(a)) if prefix.is_empty() => {
                 // Draft-4 tuples: `items` as a list, `additionalItems` after.
@@ -600,19 +396,11 @@ impl<'s> Conv<'s> {
         Ok(seq(vec![lit("["), ws, list, lit("]")]))
     }
 
-    fn tuple(
-        &mut self,
-        obj: &serde_json::Map<String, Value>,
-        items: Vec<&Value>,
-        rest: Option<&Value>,
-    ) -> Result<GExpr, EngineError> {
+    fn tuple(&mut self, obj: &serde_json::Map<String, Value>, items: Vec<&Value>, rest: Option<&Value>) -> Result<GExpr, EngineError> {
         let ws = self.ws();
         let min = counts(obj, "minItems", "maxItems")?.0 as usize;
         if obj.contains_key("maxItems") {
-            return Err(unsupported(
-                "maxItems",
-                "with a tuple (`prefixItems`) is not supported",
-            ));
+            return Err(unsupported("maxItems", "with a tuple (`prefixItems`) is not supported"));
         }
         let rest = match rest {
             None | Some(Value::Bool(true)) => Some(self.any_value()),
@@ -621,41 +409,21 @@ impl<'s> Conv<'s> {
         };
         // Items i.. as a comma-separated tail; item i may be absent only when
         // fewer than `min` are required and nothing follows it.
-        let mut tail = rest
-            .map(|r| rep(seq(vec![lit(","), ws.clone(), r, ws.clone()]), 0, None))
-            .unwrap_or(seq(vec![]));
-        let compiled: Vec<GExpr> = items
-            .iter()
-            .map(|s| self.schema(s))
-            .collect::<Result<_, _>>()?;
+        let mut tail = rest.map(|r| rep(seq(vec![lit(","), ws.clone(), r, ws.clone()]), 0, None)).unwrap_or(seq(vec![]));
+        let compiled: Vec<GExpr> = items.iter().map(|s| self.schema(s)).collect::<Result<_, _>>()?;
         for (i, it) in compiled.into_iter().enumerate().rev() {
-            let sep = if i == 0 {
-                seq(vec![])
-            } else {
-                seq(vec![lit(","), ws.clone()])
-            };
+            let sep = if i == 0 { seq(vec![]) } else { seq(vec![lit(","), ws.clone()]) };
             let present = seq(vec![sep, it, ws.clone(), tail]);
-            tail = if i >= min {
-                rep(present, 0, Some(1))
-            } else {
-                present
-            };
+            tail = if i >= min { rep(present, 0, Some(1)) } else { present };
         }
         Ok(seq(vec![lit("["), ws, tail, lit("]")]))
     }
 
     fn object(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
         let ws = self.ws();
-        let mut props: Vec<(String, &Value)> = obj
-            .get("properties")
-            .and_then(Value::as_object)
-            .map(|p| p.iter().map(|(k, v)| (k.clone(), v)).collect())
-            .unwrap_or_default();
-        let required: Vec<&str> = obj
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+        let mut props: Vec<(String, &Value)> =
+            obj.get("properties").and_then(Value::as_object).map(|p| p.iter().map(|(k, v)| (k.clone(), v)).collect()).unwrap_or_default();
+        let required: Vec<&str> = obj.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
         // A required name without a schema may hold any value, unless
         // nothing but the listed properties is allowed.
         static ANY: Value = Value::Bool(true);
@@ -663,9 +431,7 @@ impl<'s> Conv<'s> {
         for r in &required {
             if !listed.iter().any(|k| k == r) {
                 if obj.get("additionalProperties") == Some(&Value::Bool(false)) {
-                    return Err(EngineError::Unsatisfiable(format!(
-                        "`{r}` is required but no property of that name is allowed"
-                    )));
+                    return Err(EngineError::Unsatisfiable(format!("`{r}` is required but no property of that name is allowed")));
                 }
                 props.push((r.to_string(), &ANY));
             }
@@ -673,19 +439,14 @@ impl<'s> Conv<'s> {
         let names: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
         if let Some(n) = obj.get("minProperties").and_then(Value::as_u64) {
             if n as usize > required.len() {
-                return Err(unsupported(
-                    "minProperties",
-                    "more than the required properties is not supported",
-                ));
+                return Err(unsupported("minProperties", "more than the required properties is not supported"));
             }
         }
         if obj.contains_key("maxProperties") {
             return Err(unsupported("maxProperties", "not supported"));
         }
         let mut extra_keys: Vec<GExpr> = Vec::new();
-        if obj.contains_key("patternProperties")
-            && obj.get("additionalProperties") != Some(&Value::Bool(false))
-        {
+        if obj.contains_key("patternProperties") && obj.get("additionalProperties") != Some(&Value::Bool(false)) {
             return Err(unsupported("patternProperties", "with additional properties allowed is not supported (their keys cannot be excluded)"));
         }
         // Extra keys are any key but the listed ones.
@@ -701,23 +462,11 @@ impl<'s> Conv<'s> {
             Some(Value::Bool(false)) => {}
             None | Some(Value::Bool(true)) => {
                 let any = self.any_value();
-                extra_keys.push(seq(vec![
-                    other_key.clone(),
-                    ws.clone(),
-                    lit(":"),
-                    ws.clone(),
-                    any,
-                ]));
+                extra_keys.push(seq(vec![other_key.clone(), ws.clone(), lit(":"), ws.clone(), any]));
             }
             Some(s) => {
                 let value = self.schema(s)?;
-                extra_keys.push(seq(vec![
-                    other_key.clone(),
-                    ws.clone(),
-                    lit(":"),
-                    ws.clone(),
-                    value,
-                ]));
+                extra_keys.push(seq(vec![other_key.clone(), ws.clone(), lit(":"), ws.clone(), value]));
             }
         }
         let extra = (!extra_keys.is_empty()).then(|| alt(extra_keys));
@@ -731,17 +480,7 @@ impl<'s> Conv<'s> {
                 other => other?,
             };
             let key = lit(&json_text(&Value::String(k.clone())));
-            members.push((
-                seq(vec![
-                    key,
-                    ws.clone(),
-                    lit(":"),
-                    ws.clone(),
-                    value,
-                    ws.clone(),
-                ]),
-                req,
-            ));
+            members.push((seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), req));
         }
         // Unambiguous rules, so that long objects keep small parse states:
         // `some_i` = "the next listed member may be i or later, after
@@ -750,13 +489,7 @@ impl<'s> Conv<'s> {
         // required one) moves to j + 1. Each member is a rule of its own.
         let id = self.rules.len();
         // `&`: structure, never inlined (see `cfg`); members stay plain rules.
-        let name = |kind: &str, i: usize| {
-            if kind == "m" {
-                format!("obj{id}_m{i}")
-            } else {
-                format!("&obj{id}_{kind}{i}")
-            }
-        };
+        let name = |kind: &str, i: usize| if kind == "m" { format!("obj{id}_m{i}") } else { format!("&obj{id}_{kind}{i}") };
         let n = members.len();
         let extra = extra.map(|x| {
             let rule = format!("obj{id}_extra");
@@ -767,12 +500,7 @@ impl<'s> Conv<'s> {
         if n <= ANY_ORDER_MAX && n > 1 {
             // Any order, each listed member at most once: one state per set
             // of members written (`&obj_s{set}`), `&obj_n` before anything.
-            let required_set: u32 = members
-                .iter()
-                .enumerate()
-                .filter(|(_, (_, r))| *r)
-                .map(|(j, _)| 1 << j)
-                .sum();
+            let required_set: u32 = members.iter().enumerate().filter(|(_, (_, r))| *r).map(|(j, _)| 1 << j).sum();
             for (j, (m, _)) in members.into_iter().enumerate() {
                 self.add_rule(name("m", j), m);
             }
@@ -787,11 +515,7 @@ impl<'s> Conv<'s> {
                 }
                 for j in 0..n {
                     if set & (1 << j) == 0 {
-                        alts.push(seq(vec![
-                            comma.clone(),
-                            reference(&name("m", j)),
-                            reference(&state(set | 1 << j)),
-                        ]));
+                        alts.push(seq(vec![comma.clone(), reference(&name("m", j)), reference(&state(set | 1 << j))]));
                     }
                 }
                 self.add_rule(state(set), alt(alts));
@@ -804,10 +528,7 @@ impl<'s> Conv<'s> {
                 first.push(seq(vec![x.clone(), reference(&state(0))]));
             }
             for j in 0..n {
-                first.push(seq(vec![
-                    reference(&name("m", j)),
-                    reference(&state(1 << j)),
-                ]));
+                first.push(seq(vec![reference(&name("m", j)), reference(&state(1 << j))]));
             }
             let start = format!("&obj{id}_n");
             self.add_rule(start.clone(), alt(first));
@@ -830,24 +551,13 @@ impl<'s> Conv<'s> {
                 none.push(seq(vec![]));
             }
             if let Some(x) = &extra {
-                some.push(seq(vec![
-                    comma.clone(),
-                    x.clone(),
-                    reference(&name("some", i)),
-                ]));
+                some.push(seq(vec![comma.clone(), x.clone(), reference(&name("some", i))]));
                 none.push(seq(vec![x.clone(), reference(&name("some", i))]));
             }
             if i < n {
                 for j in i..=last {
-                    some.push(seq(vec![
-                        comma.clone(),
-                        reference(&name("m", j)),
-                        reference(&name("some", j + 1)),
-                    ]));
-                    none.push(seq(vec![
-                        reference(&name("m", j)),
-                        reference(&name("some", j + 1)),
-                    ]));
+                    some.push(seq(vec![comma.clone(), reference(&name("m", j)), reference(&name("some", j + 1))]));
+                    none.push(seq(vec![reference(&name("m", j)), reference(&name("some", j + 1))]));
                 }
             }
             self.add_rule(name("some", i), alt(some));
@@ -880,18 +590,10 @@ fn not_names(names: &[&str]) -> String {
         if !t.end {
             out.push(path.to_string());
         }
-        let excluded: String = t
-            .kids
-            .keys()
-            .map(|c| regex_syntax::escape(&c.to_string()))
-            .collect();
+        let excluded: String = t.kids.keys().map(|c| regex_syntax::escape(&c.to_string())).collect();
         out.push(format!(r#"{path}(?:[^"\\\x00-\x1F{excluded}]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{{4}})){STRING_CHAR}*"#));
         for (c, kid) in &t.kids {
-            go(
-                kid,
-                &format!("{path}{}", regex_syntax::escape(&c.to_string())),
-                out,
-            );
+            go(kid, &format!("{path}{}", regex_syntax::escape(&c.to_string())), out);
         }
     }
     let mut alts = Vec::new();
@@ -904,26 +606,15 @@ fn not_names(names: &[&str]) -> String {
 const MAX_COUNT: u64 = 100_000;
 
 /// A `min…`/`max…` pair of counts (lengths, items), checked and clamped.
-fn counts(
-    obj: &serde_json::Map<String, Value>,
-    min_key: &str,
-    max_key: &str,
-) -> Result<(u32, Option<u32>), EngineError> {
+fn counts(obj: &serde_json::Map<String, Value>, min_key: &str, max_key: &str) -> Result<(u32, Option<u32>), EngineError> {
     let min = obj.get(min_key).and_then(Value::as_u64).unwrap_or(0);
     if min > MAX_COUNT {
-        return Err(EngineError::TooComplex(format!(
-            "`{min_key}` {min} is past what can be generated ({MAX_COUNT})"
-        )));
+        return Err(EngineError::TooComplex(format!("`{min_key}` {min} is past what can be generated ({MAX_COUNT})")));
     }
-    let max = obj
-        .get(max_key)
-        .and_then(Value::as_u64)
-        .filter(|&m| m <= MAX_COUNT);
+    let max = obj.get(max_key).and_then(Value::as_u64).filter(|&m| m <= MAX_COUNT);
     if let Some(m) = max {
         if m < min {
-            return Err(EngineError::Unsatisfiable(format!(
-                "`{max_key}` {m} is below `{min_key}` {min}"
-            )));
+            return Err(EngineError::Unsatisfiable(format!("`{max_key}` {m} is below `{min_key}` {min}")));
         }
     }
     Ok((min as u32, max.map(|m| m as u32)))
@@ -941,18 +632,10 @@ fn json_text(v: &Value) -> String {
 /// `allOf` merged into one schema: object keywords combine, everything else
 /// must agree.
 fn merge_all_of(base: &serde_json::Map<String, Value>, all: &Value) -> Result<Value, EngineError> {
-    let list = all
-        .as_array()
-        .ok_or_else(|| unsupported("allOf", "must be a list"))?;
-    let mut out: serde_json::Map<String, Value> = base
-        .iter()
-        .filter(|(k, _)| *k != "allOf")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let list = all.as_array().ok_or_else(|| unsupported("allOf", "must be a list"))?;
+    let mut out: serde_json::Map<String, Value> = base.iter().filter(|(k, _)| *k != "allOf").map(|(k, v)| (k.clone(), v.clone())).collect();
     for sub in list {
-        let Some(o) = sub.as_object() else {
-            return Err(unsupported("allOf", "branches must be objects"));
-        };
+        let Some(o) = sub.as_object() else { return Err(unsupported("allOf", "branches must be objects")) };
         for (k, v) in o {
             match (k.as_str(), out.get_mut(k)) {
                 (_, None) => {
@@ -961,10 +644,7 @@ fn merge_all_of(base: &serde_json::Map<String, Value>, all: &Value) -> Result<Va
                 ("properties", Some(Value::Object(p))) => {
                     for (name, s) in v.as_object().into_iter().flatten() {
                         if p.get(name).is_some_and(|old| old != s) {
-                            return Err(unsupported(
-                                "allOf",
-                                &format!("property `{name}` has two different schemas"),
-                            ));
+                            return Err(unsupported("allOf", &format!("property `{name}` has two different schemas")));
                         }
                         p.insert(name.clone(), s.clone());
                     }
@@ -996,24 +676,13 @@ const DATE: &str = date!();
 
 fn format_regex(f: &str) -> Option<&'static str> {
     Some(match f {
-        "date-time" => concat!(
-            date!(),
-            r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-        ),
+        "date-time" => concat!(date!(), r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"),
         "date" => DATE,
-        "time" => {
-            r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?"
-        }
-        "email" => {
-            r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+"
-        }
+        "time" => r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?",
+        "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+",
         "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-        "ipv4" => {
-            r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-        }
-        "hostname" => {
-            r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
-        }
+        "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
+        "hostname" => r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
         "uri" | "uri-reference" | "iri" => r#"[A-Za-z][A-Za-z0-9+.-]*:[^\x00-\x20"\\<>^`{|}]*"#,
         _ => return None,
     })
@@ -1027,10 +696,7 @@ fn integer_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineE
         v.as_i64()
             .map(i128::from)
             .or_else(|| v.as_u64().map(i128::from))
-            .or_else(|| {
-                v.as_f64()
-                    .map(|f| (if up { f.ceil() } else { f.floor() }) as i128)
-            })
+            .or_else(|| v.as_f64().map(|f| (if up { f.ceil() } else { f.floor() }) as i128))
     };
     let mut lo = obj.get("minimum").and_then(|v| exact(v, true));
     let mut hi = obj.get("maximum").and_then(|v| exact(v, false));
@@ -1046,17 +712,12 @@ fn integer_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineE
     }
     if let (Some(a), Some(b)) = (lo, hi) {
         if a > b {
-            return Err(EngineError::Unsatisfiable(format!(
-                "no integer lies between {a} and {b}"
-            )));
+            return Err(EngineError::Unsatisfiable(format!("no integer lies between {a} and {b}")));
         }
     }
     let (min, max) = (i128::from(i64::MIN), i128::from(i64::MAX));
     if lo.is_some_and(|l| l > max) || hi.is_some_and(|h| h < min) {
-        return Err(unsupported(
-            "minimum",
-            "integer bounds beyond 64 bits are not supported",
-        ));
+        return Err(unsupported("minimum", "integer bounds beyond 64 bits are not supported"));
     }
     // A bound far past the 64-bit range (`-1e300`) is taken as none.
     let lo = lo.filter(|&l| l >= min).map(|l| l as i64);
@@ -1070,19 +731,13 @@ fn integer_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineE
 fn number_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineError> {
     for k in ["maximum", "exclusiveMinimum", "exclusiveMaximum"] {
         if obj.get(k).is_some_and(|v| !matches!(v, Value::Bool(false))) {
-            return Err(unsupported(
-                k,
-                "bounds on non-integer numbers are not supported",
-            ));
+            return Err(unsupported(k, "bounds on non-integer numbers are not supported"));
         }
     }
     match obj.get("minimum").and_then(Value::as_f64) {
         None => Ok(NUMBER.into()),
         Some(0.0) => Ok("(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?".into()),
-        Some(_) => Err(unsupported(
-            "minimum",
-            "on non-integer numbers only `0` is supported",
-        )),
+        Some(_) => Err(unsupported("minimum", "on non-integer numbers only `0` is supported")),
     }
 }
 
@@ -1150,20 +805,9 @@ fn same_len(lo: &str, hi: &str, out: &mut Vec<String>) {
     let hi_tail = &hi[common + 1..];
     let all_zero = lo_tail.bytes().all(|c| c == b'0');
     let all_nine = hi_tail.bytes().all(|c| c == b'9');
-    let any = |n: usize| {
-        if n == 0 {
-            String::new()
-        } else {
-            format!("[0-9]{{{n}}}")
-        }
-    };
+    let any = |n: usize| if n == 0 { String::new() } else { format!("[0-9]{{{n}}}") };
     if all_zero && all_nine {
-        out.push(format!(
-            "{prefix}[{}-{}]{}",
-            ld as char,
-            hd as char,
-            any(rest)
-        ));
+        out.push(format!("{prefix}[{}-{}]{}", ld as char, hd as char, any(rest)));
         return;
     }
     // lo's first digit with the rest of lo..=99…
@@ -1173,18 +817,10 @@ fn same_len(lo: &str, hi: &str, out: &mut Vec<String>) {
         let nines: String = "9".repeat(rest);
         let mut sub = Vec::new();
         same_len(lo_tail, &nines, &mut sub);
-        out.extend(
-            sub.into_iter()
-                .map(|s| format!("{prefix}{}{s}", ld as char)),
-        );
+        out.extend(sub.into_iter().map(|s| format!("{prefix}{}{s}", ld as char)));
     }
     if hd > ld + 1 {
-        out.push(format!(
-            "{prefix}[{}-{}]{}",
-            (ld + 1) as char,
-            (hd - 1) as char,
-            any(rest)
-        ));
+        out.push(format!("{prefix}[{}-{}]{}", (ld + 1) as char, (hd - 1) as char, any(rest)));
     }
     if all_nine {
         out.push(format!("{prefix}{}{}", hd as char, any(rest)));
@@ -1192,10 +828,7 @@ fn same_len(lo: &str, hi: &str, out: &mut Vec<String>) {
         let zeros: String = "0".repeat(rest);
         let mut sub = Vec::new();
         same_len(&zeros, hi_tail, &mut sub);
-        out.extend(
-            sub.into_iter()
-                .map(|s| format!("{prefix}{}{s}", hd as char)),
-        );
+        out.extend(sub.into_iter().map(|s| format!("{prefix}{}{s}", hd as char)));
     }
 }
 
@@ -1245,11 +878,7 @@ fn strip_anchors(h: Hir) -> (bool, bool, Hir) {
 /// The regex text of `h` with quote, backslash and control characters
 /// removed from every class; a literal holding one is refused.
 fn no_escapes(h: &Hir) -> Result<String, EngineError> {
-    let bad = ClassUnicode::new([
-        ClassUnicodeRange::new('\0', '\x1F'),
-        ClassUnicodeRange::new('"', '"'),
-        ClassUnicodeRange::new('\\', '\\'),
-    ]);
+    let bad = ClassUnicode::new([ClassUnicodeRange::new('\0', '\x1F'), ClassUnicodeRange::new('"', '"'), ClassUnicodeRange::new('\\', '\\')]);
     fn fix(h: &Hir, bad: &ClassUnicode) -> Result<Hir, EngineError> {
         Ok(match h.kind() {
             HirKind::Class(Class::Unicode(c)) => {
@@ -1257,35 +886,18 @@ fn no_escapes(h: &Hir) -> Result<String, EngineError> {
                 c.difference(bad);
                 Hir::class(Class::Unicode(c))
             }
-            HirKind::Class(Class::Bytes(_)) => {
-                return Err(unsupported("pattern", "byte classes are not supported"))
-            }
+            HirKind::Class(Class::Bytes(_)) => return Err(unsupported("pattern", "byte classes are not supported")),
             HirKind::Literal(hir::Literal(bytes)) => {
                 if bytes.iter().any(|b| *b < 0x20 || *b == b'"' || *b == b'\\') {
-                    return Err(unsupported(
-                        "pattern",
-                        "literal quotes, backslashes or control characters are not supported",
-                    ));
+                    return Err(unsupported("pattern", "literal quotes, backslashes or control characters are not supported"));
                 }
                 h.clone()
             }
-            HirKind::Look(_) => {
-                return Err(unsupported(
-                    "pattern",
-                    "anchors or word boundaries inside the pattern are not supported",
-                ))
-            }
-            HirKind::Repetition(r) => Hir::repetition(hir::Repetition {
-                sub: Box::new(fix(&r.sub, bad)?),
-                ..r.clone()
-            }),
+            HirKind::Look(_) => return Err(unsupported("pattern", "anchors or word boundaries inside the pattern are not supported")),
+            HirKind::Repetition(r) => Hir::repetition(hir::Repetition { sub: Box::new(fix(&r.sub, bad)?), ..r.clone() }),
             HirKind::Capture(c) => fix(&c.sub, bad)?,
-            HirKind::Concat(v) => {
-                Hir::concat(v.iter().map(|x| fix(x, bad)).collect::<Result<_, _>>()?)
-            }
-            HirKind::Alternation(v) => {
-                Hir::alternation(v.iter().map(|x| fix(x, bad)).collect::<Result<_, _>>()?)
-            }
+            HirKind::Concat(v) => Hir::concat(v.iter().map(|x| fix(x, bad)).collect::<Result<_, _>>()?),
+            HirKind::Alternation(v) => Hir::alternation(v.iter().map(|x| fix(x, bad)).collect::<Result<_, _>>()?),
             HirKind::Empty => h.clone(),
         })
     }
@@ -1298,23 +910,11 @@ mod tests {
 
     #[test]
     fn integer_ranges_are_exact() {
-        for (lo, hi) in [
-            (Some(0), Some(150)),
-            (Some(-20), Some(7)),
-            (Some(5), None),
-            (None, Some(-3)),
-            (Some(123), Some(4567)),
-            (Some(-5), Some(-5)),
-        ] {
+        for (lo, hi) in [(Some(0), Some(150)), (Some(-20), Some(7)), (Some(5), None), (None, Some(-3)), (Some(123), Some(4567)), (Some(-5), Some(-5))] {
             let re = regex_automata::meta::Regex::new(&format!("^{}$", int_range(lo, hi))).unwrap();
             for n in -300i64..5000 {
                 let inside = lo.is_none_or(|l| n >= l) && hi.is_none_or(|h| n <= h);
-                assert_eq!(
-                    re.is_match(&n.to_string()),
-                    inside,
-                    "{n} in {lo:?}..={hi:?}: {}",
-                    int_range(lo, hi)
-                );
+                assert_eq!(re.is_match(&n.to_string()), inside, "{n} in {lo:?}..={hi:?}: {}", int_range(lo, hi));
             }
             assert!(!re.is_match("007") && !re.is_match("-0"));
         }
@@ -1332,10 +932,7 @@ mod key_tests {
         for n in names {
             assert!(!re.is_match(n), "{n} must be excluded");
         }
-        for other in [
-            "", "f", "fea", "feature2", "features", "comments", "a", "a-", "a-bc", "xy", "x.yz",
-            "ta", "tabs", "z", "\\u0074",
-        ] {
+        for other in ["", "f", "fea", "feature2", "features", "comments", "a", "a-", "a-bc", "xy", "x.yz", "ta", "tabs", "z", "\\u0074"] {
             assert!(re.is_match(other), "{other:?} must be allowed");
         }
     }

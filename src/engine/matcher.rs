@@ -28,28 +28,17 @@ impl Constraint {
     }
 
     /// Literal options, one of which the value must be.
-    pub fn choices<S: AsRef<[u8]>>(
-        options: &[S],
-        limits: &Limits,
-    ) -> Result<Constraint, EngineError> {
-        Ok(Constraint::Regular(Arc::new(Dfa::choices(
-            options, limits,
-        )?)))
+    pub fn choices<S: AsRef<[u8]>>(options: &[S], limits: &Limits) -> Result<Constraint, EngineError> {
+        Ok(Constraint::Regular(Arc::new(Dfa::choices(options, limits)?)))
     }
 
     /// A GBNF grammar starting at rule `start`.
     pub fn grammar(g: &Grammar, start: &str, limits: &Limits) -> Result<Constraint, EngineError> {
-        Ok(Constraint::ContextFree(Arc::new(Tables::new(
-            Cfg::from_gbnf(g, start, limits)?,
-        ))))
+        Ok(Constraint::ContextFree(Arc::new(Tables::new(Cfg::from_gbnf(g, start, limits)?))))
     }
 
     /// JSON valid against `schema`.
-    pub fn json_schema(
-        schema: &serde_json::Value,
-        ws: Whitespace,
-        limits: &Limits,
-    ) -> Result<Constraint, EngineError> {
+    pub fn json_schema(schema: &serde_json::Value, ws: Whitespace, limits: &Limits) -> Result<Constraint, EngineError> {
         let g = schema_grammar(schema, ws)?;
         Constraint::grammar(&g, "root", limits)
     }
@@ -57,13 +46,8 @@ impl Constraint {
     /// A matcher at the start of the value.
     pub fn matcher(&self, limits: &Limits) -> Matcher {
         match self {
-            Constraint::Regular(d) => Matcher::Regular {
-                dfa: d.clone(),
-                states: vec![d.start()],
-            },
-            Constraint::ContextFree(t) => {
-                Matcher::ContextFree(Parser::new(t.clone(), limits.max_row_items))
-            }
+            Constraint::Regular(d) => Matcher::Regular { dfa: d.clone(), states: vec![d.start()] },
+            Constraint::ContextFree(t) => Matcher::ContextFree(Parser::new(t.clone(), limits.max_row_items)),
         }
     }
 }
@@ -98,27 +82,15 @@ impl Matcher {
     /// of the prompt tokens just backed out) and go on with bytes this
     /// constraint allows; a token equal to `prefix` is allowed too. Used for
     /// the first token of a generation only; `prefix` itself is not fed.
-    pub fn mask_after_prefix(
-        &mut self,
-        vocab: &Vocab,
-        prefix: &[u8],
-        out: &mut TokenMask,
-    ) -> Result<(), EngineError> {
+    pub fn mask_after_prefix(&mut self, vocab: &Vocab, prefix: &[u8], out: &mut TokenMask) -> Result<(), EngineError> {
         out.clear();
         let trie = vocab.trie();
-        let Some(node) = trie.find(prefix) else {
-            return Ok(());
-        };
+        let Some(node) = trie.find(prefix) else { return Ok(()) };
         trie.tokens_at(node).iter().for_each(|&t| out.set(t));
         match self {
             Matcher::Regular { dfa, states } => {
                 let s = *states.last().expect("state");
-                trie.walk_nodes(
-                    node,
-                    s,
-                    |st, b| dfa.step(st, b),
-                    |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)),
-                );
+                trie.walk_nodes(node, s, |st, b| dfa.step(st, b), |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)));
                 Ok(())
             }
             Matcher::ContextFree(p) => p.allow_below(trie, node, &mut Vec::new(), out),
@@ -159,19 +131,17 @@ impl Matcher {
     /// and returns `false`.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<bool, EngineError> {
         match self {
-            Matcher::Regular { dfa, states } => {
-                match dfa.feed(*states.last().expect("state"), bytes) {
-                    None => Ok(false),
-                    Some(_) => {
-                        let mut s = *states.last().expect("state");
-                        for &b in bytes {
-                            s = dfa.step(s, b).expect("checked");
-                            states.push(s);
-                        }
-                        Ok(true)
+            Matcher::Regular { dfa, states } => match dfa.feed(*states.last().expect("state"), bytes) {
+                None => Ok(false),
+                Some(_) => {
+                    let mut s = *states.last().expect("state");
+                    for &b in bytes {
+                        s = dfa.step(s, b).expect("checked");
+                        states.push(s);
                     }
+                    Ok(true)
                 }
-            }
+            },
             Matcher::ContextFree(p) => p.feed(bytes),
         }
     }

@@ -22,10 +22,10 @@ mod vocab;
 
 pub use bias::Bias;
 pub use cfg::{Cfg, Production, Sym};
-pub use dfa::{Dfa, DfaState, Exits};
 pub use earley::{Parser, Tables};
 pub use json_schema::{schema_grammar, Whitespace};
 pub use matcher::{Constraint, Matcher};
+pub use dfa::{Dfa, DfaState, Exits};
 pub use stop::{StopEvent, StopMatcher};
 pub use trie::TokenTrie;
 pub use vocab::{Encoding, Slicer, TokenKind, Vocab};
@@ -78,12 +78,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_states: 200_000,
-            max_automaton_bytes: 16 << 20,
-            max_nesting: 128,
-            max_row_items: 100_000,
-        }
+        Limits { max_states: 200_000, max_automaton_bytes: 16 << 20, max_nesting: 128, max_row_items: 100_000 }
     }
 }
 
@@ -129,6 +124,7 @@ impl TokenSet {
             TokenSet::Dense(m) => out.copy_prefix(m),
         }
     }
+
 }
 
 /// A set of token ids as a packed bitset, sized to a model's logit
@@ -142,10 +138,7 @@ pub struct TokenMask {
 impl TokenMask {
     /// An empty mask over `len` ids.
     pub fn new(len: usize) -> TokenMask {
-        TokenMask {
-            words: vec![0; len.div_ceil(64)],
-            len,
-        }
+        TokenMask { words: vec![0; len.div_ceil(64)], len }
     }
 
     /// Number of ids it covers.
@@ -192,10 +185,7 @@ impl TokenMask {
 
     /// Allows every id `other` allows (over the shorter length).
     pub fn union_with(&mut self, other: &TokenMask) {
-        self.words
-            .iter_mut()
-            .zip(&other.words)
-            .for_each(|(a, b)| *a |= b);
+        self.words.iter_mut().zip(&other.words).for_each(|(a, b)| *a |= b);
     }
 
     /// Number of allowed ids.
@@ -217,4 +207,5 @@ impl TokenMask {
             })
         })
     }
+
 }

@@ -49,35 +49,22 @@ enum Partial {
 impl StopMatcher {
     /// A matcher for stop strings and stop regexes. Empty strings and
     /// regexes that match the empty string are refused: they would stop at once.
-    pub fn new<S: AsRef<[u8]>>(
-        strings: &[S],
-        regexes: &[&str],
-        limits: &Limits,
-    ) -> Result<StopMatcher, EngineError> {
+    pub fn new<S: AsRef<[u8]>>(strings: &[S], regexes: &[&str], limits: &Limits) -> Result<StopMatcher, EngineError> {
         let strings: Vec<Vec<u8>> = strings.iter().map(|s| s.as_ref().to_vec()).collect();
         if strings.iter().any(Vec::is_empty) {
-            return Err(EngineError::Unsatisfiable(
-                "an empty stop string would stop at once".into(),
-            ));
+            return Err(EngineError::Unsatisfiable("an empty stop string would stop at once".into()));
         }
         let regexes = regexes
             .iter()
             .map(|r| {
                 let d = Dfa::regex(r, limits)?;
                 if d.is_accepting(d.start()) {
-                    return Err(EngineError::Unsatisfiable(format!(
-                        "stop regex `{r}` matches the empty string"
-                    )));
+                    return Err(EngineError::Unsatisfiable(format!("stop regex `{r}` matches the empty string")));
                 }
                 Ok(d)
             })
             .collect::<Result<_, _>>()?;
-        Ok(StopMatcher {
-            strings,
-            regexes,
-            buf: Vec::new(),
-            partial: Vec::new(),
-        })
+        Ok(StopMatcher { strings, regexes, buf: Vec::new(), partial: Vec::new() })
     }
 
     /// True when there is nothing to match.
@@ -97,14 +84,8 @@ impl StopMatcher {
             let k = self.buf.len();
             self.buf.push(b);
             // New matches may start at this byte.
-            self.partial
-                .extend((0..self.strings.len()).map(|i| (k, Partial::Str(i, 0))));
-            self.partial.extend(
-                self.regexes
-                    .iter()
-                    .enumerate()
-                    .map(|(j, d)| (k, Partial::Rx(j, d.start()))),
-            );
+            self.partial.extend((0..self.strings.len()).map(|i| (k, Partial::Str(i, 0))));
+            self.partial.extend(self.regexes.iter().enumerate().map(|(j, d)| (k, Partial::Rx(j, d.start()))));
             let mut done: Option<(usize, usize)> = None;
             let strings = &self.strings;
             let regexes = &self.regexes;
@@ -113,11 +94,7 @@ impl StopMatcher {
                     Partial::Str(i, n) => {
                         let ok = strings[*i].get(*n) == Some(&b);
                         *n += 1;
-                        (
-                            ok && *n < strings[*i].len(),
-                            ok && *n == strings[*i].len(),
-                            *i,
-                        )
+                        (ok && *n < strings[*i].len(), ok && *n == strings[*i].len(), *i)
                     }
                     Partial::Rx(j, st) => match regexes[*j].step(*st, b) {
                         Some(t) => {
@@ -133,11 +110,7 @@ impl StopMatcher {
                 alive
             });
             if let Some((start, index)) = done {
-                return StopEvent::Stop {
-                    value_len: start,
-                    index,
-                    text: self.buf[start..].to_vec(),
-                };
+                return StopEvent::Stop { value_len: start, index, text: self.buf[start..].to_vec() };
             }
             // Partials in the same place behave alike from now on: keep the
             // earliest (they were added in start order), so the list stays
@@ -150,12 +123,7 @@ impl StopMatcher {
                 })
             });
         }
-        let safe = self
-            .partial
-            .iter()
-            .map(|(s, _)| *s)
-            .min()
-            .unwrap_or(self.buf.len());
+        let safe = self.partial.iter().map(|(s, _)| *s).min().unwrap_or(self.buf.len());
         StopEvent::Continue { safe }
     }
 }
@@ -170,14 +138,7 @@ mod tests {
         assert_eq!(m.push(b"Hello"), StopEvent::Continue { safe: 5 });
         assert_eq!(m.push(b" there\nU"), StopEvent::Continue { safe: 11 });
         assert_eq!(m.push(b"se"), StopEvent::Continue { safe: 11 });
-        assert_eq!(
-            m.push(b"r: hi"),
-            StopEvent::Stop {
-                value_len: 11,
-                index: 0,
-                text: b"\nUser:".to_vec()
-            }
-        );
+        assert_eq!(m.push(b"r: hi"), StopEvent::Stop { value_len: 11, index: 0, text: b"\nUser:".to_vec() });
     }
 
     #[test]
@@ -189,30 +150,15 @@ mod tests {
 
     #[test]
     fn regex_stops_end_at_the_first_match_to_complete() {
-        let mut m =
-            StopMatcher::new(&["zz"], &["[.!?]\\s", "\\n\\n+"], &Limits::default()).unwrap();
+        let mut m = StopMatcher::new(&["zz"], &["[.!?]\\s", "\\n\\n+"], &Limits::default()).unwrap();
         assert_eq!(m.push(b"One."), StopEvent::Continue { safe: 3 });
-        assert_eq!(
-            m.push(b" Two"),
-            StopEvent::Stop {
-                value_len: 3,
-                index: 1,
-                text: b". ".to_vec()
-            }
-        );
+        assert_eq!(m.push(b" Two"), StopEvent::Stop { value_len: 3, index: 1, text: b". ".to_vec() });
         assert!(StopMatcher::new::<&str>(&[], &["a*"], &Limits::default()).is_err());
         assert!(StopMatcher::new(&[""], &[], &Limits::default()).is_err());
         // Of two stops, the one that completes first wins: "bc" inside "abcd".
         let mut m = StopMatcher::new(&["abcd", "bc"], &[], &Limits::default()).unwrap();
         assert_eq!(m.push(b"xab"), StopEvent::Continue { safe: 1 });
-        assert_eq!(
-            m.push(b"c"),
-            StopEvent::Stop {
-                value_len: 2,
-                index: 1,
-                text: b"bc".to_vec()
-            }
-        );
+        assert_eq!(m.push(b"c"), StopEvent::Stop { value_len: 2, index: 1, text: b"bc".to_vec() });
     }
 
     #[test]
@@ -223,13 +169,6 @@ mod tests {
         for _ in 0..20_000 {
             assert!(matches!(m.push(b"abcdefghij"), StopEvent::Continue { .. }));
         }
-        assert_eq!(
-            m.push(b"!"),
-            StopEvent::Stop {
-                value_len: 0,
-                index: 0,
-                text: [b"abcdefghij".repeat(20_000), b"!".to_vec()].concat()
-            }
-        );
+        assert_eq!(m.push(b"!"), StopEvent::Stop { value_len: 0, index: 0, text: [b"abcdefghij".repeat(20_000), b"!".to_vec()].concat() });
     }
 }

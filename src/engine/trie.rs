@@ -32,11 +32,7 @@ impl TokenTrie {
         let mut path: Vec<usize> = vec![0];
         let mut path_bytes: Vec<u8> = Vec::new();
         for (id, bytes) in items {
-            let common = path_bytes
-                .iter()
-                .zip(bytes)
-                .take_while(|(a, b)| a == b)
-                .count();
+            let common = path_bytes.iter().zip(bytes).take_while(|(a, b)| a == b).count();
             while path_bytes.len() > common {
                 let done = path.pop().expect("non-root");
                 t.subtree[done] = (t.bytes.len() - done) as u32;
@@ -114,12 +110,7 @@ impl TokenTrie {
     /// Walks every node, feeding each edge byte to `step` with the parent's
     /// state. `step` returns the child's state, or `None` to skip the whole
     /// subtree; `visit` sees every token of every node reached.
-    pub fn walk<S: Copy>(
-        &self,
-        root: S,
-        step: impl FnMut(S, u8) -> Option<S>,
-        mut visit: impl FnMut(u32, S),
-    ) {
+    pub fn walk<S: Copy>(&self, root: S, step: impl FnMut(S, u8) -> Option<S>, mut visit: impl FnMut(u32, S)) {
         self.walk_nodes(0, root, step, |i, s| {
             for &t in self.tokens_at(i) {
                 visit(t, s);
@@ -129,13 +120,7 @@ impl TokenTrie {
 
     /// Like [`TokenTrie::walk`], over the descendants of node `start` only
     /// (`root` is the state at `start`); `on_node` sees each node reached.
-    pub fn walk_nodes<S: Copy>(
-        &self,
-        start: usize,
-        root: S,
-        step: impl FnMut(S, u8) -> Option<S>,
-        on_node: impl FnMut(usize, S),
-    ) {
+    pub fn walk_nodes<S: Copy>(&self, start: usize, root: S, step: impl FnMut(S, u8) -> Option<S>, on_node: impl FnMut(usize, S)) {
         self.walk_nodes_in(&mut Vec::new(), start, root, step, on_node)
     }
 
@@ -174,14 +159,7 @@ mod tests {
 
     #[test]
     fn preorder_with_subtree_sizes_and_duplicates() {
-        let toks: Vec<(u32, &[u8])> = vec![
-            (0, b"ab"),
-            (1, b"a"),
-            (2, b"b"),
-            (3, b"abc"),
-            (4, b"a"),
-            (5, b""),
-        ];
+        let toks: Vec<(u32, &[u8])> = vec![(0, b"ab"), (1, b"a"), (2, b"b"), (3, b"abc"), (4, b"a"), (5, b"")];
         let t = TokenTrie::build(toks.into_iter());
         // root, a, ab, abc, b
         assert_eq!(t.len(), 5);
@@ -194,17 +172,7 @@ mod tests {
         assert_eq!(t.max_depth, 3);
         // Walk that refuses `b` after `a`: reaches a(1,4), ab? no, b(2).
         let mut seen = Vec::new();
-        t.walk(
-            0u8,
-            |d, b| {
-                if d == 1 && b == b'b' {
-                    None
-                } else {
-                    Some(d + 1)
-                }
-            },
-            |tok, _| seen.push(tok),
-        );
+        t.walk(0u8, |d, b| if d == 1 && b == b'b' { None } else { Some(d + 1) }, |tok, _| seen.push(tok));
         assert_eq!(seen, vec![1, 4, 2]);
     }
 }

@@ -72,24 +72,16 @@ impl Vocab {
     /// Reads `tokenizer.json` (a file, or a directory holding it) and the
     /// `tokenizer_config.json` beside it, if any, for the EOS token.
     pub fn load(path: &Path) -> Result<(Vocab, tokenizers::Tokenizer), EngineError> {
-        let file = if path.is_dir() {
-            path.join("tokenizer.json")
-        } else {
-            path.to_path_buf()
-        };
-        let tok = tokenizers::Tokenizer::from_file(&file).map_err(|e| {
-            EngineError::Tokenizer(format!("cannot load `{}`: {e}", file.display()))
-        })?;
+        let file = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+        let tok = tokenizers::Tokenizer::from_file(&file)
+            .map_err(|e| EngineError::Tokenizer(format!("cannot load `{}`: {e}", file.display())))?;
         let mut vocab = Vocab::from_tokenizer(&tok);
         if let Some(dir) = file.parent() {
             if let Ok(text) = std::fs::read_to_string(dir.join("tokenizer_config.json")) {
                 if let Ok(cfg) = serde_json::from_str::<serde_json::Value>(&text) {
                     let name = match &cfg["eos_token"] {
                         serde_json::Value::String(s) => Some(s.clone()),
-                        serde_json::Value::Object(o) => o
-                            .get("content")
-                            .and_then(|c| c.as_str())
-                            .map(str::to_string),
+                        serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(str::to_string),
                         _ => None,
                     };
                     if let Some(id) = name.and_then(|n| tok.token_to_id(&n)) {
@@ -107,12 +99,7 @@ impl Vocab {
         let encoding = detect_encoding(tok);
         let pieces = tok.get_vocab(false);
         let added = tok.get_added_tokens_decoder();
-        let size = pieces
-            .values()
-            .chain(added.keys())
-            .map(|&i| i as usize + 1)
-            .max()
-            .unwrap_or(0);
+        let size = pieces.values().chain(added.keys()).map(|&i| i as usize + 1).max().unwrap_or(0);
         let mut bytes = vec![Vec::new(); size];
         let mut kinds = vec![TokenKind::Unused; size];
         let byte_map = byte_level_decoder();
@@ -122,54 +109,26 @@ impl Vocab {
         }
         for (&id, t) in &added {
             bytes[id as usize] = t.content.as_bytes().to_vec();
-            kinds[id as usize] = if t.special {
-                TokenKind::Special
-            } else {
-                TokenKind::Added
-            };
+            kinds[id as usize] = if t.special { TokenKind::Special } else { TokenKind::Added };
         }
-        let eos = [
-            "</s>",
-            "<|endoftext|>",
-            "<|end_of_text|>",
-            "<|im_end|>",
-            "<eos>",
-        ]
-        .iter()
-        .filter_map(|n| tok.token_to_id(n))
-        .filter(|&id| kinds[id as usize] == TokenKind::Special)
-        .take(1)
-        .collect();
+        let eos = ["</s>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "<eos>"]
+            .iter()
+            .filter_map(|n| tok.token_to_id(n))
+            .filter(|&id| kinds[id as usize] == TokenKind::Special)
+            .take(1)
+            .collect();
         Vocab::from_parts(bytes, kinds, encoding, eos)
     }
 
     /// A vocabulary from explicit parts (tests, other tokenizer formats).
-    pub fn from_parts(
-        bytes: Vec<Vec<u8>>,
-        kinds: Vec<TokenKind>,
-        encoding: Encoding,
-        eos: Vec<u32>,
-    ) -> Vocab {
-        let generable = bytes
-            .iter()
-            .zip(&kinds)
-            .enumerate()
-            .filter_map(|(id, (b, k))| {
-                (matches!(k, TokenKind::Normal | TokenKind::Added) && !b.is_empty())
-                    .then_some((id as u32, b.as_slice()))
-            });
+    pub fn from_parts(bytes: Vec<Vec<u8>>, kinds: Vec<TokenKind>, encoding: Encoding, eos: Vec<u32>) -> Vocab {
+        let generable = bytes.iter().zip(&kinds).enumerate().filter_map(|(id, (b, k))| {
+            (matches!(k, TokenKind::Normal | TokenKind::Added) && !b.is_empty()).then_some((id as u32, b.as_slice()))
+        });
         let trie = TokenTrie::build(generable);
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Vocab {
-            id,
-            bytes,
-            kinds,
-            encoding,
-            trie,
-            eos,
-            slicer: std::sync::OnceLock::new(),
-        }
+        Vocab { id, bytes, kinds, encoding, trie, eos, slicer: std::sync::OnceLock::new() }
     }
 
     /// A number unique to this vocabulary (caches are keyed by it).
@@ -190,18 +149,12 @@ impl Vocab {
 
     /// The bytes of token `id` (empty for unknown ids).
     pub fn bytes(&self, id: u32) -> &[u8] {
-        self.bytes
-            .get(id as usize)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+        self.bytes.get(id as usize).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// The kind of token `id`.
     pub fn kind(&self, id: u32) -> TokenKind {
-        self.kinds
-            .get(id as usize)
-            .copied()
-            .unwrap_or(TokenKind::Unused)
+        self.kinds.get(id as usize).copied().unwrap_or(TokenKind::Unused)
     }
 
     /// How the vocabulary spells bytes.
@@ -233,11 +186,7 @@ impl Vocab {
                     rest.push((id, b));
                 }
             }
-            Slicer {
-                plain,
-                rest: TokenTrie::build(rest.into_iter()),
-                max_plain_len,
-            }
+            Slicer { plain, rest: TokenTrie::build(rest.into_iter()), max_plain_len }
         })
     }
 
@@ -264,9 +213,7 @@ impl Vocab {
 
     /// Concatenated bytes of a token sequence.
     pub fn decode(&self, ids: &[u32]) -> Vec<u8> {
-        ids.iter()
-            .flat_map(|&i| self.bytes(i).iter().copied())
-            .collect()
+        ids.iter().flat_map(|&i| self.bytes(i).iter().copied()).collect()
     }
 }
 
@@ -287,10 +234,7 @@ fn detect_encoding(tok: &tokenizers::Tokenizer) -> Encoding {
 /// GPT-2's unicode-to-byte map: printable bytes stand for themselves, the
 /// others were shifted to U+0100 and up.
 fn byte_level_decoder() -> HashMap<char, u8> {
-    let mut printable: Vec<u8> = (b'!'..=b'~')
-        .chain(0xA1..=0xAC)
-        .chain(0xAE..=0xFF)
-        .collect();
+    let mut printable: Vec<u8> = (b'!'..=b'~').chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
     let mut map: HashMap<char, u8> = printable.iter().map(|&b| (b as char, b)).collect();
     let mut n = 0u32;
     for b in 0..=255u8 {

@@ -116,15 +116,8 @@ impl<'m> Lm<'m> {
         stop_ids(model).for_each(|id| free_mask.set(id));
         let template = match &tok.chat_template {
             Some(src) => {
-                let name = |id: Option<u32>| {
-                    id.map(|i| String::from_utf8_lossy(tok.vocab.bytes(i)).into_owned())
-                        .unwrap_or_default()
-                };
-                Some(ChatTemplate::new(
-                    src,
-                    &name(tok.bos),
-                    &name(tok.eos.first().copied()),
-                )?)
+                let name = |id: Option<u32>| id.map(|i| String::from_utf8_lossy(tok.vocab.bytes(i)).into_owned()).unwrap_or_default();
+                Some(ChatTemplate::new(src, &name(tok.bos), &name(tok.eos.first().copied()))?)
             }
             None => None,
         };
@@ -155,14 +148,9 @@ impl<'m> Lm<'m> {
 
     /// Opens a chat turn: queues the template's text up to the content.
     pub fn role_begin(&mut self, role: &str) -> LmResult<()> {
-        let r = self.render_with(role, "")?;
-        let at = r
-            .content_spans
-            .last()
-            .map(|s| s.0)
-            .ok_or("the chat template does not write the message's content")?;
-        self.pending
-            .push(Piece::Marker(r.text[self.transcript.len()..at].to_string()));
+        let r = self.render_with(&[message(role, "")])?;
+        let at = r.content_spans.last().map(|s| s.0).ok_or("the chat template does not write the message's content")?;
+        self.pending.push(Piece::Marker(r.text[self.transcript.len()..at].to_string()));
         self.transcript = r.text[..at].to_string();
         self.turn_content_at = Some(self.pending.len());
         Ok(())
@@ -173,31 +161,15 @@ impl<'m> Lm<'m> {
     /// a template writes only at the very end, such as Phi-3's EOS, is left
     /// for [`Lm::close_conversation`]).
     pub fn role_end(&mut self, role: &str, content: &str) -> LmResult<()> {
-        let r = self.render_with(role, content)?;
-        let end = r
-            .content_spans
-            .last()
-            .map(|s| s.1)
-            .ok_or("the chat template does not write the message's content")?;
+        let r = self.render_with(&[message(role, content)])?;
+        let end = r.content_spans.last().map(|s| s.1).ok_or("the chat template does not write the message's content")?;
         let mut suffix = r.text[end..].to_string();
         // A template may transform content (Llama 3 trims it): while the
         // turn's text is still pending, it is fed as the template wrote it.
         let start = r.content_spans.last().map_or(end, |s| s.0);
-        if let Some(i) = self
-            .turn_content_at
-            .take()
-            .filter(|&i| i <= self.pending.len())
-        {
-            let written: Option<String> = self.pending[i..]
-                .iter()
-                .map(|p| {
-                    if let Piece::Text(t, _) = p {
-                        Some(t.as_str())
-                    } else {
-                        None
-                    }
-                })
-                .collect();
+        if let Some(i) = self.turn_content_at.take().filter(|&i| i <= self.pending.len()) {
+            let written: Option<String> =
+                self.pending[i..].iter().map(|p| if let Piece::Text(t, _) = p { Some(t.as_str()) } else { None }).collect();
             if written.as_deref() == Some(content) && r.text[start..end] != *content {
                 let origin = match self.pending.get(i) {
                     Some(Piece::Text(_, o)) => *o,
@@ -207,36 +179,16 @@ impl<'m> Lm<'m> {
                 self.push_text(&r.text[start..end], origin);
             }
         }
-        let mut msgs = self.messages.clone();
-        msgs.push(Message {
-            role: role.to_string(),
-            content: content.to_string(),
-        });
         let probe = if role == "user" { "assistant" } else { "user" };
-        msgs.push(Message {
-            role: probe.to_string(),
-            content: "x".to_string(),
-        });
-        if let Some(next) = self
-            .template
-            .as_ref()
-            .and_then(|t| t.render(&msgs, false).ok())
-            .filter(|n| n.text.starts_with(&r.text[..end]))
+        if let Some(next) =
+            self.render_with(&[message(role, content), message(probe, "x")]).ok().filter(|n| n.text.starts_with(&r.text[..end]))
         {
-            let shared = suffix
-                .chars()
-                .zip(next.text[end..].chars())
-                .take_while(|(a, b)| a == b)
-                .map(|(a, _)| a.len_utf8())
-                .sum();
+            let shared = suffix.chars().zip(next.text[end..].chars()).take_while(|(a, b)| a == b).map(|(a, _)| a.len_utf8()).sum();
             suffix.truncate(shared);
         }
         self.transcript = format!("{}{suffix}", &r.text[..end]);
         self.pending.push(Piece::Marker(suffix));
-        self.messages.push(Message {
-            role: role.to_string(),
-            content: content.to_string(),
-        });
+        self.messages.push(message(role, content));
         Ok(())
     }
 
@@ -247,11 +199,7 @@ impl<'m> Lm<'m> {
         if let Some(t) = &self.template {
             if !self.messages.is_empty() {
                 let r = t.render(&self.messages, false)?;
-                if let Some(tail) = r
-                    .text
-                    .strip_prefix(&self.transcript)
-                    .filter(|t| !t.is_empty())
-                {
+                if let Some(tail) = r.text.strip_prefix(&self.transcript).filter(|t| !t.is_empty()) {
                     self.pending.push(Piece::Marker(tail.to_string()));
                     self.transcript = r.text;
                 }
@@ -260,18 +208,20 @@ impl<'m> Lm<'m> {
         Ok(())
     }
 
-    fn render_with(&self, role: &str, content: &str) -> LmResult<Rendered> {
+    /// The conversation so far with `more` messages after it; it must
+    /// extend what the template wrote before.
+    fn render_with(&self, more: &[Message]) -> LmResult<Rendered> {
         let t = self.template.as_ref().ok_or_else(|| {
-            "this model has no chat template (no `chat_template` in its tokenizer_config.json), so role blocks cannot be rendered".to_string()
+            "this model has no chat template (no `chat_template` in its tokenizer_config.json), so role blocks cannot be rendered"
+                .to_string()
         })?;
-        let mut msgs = self.messages.clone();
-        msgs.push(Message {
-            role: role.to_string(),
-            content: content.to_string(),
-        });
+        let msgs: Vec<Message> = self.messages.iter().chain(more).cloned().collect();
         let r = t.render(&msgs, false)?;
         if !r.text.starts_with(&self.transcript) {
-            return Err("the chat template renders earlier turns differently once a new turn is added; lmt needs a template that only appends".into());
+            return Err(
+                "the chat template renders earlier turns differently once a new turn is added; lmt needs a template that only appends"
+                    .into(),
+            );
         }
         Ok(r)
     }
@@ -311,11 +261,7 @@ impl<'m> Lm<'m> {
         self.usage.forward_tokens = s.tokens;
         self.usage.sequence_tokens = self.seq.len() as u64;
         self.usage.total_ms = self.started.elapsed().as_secs_f64() * 1e3;
-        self.usage.tokens_per_second = if self.gen_time > 0.0 {
-            self.usage.generated_tokens as f64 / self.gen_time
-        } else {
-            0.0
-        };
+        self.usage.tokens_per_second = if self.gen_time > 0.0 { self.usage.generated_tokens as f64 / self.gen_time } else { 0.0 };
     }
 
     /// Generates one value.
@@ -323,18 +269,13 @@ impl<'m> Lm<'m> {
         let vocab = self.model.tokenizer.vocab.clone();
         self.decide()?;
         // Token healing: prompt bytes the first token must start with (not part of the value).
-        let mut heal: Vec<u8> = if spec.heal {
-            self.heal_back()
-        } else {
-            Vec::new()
-        };
+        let mut heal: Vec<u8> = if spec.heal { self.heal_back() } else { Vec::new() };
         let healed = heal.clone();
         // Forced value bytes held back for the next token to start with.
         let mut lead: Vec<u8> = Vec::new();
         let mut matcher = spec.constraint.as_ref().map(|c| c.matcher(&self.limits));
         let regexes: Vec<&str> = spec.stop_regex.iter().map(String::as_str).collect();
-        let mut stops =
-            StopMatcher::new(&spec.stop, &regexes, &self.limits).map_err(|e| e.to_string())?;
+        let mut stops = StopMatcher::new(&spec.stop, &regexes, &self.limits).map_err(|e| e.to_string())?;
         let mut bias_state = spec.bias.as_ref().map(Bias::start);
         let mut sampler = Sampler::new(spec.sampling.clone()).map_err(|e| e.to_string())?;
         let stop_ids: Vec<u32> = stop_ids(self.model).collect();
@@ -360,8 +301,7 @@ impl<'m> Lm<'m> {
                 if !forced.is_empty() {
                     let ids = self.model.tokenizer.encoder.encode(&forced)?;
                     let here = m.position();
-                    let complete =
-                        m.feed(forced.as_bytes()).map_err(|e| e.to_string())? && m.is_complete();
+                    let complete = m.feed(forced.as_bytes()).map_err(|e| e.to_string())? && m.is_complete();
                     m.rewind(here);
                     // A forced/free boundary tokenized alone is rarely what the
                     // model would write: the model picks how the last forced
@@ -371,8 +311,7 @@ impl<'m> Lm<'m> {
                     for &id in &ids[..keep] {
                         let b = vocab.bytes(id);
                         m.feed(b).map_err(|e| e.to_string())?;
-                        let t =
-                            self.token(id, Origin::Generated, TokenKind::Forced, None, Vec::new());
+                        let t = self.token(id, Origin::Generated, TokenKind::Forced, None, Vec::new());
                         sink.token(&t);
                         toks.push((t.clone(), value.len() as i64));
                         value.extend_from_slice(b);
@@ -380,10 +319,7 @@ impl<'m> Lm<'m> {
                         self.seq.push(t);
                         self.usage.forced_tokens += 1;
                         steps += 1;
-                        if let StopEvent::Stop {
-                            value_len, text, ..
-                        } = stops.push(b)
-                        {
+                        if let StopEvent::Stop { value_len, text, .. } = stops.push(b) {
                             stop_text = Some(text);
                             finish = FinishReason::Stop;
                             self.cut_at_stop(&mut value, &mut toks, gen_start, value_len, &healed);
@@ -403,10 +339,7 @@ impl<'m> Lm<'m> {
             let logits = self.feed()?;
             let tm = Instant::now();
             self.next_mask(matcher.as_mut(), &heal, &lead, &mut mask)?;
-            if heal.is_empty()
-                && lead.is_empty()
-                && matcher.as_ref().is_none_or(|m| m.is_accepting())
-            {
+            if heal.is_empty() && lead.is_empty() && matcher.as_ref().is_none_or(|m| m.is_accepting()) {
                 stop_ids.iter().for_each(|&t| mask.set(t));
             }
             self.usage.mask_ms += tm.elapsed().as_secs_f64() * 1e3;
@@ -414,17 +347,14 @@ impl<'m> Lm<'m> {
             if let (Some(b), Some(st)) = (&spec.bias, &bias_state) {
                 b.apply(&vocab, st, |t, off| bias.push((t, off)));
             }
-            let s = sampler
-                .sample(&logits, Some(&mask), &bias)
-                .map_err(|e| match matcher {
-                    Some(_) => {
-                        format!("the constraint allows no token the model can emit here ({e})")
-                    }
-                    None => e.to_string(),
-                })?;
+            let s = sampler.sample(&logits, Some(&mask), &bias).map_err(|e| match matcher {
+                Some(_) => {
+                    format!("the constraint allows no token the model can emit here ({e})")
+                }
+                None => e.to_string(),
+            })?;
             if self.usage.time_to_first_token_ms.is_none() {
-                self.usage.time_to_first_token_ms =
-                    Some(self.started.elapsed().as_secs_f64() * 1e3);
+                self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
             }
             steps += 1;
             if stop_ids.contains(&s.token) {
@@ -434,18 +364,11 @@ impl<'m> Lm<'m> {
             let bytes = vocab.bytes(s.token);
             // The value gets the token's bytes after the healed prompt bytes.
             let new = &bytes[heal.len().min(bytes.len())..];
-            let kind = if heal.is_empty() {
-                TokenKind::Sampled
-            } else {
-                TokenKind::Healed
-            };
+            let kind = if heal.is_empty() { TokenKind::Sampled } else { TokenKind::Healed };
             let top = s
                 .top
                 .iter()
-                .map(|&(id, lp)| Alternative {
-                    text: String::from_utf8_lossy(vocab.bytes(id)).into_owned(),
-                    logprob: lp,
-                })
+                .map(|&(id, lp)| Alternative { text: String::from_utf8_lossy(vocab.bytes(id)).into_owned(), logprob: lp })
                 .collect();
             let t = self.token(s.token, Origin::Generated, kind, Some(s.logprob), top);
             sink.token(&t);
@@ -468,9 +391,7 @@ impl<'m> Lm<'m> {
             }
             value.extend_from_slice(new);
             match stops.push(new) {
-                StopEvent::Stop {
-                    value_len, text, ..
-                } => {
+                StopEvent::Stop { value_len, text, .. } => {
                     stop_text = Some(text);
                     finish = FinishReason::Stop;
                     self.cut_at_stop(&mut value, &mut toks, gen_start, value_len, &healed);
@@ -511,29 +432,15 @@ impl<'m> Lm<'m> {
             stop: stop_text.map(|s| String::from_utf8_lossy(&s).into_owned()),
             choices: Vec::new(),
         };
-        Ok(Generated {
-            text: String::from_utf8_lossy(&value).into_owned(),
-            tokens,
-            meta,
-        })
+        Ok(Generated { text: String::from_utf8_lossy(&value).into_owned(), tokens, meta })
     }
 
     /// The tokens allowed next: the constraint's (or any generable token),
     /// restricted to those starting with the healed or forced bytes.
-    fn next_mask(
-        &self,
-        matcher: Option<&mut crate::engine::Matcher>,
-        heal: &[u8],
-        lead: &[u8],
-        mask: &mut TokenMask,
-    ) -> LmResult<()> {
+    fn next_mask(&self, matcher: Option<&mut crate::engine::Matcher>, heal: &[u8], lead: &[u8], mask: &mut TokenMask) -> LmResult<()> {
         let vocab = &self.model.tokenizer.vocab;
         match matcher {
-            Some(m) if !heal.is_empty() => {
-                return m
-                    .mask_after_prefix(vocab, heal, mask)
-                    .map_err(|e| e.to_string())
-            }
+            Some(m) if !heal.is_empty() => return m.mask_after_prefix(vocab, heal, mask).map_err(|e| e.to_string()),
             Some(m) => m.mask(vocab, mask).map_err(|e| e.to_string())?,
             None => mask.copy_prefix(&self.free_mask),
         }
@@ -542,11 +449,7 @@ impl<'m> Lm<'m> {
             let allowed = mask.clone();
             mask.clear();
             if let Some(node) = vocab.trie().find(start) {
-                vocab
-                    .trie()
-                    .subtree_tokens(node)
-                    .filter(|&t| allowed.get(t))
-                    .for_each(|t| mask.set(t));
+                vocab.trie().subtree_tokens(node).filter(|&t| allowed.get(t)).for_each(|t| mask.set(t));
             }
         }
         Ok(())
@@ -556,43 +459,18 @@ impl<'m> Lm<'m> {
     /// bytes, takes tokens past the last whole kept one out of the sequence
     /// and queues their kept bytes as text, so the state holds exactly the
     /// kept text.
-    fn cut_at_stop(
-        &mut self,
-        value: &mut Vec<u8>,
-        toks: &mut Vec<(Token, i64)>,
-        gen_start: usize,
-        value_len: usize,
-        healed: &[u8],
-    ) {
+    fn cut_at_stop(&mut self, value: &mut Vec<u8>, toks: &mut Vec<(Token, i64)>, gen_start: usize, value_len: usize, healed: &[u8]) {
         let vocab = self.model.tokenizer.vocab.clone();
-        let ends: Vec<i64> = toks
-            .iter()
-            .map(|(t, s)| s + vocab.bytes(t.id).len() as i64)
-            .collect();
+        let ends: Vec<i64> = toks.iter().map(|(t, s)| s + vocab.bytes(t.id).len() as i64).collect();
         // Tokens in the sequence from this generation (the last sampled one was never pushed).
         let in_seq = self.seq.len() - gen_start;
-        let keep = ends
-            .iter()
-            .take(in_seq)
-            .take_while(|&&e| e <= value_len as i64)
-            .count();
-        let kept_end = if keep == 0 {
-            0
-        } else {
-            ends[keep - 1].max(0) as usize
-        };
+        let keep = ends.iter().take(in_seq).take_while(|&&e| e <= value_len as i64).count();
+        let kept_end = if keep == 0 { 0 } else { ends[keep - 1].max(0) as usize };
         let _ = self.truncate(gen_start + keep);
-        if keep == 0
-            && toks
-                .first()
-                .is_some_and(|(t, _)| t.kind == TokenKind::Healed)
-        {
+        if keep == 0 && toks.first().is_some_and(|(t, _)| t.kind == TokenKind::Healed) {
             self.push_text(&String::from_utf8_lossy(healed), Origin::Template);
         }
-        self.push_text(
-            &String::from_utf8_lossy(&value[kept_end..value_len]),
-            Origin::Generated,
-        );
+        self.push_text(&String::from_utf8_lossy(&value[kept_end..value_len]), Origin::Generated);
         value.truncate(value_len);
         toks.retain(|(_, s)| *s < value_len as i64);
     }
@@ -612,39 +490,20 @@ impl<'m> Lm<'m> {
             }
         };
         self.feed()?;
-        let continues = self
-            .seq
-            .last()
-            .is_some_and(|t| !is_boundary(t, &self.model.tokenizer.vocab));
+        let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.model.tokenizer.vocab));
         let mut ids = Vec::new();
         for o in options {
             let text = format!("{prefix}{o}{follow}");
-            let r = Rendered {
-                content_spans: vec![(0, text.len())],
-                text,
-            };
-            ids.push(
-                crate::chat::encode_in(&self.model.tokenizer, &r, continues)?
-                    .into_iter()
-                    .map(|(id, _)| id)
-                    .collect(),
-            );
+            let r = Rendered { content_spans: vec![(0, text.len())], text };
+            ids.push(crate::chat::encode_in(&self.model.tokenizer, &r, continues)?.into_iter().map(|(id, _)| id).collect());
         }
-        let lps = self
-            .model
-            .decoder
-            .score(&mut self.kv, &ids)
-            .map_err(|e| e.to_string())?;
+        let lps = self.model.decoder.score(&mut self.kv, &ids).map_err(|e| e.to_string())?;
         self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
         // Healing's token goes back as pending text, to be decided with the choice.
         if !prefix.is_empty() {
-            self.pending
-                .insert(0, Piece::Text(prefix, Origin::Template));
+            self.pending.insert(0, Piece::Text(prefix, Origin::Template));
         }
-        Ok(lps
-            .iter()
-            .map(|l| (l.iter().map(|&x| f64::from(x)).sum(), l.len()))
-            .collect())
+        Ok(lps.iter().map(|l| (l.iter().map(|&x| f64::from(x)).sum(), l.len())).collect())
     }
 
     /// The probability that the next token does not begin any of `literals`
@@ -655,14 +514,8 @@ impl<'m> Lm<'m> {
         let lp = log_softmax(&logits);
         let c = Constraint::choices(literals, &self.limits).map_err(|e| e.to_string())?;
         let mut mask = TokenMask::new(self.free_mask.len());
-        c.matcher(&self.limits)
-            .mask(&self.model.tokenizer.vocab, &mut mask)
-            .map_err(|e| e.to_string())?;
-        let on: f64 = mask
-            .ones()
-            .filter(|&t| (t as usize) < lp.len())
-            .map(|t| f64::from(lp[t as usize]).exp())
-            .sum();
+        c.matcher(&self.limits).mask(&self.model.tokenizer.vocab, &mut mask).map_err(|e| e.to_string())?;
+        let on: f64 = mask.ones().filter(|&t| (t as usize) < lp.len()).map(|t| f64::from(lp[t as usize]).exp()).sum();
         Ok((1.0 - on).max(1e-12).ln())
     }
 
@@ -714,11 +567,7 @@ impl<'m> Lm<'m> {
         }
         let ids: Vec<u32> = self.seq[self.kv.len()..].iter().map(|t| t.id).collect();
         self.usage.reused_tokens += self.kv.len() as u64;
-        let l = self
-            .model
-            .decoder
-            .append(&mut self.kv, &ids)
-            .map_err(|e| e.to_string())?;
+        let l = self.model.decoder.append(&mut self.kv, &ids).map_err(|e| e.to_string())?;
         self.logits = Some(l.clone());
         Ok(l)
     }
@@ -746,29 +595,15 @@ impl<'m> Lm<'m> {
         }
         // The tail that may merge with the new text: plain tokens since the last boundary.
         let mut k = 0;
-        while k < BACK_OFF
-            && k < self.seq.len()
-            && !is_boundary(&self.seq[self.seq.len() - 1 - k], &vocab)
-        {
+        while k < BACK_OFF && k < self.seq.len() && !is_boundary(&self.seq[self.seq.len() - 1 - k], &vocab) {
             k += 1;
         }
-        let mut tail = vocab.decode(
-            &self.seq[self.seq.len() - k..]
-                .iter()
-                .map(|t| t.id)
-                .collect::<Vec<_>>(),
-        );
+        let mut tail = vocab.decode(&self.seq[self.seq.len() - k..].iter().map(|t| t.id).collect::<Vec<_>>());
         while k > 0 && std::str::from_utf8(&tail).is_err() {
             k -= 1;
-            tail = vocab.decode(
-                &self.seq[self.seq.len() - k..]
-                    .iter()
-                    .map(|t| t.id)
-                    .collect::<Vec<_>>(),
-            );
+            tail = vocab.decode(&self.seq[self.seq.len() - k..].iter().map(|t| t.id).collect::<Vec<_>>());
         }
-        let continues =
-            self.seq.len() > k && !is_boundary(&self.seq[self.seq.len() - k - 1], &vocab);
+        let continues = self.seq.len() > k && !is_boundary(&self.seq[self.seq.len() - k - 1], &vocab);
         let mut text = String::from_utf8(tail).unwrap_or_default();
         let mut spans = Vec::new();
         let mut origins: Vec<(usize, Origin)> = Vec::new();
@@ -794,15 +629,9 @@ impl<'m> Lm<'m> {
                 }
             }
         }
-        let r = Rendered {
-            text,
-            content_spans: spans,
-        };
+        let r = Rendered { text, content_spans: spans };
         let ids = crate::chat::encode_in(tok, &r, continues)?;
-        let tail_ids: Vec<u32> = self.seq[self.seq.len() - k..]
-            .iter()
-            .map(|t| t.id)
-            .collect();
+        let tail_ids: Vec<u32> = self.seq[self.seq.len() - k..].iter().map(|t| t.id).collect();
         let new = if ids.iter().map(|x| x.0).take(k).eq(tail_ids.iter().copied()) {
             &ids[k..]
         } else {
@@ -814,11 +643,7 @@ impl<'m> Lm<'m> {
             let origin = if vocab.is_special_or_added(id) {
                 Origin::Role
             } else {
-                origins
-                    .iter()
-                    .rev()
-                    .find(|(s, _)| *s <= at)
-                    .map_or(Origin::Template, |(_, o)| *o)
+                origins.iter().rev().find(|(s, _)| *s <= at).map_or(Origin::Template, |(_, o)| *o)
             };
             let t = self.token(id, origin, TokenKind::Prompt, None, Vec::new());
             self.seq.push(t);
@@ -827,23 +652,9 @@ impl<'m> Lm<'m> {
         Ok(())
     }
 
-    fn token(
-        &self,
-        id: u32,
-        origin: Origin,
-        kind: TokenKind,
-        logprob: Option<f32>,
-        top: Vec<Alternative>,
-    ) -> Token {
+    fn token(&self, id: u32, origin: Origin, kind: TokenKind, logprob: Option<f32>, top: Vec<Alternative>) -> Token {
         let text = String::from_utf8_lossy(self.model.tokenizer.vocab.bytes(id)).into_owned();
-        Token {
-            id,
-            text,
-            origin,
-            kind,
-            logprob,
-            top,
-        }
+        Token { id, text, origin, kind, logprob, top }
     }
 
     /// The chosen option's metadata from scores.
@@ -853,15 +664,15 @@ impl<'m> Lm<'m> {
         let mut out: Vec<Choice> = options
             .iter()
             .zip(scores)
-            .map(|(o, &s)| Choice {
-                text: o.clone(),
-                logprob: s,
-                probability: (s - max).exp() / total,
-            })
+            .map(|(o, &s)| Choice { text: o.clone(), logprob: s, probability: (s - max).exp() / total })
             .collect();
         out.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
         out
     }
+}
+
+fn message(role: &str, content: &str) -> Message {
+    Message { role: role.to_string(), content: content.to_string() }
 }
 
 /// End-of-sequence and end-of-turn ids: generation ends at them.

@@ -80,8 +80,7 @@ pub struct RunError {
 impl RunError {
     /// As a diagnostic, for rendering with the template's source.
     pub fn to_diagnostic(&self) -> Diagnostic {
-        Diagnostic::new(Code::Runtime, self.file, self.span, self.message.clone())
-            .with_label("while running this")
+        Diagnostic::new(Code::Runtime, self.file, self.span, self.message.clone()).with_label("while running this")
     }
 }
 
@@ -94,45 +93,45 @@ pub struct Outcome {
     pub error: Option<RunError>,
 }
 
-/// The inputs a program declares: name and whether it has a default.
-pub fn inputs(program: &Program) -> Vec<(String, bool)> {
+/// An input a program declares with `{% input %}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputDecl {
+    /// Its name.
+    pub name: String,
+    /// Whether it has a default value.
+    pub has_default: bool,
+    /// The entry file.
+    pub file: FileId,
+    /// Where it is declared.
+    pub span: Span,
+}
+
+/// The inputs a program declares, in order.
+pub fn inputs(program: &Program) -> Vec<InputDecl> {
     let m = &program.modules[program.entry];
     m.code
         .iter()
-        .filter_map(|i| match i {
-            Instr::Input(s) => Some((m.names[*s as usize].clone(), false)),
-            Instr::InputOr { name, .. } => Some((m.names[*name as usize].clone(), true)),
-            _ => None,
+        .zip(&m.spans)
+        .filter_map(|(i, &span)| {
+            let (sym, has_default) = match i {
+                Instr::Input(s) => (*s, false),
+                Instr::InputOr { name, .. } => (*name, true),
+                _ => return None,
+            };
+            Some(InputDecl { name: m.names[sym as usize].clone(), has_default, file: m.file, span })
         })
         .collect()
 }
 
 /// Runs `program` on `model`, calling `on_event` as things happen.
-pub fn run(
-    program: &Program,
-    sources: &SourceMap,
-    model: &Model,
-    opts: &RunOptions,
-    on_event: &mut dyn FnMut(Event<'_>),
-) -> Outcome {
+pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOptions, on_event: &mut dyn FnMut(Event<'_>)) -> Outcome {
     let lm = match Lm::new(model, opts.limits.clone()) {
         Ok(lm) => lm,
         Err(message) => {
             let m = &program.modules[program.entry];
-            let state = State {
-                finish_reason: FinishReason::Error,
-                error: Some(message.clone()),
-                ..State::default()
-            };
+            let state = State { finish_reason: FinishReason::Error, error: Some(message.clone()), ..State::default() };
             on_event(Event::Done(&state));
-            return Outcome {
-                state,
-                error: Some(RunError {
-                    message,
-                    file: m.file,
-                    span: Span::default(),
-                }),
-            };
+            return Outcome { state, error: Some(RunError { message, file: m.file, span: Span::default() }) };
         }
     };
     let mut vm = Vm {
@@ -145,14 +144,7 @@ pub fn run(
         imported: vec![false; program.modules.len()],
         defaults: HashMap::new(),
         stack: Vec::new(),
-        frames: vec![Frame {
-            module: program.entry,
-            pc: 0,
-            locals: None,
-            loops: Vec::new(),
-            kind: FrameKind::Entry,
-            quiet: false,
-        }],
+        frames: vec![Frame { module: program.entry, pc: 0, locals: None, loops: Vec::new(), kind: FrameKind::Entry, quiet: false }],
         captures: Vec::new(),
         role: None,
         hidden: Vec::new(),
@@ -164,11 +156,7 @@ pub fn run(
     let error = match result {
         Ok(()) => {
             let ended_in_turn = matches!(vm.state.nodes.last(), Some(Node::RoleClose { .. }));
-            let closed = if ended_in_turn && !vm.cancelled() {
-                vm.lm.close_conversation()
-            } else {
-                Ok(())
-            };
+            let closed = if ended_in_turn && !vm.cancelled() { vm.lm.close_conversation() } else { Ok(()) };
             if let Err(message) = closed.and_then(|_| vm.lm.finish()) {
                 vm.state.finish_reason = FinishReason::Error;
                 Some(vm.error_here(message))
@@ -190,10 +178,7 @@ pub fn run(
     vm.state.messages = vm.lm.messages.clone();
     vm.state.usage = vm.lm.usage.clone();
     (vm.on_event)(Event::Done(&vm.state));
-    Outcome {
-        state: vm.state,
-        error,
-    }
+    Outcome { state: vm.state, error }
 }
 
 /// Deepest call nesting (a `def` calling itself is bounded).
@@ -268,18 +253,11 @@ impl Vm<'_, '_> {
         let f = self.frame();
         let m = &self.program.modules[f.module];
         let pc = f.pc.saturating_sub(1).min(m.spans.len().saturating_sub(1));
-        RunError {
-            message: message.into(),
-            file: m.file,
-            span: m.spans.get(pc).copied().unwrap_or_default(),
-        }
+        RunError { message: message.into(), file: m.file, span: m.spans.get(pc).copied().unwrap_or_default() }
     }
 
     fn cancelled(&self) -> bool {
-        self.opts
-            .cancel
-            .as_ref()
-            .is_some_and(|c| c.load(Ordering::Relaxed))
+        self.opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
     }
 
     fn pop(&mut self) -> Value {
@@ -305,10 +283,7 @@ impl Vm<'_, '_> {
                 return Err(self.error_here("internal: ran past the end of the code"));
             };
             self.frames.last_mut().expect("frame").pc += 1;
-            if !self
-                .step(instr)
-                .map_err(|Step::Err(m)| self.error_here(m))?
-            {
+            if !self.step(instr).map_err(|Step::Err(m)| self.error_here(m))? {
                 return Ok(());
             }
         }
@@ -335,9 +310,7 @@ impl Vm<'_, '_> {
                 self.stack.push(v);
             }
             Instr::Load(s) => {
-                let v = self
-                    .load(s)
-                    .ok_or_else(|| Step::Err(format!("`{}` is not defined here", self.name(s))))?;
+                let v = self.load(s).ok_or_else(|| Step::Err(format!("`{}` is not defined here", self.name(s))))?;
                 self.stack.push(v);
             }
             Instr::LoadMaybe(s) => {
@@ -367,10 +340,7 @@ impl Vm<'_, '_> {
                     }
                 }
                 let v = self.pop();
-                self.stack.push(
-                    ops::slice(&v, parts[0].as_ref(), parts[1].as_ref(), parts[2].as_ref())
-                        .map_err(Step::Err)?,
-                );
+                self.stack.push(ops::slice(&v, parts[0].as_ref(), parts[1].as_ref(), parts[2].as_ref()).map_err(Step::Err)?);
             }
             Instr::List(n) => {
                 let items = self.pop_n(n as usize);
@@ -380,10 +350,7 @@ impl Vm<'_, '_> {
                 let flat = self.pop_n(2 * n as usize);
                 let mut m = IndexMap::new();
                 for kv in flat.chunks(2) {
-                    let k = kv[0]
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| kv[0].to_string());
+                    let k = kv[0].as_str().map(str::to_string).unwrap_or_else(|| kv[0].to_string());
                     m.insert(k, kv[1].clone());
                 }
                 self.stack.push(Value::Map(Arc::new(m)));
@@ -406,11 +373,7 @@ impl Vm<'_, '_> {
                 let r = ops::filter(&name, &v, &Args { pos: &pos, kw: &kw }).map_err(Step::Err)?;
                 self.stack.push(r);
             }
-            Instr::Test {
-                name,
-                args,
-                negated,
-            } => {
+            Instr::Test { name, args, negated } => {
                 let a = self.pop_n(args as usize);
                 let v = self.pop();
                 let r = ops::test(self.name(name), &v, &a).map_err(Step::Err)?;
@@ -443,28 +406,13 @@ impl Vm<'_, '_> {
                     Value::Map(m) => m.keys().map(|k| Value::str(k.as_str())).collect(),
                     _ => match v.as_str() {
                         Some(s) => s.chars().map(|c| Value::str(c.to_string())).collect(),
-                        None => {
-                            return Err(Step::Err(format!("cannot loop over a {}", v.type_name())))
-                        }
+                        None => return Err(Step::Err(format!("cannot loop over a {}", v.type_name()))),
                     },
                 };
-                self.frames
-                    .last_mut()
-                    .expect("frame")
-                    .loops
-                    .push(LoopState {
-                        items: Arc::new(items),
-                        next: 0,
-                    });
+                self.frames.last_mut().expect("frame").loops.push(LoopState { items: Arc::new(items), next: 0 });
             }
             Instr::Iterate(t) => {
-                let l = self
-                    .frames
-                    .last_mut()
-                    .expect("frame")
-                    .loops
-                    .last_mut()
-                    .ok_or_else(|| Step::Err("internal: no loop".into()))?;
+                let l = self.frames.last_mut().expect("frame").loops.last_mut().ok_or_else(|| Step::Err("internal: no loop".into()))?;
                 if l.next < l.items.len() {
                     let item = l.items[l.next].clone();
                     l.next += 1;
@@ -479,15 +427,8 @@ impl Vm<'_, '_> {
                     self.stack.push(v);
                 } else {
                     match &v {
-                        Value::List(l) if l.len() == n as usize => {
-                            self.stack.extend(l.iter().cloned())
-                        }
-                        _ => {
-                            return Err(Step::Err(format!(
-                                "cannot unpack {} into {n} names",
-                                describe_len(&v)
-                            )))
-                        }
+                        Value::List(l) if l.len() == n as usize => self.stack.extend(l.iter().cloned()),
+                        _ => return Err(Step::Err(format!("cannot unpack {} into {n} names", describe_len(&v)))),
                     }
                 }
             }
@@ -503,15 +444,8 @@ impl Vm<'_, '_> {
             Instr::SelectEnd { target } => self.select_end(target)?,
             Instr::RoleBegin => {
                 let v = self.pop();
-                let role = v
-                    .as_str()
-                    .ok_or_else(|| {
-                        Step::Err(format!(
-                            "a role name must be a string, not a {}",
-                            v.type_name()
-                        ))
-                    })?
-                    .to_string();
+                let role =
+                    v.as_str().ok_or_else(|| Step::Err(format!("a role name must be a string, not a {}", v.type_name())))?.to_string();
                 self.lm.role_begin(&role).map_err(Step::Err)?;
                 self.state.nodes.push(Node::RoleOpen { role: role.clone() });
                 (self.on_event)(Event::RoleOpen(&role));
@@ -520,22 +454,13 @@ impl Vm<'_, '_> {
             Instr::RoleEnd => {
                 if let Some((role, content)) = self.role.take() {
                     self.lm.role_end(&role, &content).map_err(Step::Err)?;
-                    self.state
-                        .nodes
-                        .push(Node::RoleClose { role: role.clone() });
+                    self.state.nodes.push(Node::RoleClose { role: role.clone() });
                     (self.on_event)(Event::RoleClose(&role));
                 }
             }
-            Instr::CaptureBegin => self.captures.push(CaptureFrame {
-                text: String::new(),
-                node: self.state.nodes.len(),
-                choices: None,
-            }),
+            Instr::CaptureBegin => self.captures.push(CaptureFrame { text: String::new(), node: self.state.nodes.len(), choices: None }),
             Instr::CaptureEnd(t) => {
-                let c = self
-                    .captures
-                    .pop()
-                    .ok_or_else(|| Step::Err("internal: no capture".into()))?;
+                let c = self.captures.pop().ok_or_else(|| Step::Err("internal: no capture".into()))?;
                 self.finish_capture(t, c, Meta::default())?;
             }
             Instr::HiddenBegin => {
@@ -553,13 +478,7 @@ impl Vm<'_, '_> {
                 let d = self.pop_n(n);
                 let module = self.frame().module;
                 self.defaults.insert((module, id), d);
-                self.store(
-                    Store {
-                        name,
-                        append: false,
-                    },
-                    Value::Func { module, id },
-                )?;
+                self.store(Store { name, append: false }, Value::Func { module, id })?;
             }
             Instr::Return => {
                 self.frames.pop();
@@ -570,13 +489,7 @@ impl Vm<'_, '_> {
             Instr::Import { module, alias } => {
                 let target = self.module().imports[module as usize];
                 if self.imported[target] {
-                    self.store(
-                        Store {
-                            name: alias,
-                            append: false,
-                        },
-                        Value::Module(target),
-                    )?;
+                    self.store(Store { name: alias, append: false }, Value::Module(target))?;
                 } else {
                     if self.frames.len() >= MAX_FRAMES {
                         return Err(Step::Err("imports nest too deeply".into()));
@@ -594,28 +507,17 @@ impl Vm<'_, '_> {
             }
             Instr::Input(s) => {
                 let name = self.name(s).to_string();
-                let v = self.opts.vars.get(&name).cloned().ok_or_else(|| {
-                    Step::Err(format!(
-                        "the input `{name}` was not given: pass it with `--var {name}=VALUE`"
-                    ))
-                })?;
-                self.store(
-                    Store {
-                        name: s,
-                        append: false,
-                    },
-                    v,
-                )?;
+                let v = self
+                    .opts
+                    .vars
+                    .get(&name)
+                    .cloned()
+                    .ok_or_else(|| Step::Err(format!("the input `{name}` was not given: pass it with `--var {name}=VALUE`")))?;
+                self.store(Store { name: s, append: false }, v)?;
             }
             Instr::InputOr { name, skip } => {
                 if let Some(v) = self.opts.vars.get(self.name(name)).cloned() {
-                    self.store(
-                        Store {
-                            name,
-                            append: false,
-                        },
-                        v,
-                    )?;
+                    self.store(Store { name, append: false }, v)?;
                     self.jump(skip);
                 }
             }
@@ -623,13 +525,7 @@ impl Vm<'_, '_> {
                 let f = self.frames.pop().expect("frame");
                 match f.kind {
                     FrameKind::Entry => return Ok(false),
-                    FrameKind::Import { alias } => self.store(
-                        Store {
-                            name: alias,
-                            append: false,
-                        },
-                        Value::Module(f.module),
-                    )?,
+                    FrameKind::Import { alias } => self.store(Store { name: alias, append: false }, Value::Module(f.module))?,
                     FrameKind::Call => self.stack.push(Value::str("")),
                 }
             }
@@ -679,12 +575,7 @@ impl Vm<'_, '_> {
             let list = match scope.get(&t.name) {
                 None | Some(Value::Undefined) => Vec::new(),
                 Some(Value::List(l)) => l.to_vec(),
-                Some(other) => {
-                    return Err(Step::Err(format!(
-                        "cannot append to a {}",
-                        other.type_name()
-                    )))
-                }
+                Some(other) => return Err(Step::Err(format!("cannot append to a {}", other.type_name()))),
             };
             let mut list = list;
             list.push(v);
@@ -705,19 +596,9 @@ impl Vm<'_, '_> {
                     .position(|n| n == name)
                     .and_then(|s| self.globals[*m].get(&(s as Sym)).cloned())
                     .or_else(|| grammar_named(module, *m, name))
-                    .ok_or_else(|| {
-                        Step::Err(format!("module `{}` defines no `{name}`", module.name))
-                    })
+                    .ok_or_else(|| Step::Err(format!("module `{}` defines no `{name}`", module.name)))
             }
-            Value::Grammar {
-                module,
-                id,
-                rule: None,
-            } => Ok(Value::Grammar {
-                module: *module,
-                id: *id,
-                rule: Some(name.into()),
-            }),
+            Value::Grammar { module, id, rule: None } => Ok(Value::Grammar { module: *module, id: *id, rule: Some(name.into()) }),
             _ => ops::attr(v, name).map_err(Step::Err),
         }
     }
@@ -726,10 +607,7 @@ impl Vm<'_, '_> {
         if set == u32::MAX {
             return Vec::new();
         }
-        let names: Vec<String> = self.module().kwarg_sets[set as usize]
-            .iter()
-            .map(|&s| self.name(s).to_string())
-            .collect();
+        let names: Vec<String> = self.module().kwarg_sets[set as usize].iter().map(|&s| self.name(s).to_string()).collect();
         let vals = self.pop_n(names.len());
         names.into_iter().zip(vals).collect()
     }
@@ -750,11 +628,7 @@ impl Vm<'_, '_> {
                 let f = &m.functions[id as usize];
                 let fname = &m.names[f.name as usize];
                 if pos.len() > f.params.len() {
-                    return Err(Step::Err(format!(
-                        "`{fname}` takes {} arguments, {} given",
-                        f.params.len(),
-                        pos.len()
-                    )));
+                    return Err(Step::Err(format!("`{fname}` takes {} arguments, {} given", f.params.len(), pos.len())));
                 }
                 let mut locals: HashMap<Sym, Value> = f.params.iter().copied().zip(pos).collect();
                 for (k, v) in kw {
@@ -765,23 +639,12 @@ impl Vm<'_, '_> {
                         .ok_or_else(|| Step::Err(format!("`{fname}` has no parameter `{k}`")))?;
                     locals.insert(*p, v);
                 }
-                let defaults = self
-                    .defaults
-                    .get(&(module, id))
-                    .cloned()
-                    .unwrap_or_default();
+                let defaults = self.defaults.get(&(module, id)).cloned().unwrap_or_default();
                 let first_default = f.params.len() - defaults.len();
                 for (i, &p) in f.params.iter().enumerate() {
                     if let std::collections::hash_map::Entry::Vacant(slot) = locals.entry(p) {
-                        let d = i
-                            .checked_sub(first_default)
-                            .and_then(|j| defaults.get(j).cloned());
-                        let d = d.ok_or_else(|| {
-                            Step::Err(format!(
-                                "`{fname}` needs its argument `{}`",
-                                m.names[p as usize]
-                            ))
-                        })?;
+                        let d = i.checked_sub(first_default).and_then(|j| defaults.get(j).cloned());
+                        let d = d.ok_or_else(|| Step::Err(format!("`{fname}` needs its argument `{}`", m.names[p as usize])))?;
                         slot.insert(d);
                     }
                 }
@@ -795,12 +658,7 @@ impl Vm<'_, '_> {
                     quiet,
                 });
             }
-            other => {
-                return Err(Step::Err(format!(
-                    "a {} cannot be called",
-                    other.type_name()
-                )))
-            }
+            other => return Err(Step::Err(format!("a {} cannot be called", other.type_name()))),
         }
         Ok(())
     }
@@ -813,11 +671,7 @@ impl Vm<'_, '_> {
         self.lm.push_text(text, origin);
         let hidden = !self.hidden.is_empty();
         self.state.push_text(text, origin, hidden);
-        (self.on_event)(Event::Text {
-            text,
-            origin,
-            hidden,
-        });
+        (self.on_event)(Event::Text { text, origin, hidden });
         self.account(text);
     }
 
@@ -835,22 +689,14 @@ impl Vm<'_, '_> {
 
     fn finish_capture(&mut self, t: Store, c: CaptureFrame, meta: Meta) -> Result<(), Step> {
         let name = self.name(t.name).to_string();
-        self.state
-            .nodes
-            .insert(c.node, Node::CaptureOpen { name: name.clone() });
-        self.state
-            .nodes
-            .push(Node::CaptureClose { name: name.clone() });
+        self.state.nodes.insert(c.node, Node::CaptureOpen { name: name.clone() });
+        self.state.nodes.push(Node::CaptureClose { name: name.clone() });
         let value = Captured { text: c.text, meta };
         self.record_capture(t, name, value)
     }
 
     fn record_capture(&mut self, t: Store, name: String, value: Captured) -> Result<(), Step> {
-        let rec = CaptureRecord {
-            name,
-            list: t.append,
-            value: value.clone(),
-        };
+        let rec = CaptureRecord { name, list: t.append, value: value.clone() };
         (self.on_event)(Event::Capture(&rec));
         self.state.captures.push(rec);
         self.store(t, Value::Captured(Arc::new(value)))
@@ -859,12 +705,7 @@ impl Vm<'_, '_> {
     /// A seed for the next random draw: the option's, or one derived from the run's.
     fn next_seed(&mut self, given: Option<u64>) -> u64 {
         self.draws += 1;
-        given.unwrap_or_else(|| {
-            self.opts
-                .seed
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .wrapping_add(self.draws)
-        })
+        given.unwrap_or_else(|| self.opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(self.draws))
     }
 }
 
@@ -882,11 +723,7 @@ struct GenSink<'x> {
 
 impl Sink for GenSink<'_> {
     fn text(&mut self, text: &str) {
-        (self.on_event)(Event::Text {
-            text,
-            origin: Origin::Generated,
-            hidden: self.hidden,
-        });
+        (self.on_event)(Event::Text { text, origin: Origin::Generated, hidden: self.hidden });
     }
     fn token(&mut self, token: &Token) {
         (self.on_event)(Event::Token(token));
@@ -899,11 +736,7 @@ impl Sink for GenSink<'_> {
 /// The grammar block called `name` in module `m`, as a value.
 fn grammar_named(module: &CodeModule, m: usize, name: &str) -> Option<Value> {
     let id = module.grammars.iter().position(|g| g.name == name)?;
-    Some(Value::Grammar {
-        module: m,
-        id: id as u32,
-        rule: None,
-    })
+    Some(Value::Grammar { module: m, id: id as u32, rule: None })
 }
 
 fn describe_len(v: &Value) -> String {

@@ -20,10 +20,7 @@ pub fn unary(op: UnaryOp, v: &Value) -> OpResult {
     match op {
         UnaryOp::Not => Ok(Value::Bool(!v.is_true())),
         UnaryOp::Neg => match v {
-            Value::Int(i) => i
-                .checked_neg()
-                .map(Value::Int)
-                .ok_or_else(|| "integer overflow".to_string()),
+            Value::Int(i) => i.checked_neg().map(Value::Int).ok_or_else(|| "integer overflow".to_string()),
             Value::Float(f) => Ok(Value::Float(-f)),
             _ => Err(format!("cannot negate a {}", v.type_name())),
         },
@@ -37,14 +34,7 @@ pub fn unary(op: UnaryOp, v: &Value) -> OpResult {
 /// Applies a binary operator (not `and`/`or`, which short-circuit in code).
 pub fn binary(op: BinaryOp, a: &Value, b: &Value) -> OpResult {
     use BinaryOp::*;
-    let mismatch = || {
-        format!(
-            "cannot apply `{}` to a {} and a {}",
-            op.symbol(),
-            a.type_name(),
-            b.type_name()
-        )
-    };
+    let mismatch = || format!("cannot apply `{}` to a {} and a {}", op.symbol(), a.type_name(), b.type_name());
     match op {
         Eq => Ok(Value::Bool(a.equals(b))),
         Ne => Ok(Value::Bool(!a.equals(b))),
@@ -63,9 +53,7 @@ pub fn binary(op: BinaryOp, a: &Value, b: &Value) -> OpResult {
         }
         Concat => Ok(Value::str(format!("{a}{b}"))),
         Add => match (a, b) {
-            (Value::List(x), Value::List(y)) => {
-                Ok(Value::list(x.iter().chain(y.iter()).cloned().collect()))
-            }
+            (Value::List(x), Value::List(y)) => Ok(Value::list(x.iter().chain(y.iter()).cloned().collect())),
             _ if a.as_str().is_some() && b.as_str().is_some() => Ok(Value::str(format!("{a}{b}"))),
             _ => arith(op, a, b).ok_or_else(mismatch)?,
         },
@@ -97,15 +85,9 @@ fn arith(op: BinaryOp, a: &Value, b: &Value) -> Option<OpResult> {
             Div if y == 0 => Err("division by zero".into()),
             Div => Ok(Value::Float(x as f64 / y as f64)),
             FloorDiv | Mod if y == 0 => Err("division by zero".into()),
-            FloorDiv => Ok(Value::Int(
-                x.div_euclid(y) - i64::from(y < 0 && x.rem_euclid(y) != 0),
-            )),
+            FloorDiv => Ok(Value::Int(x.div_euclid(y) - i64::from(y < 0 && x.rem_euclid(y) != 0))),
             Mod => Ok(Value::Int(((x % y) + y) % y)),
-            Pow if y >= 0 => u32::try_from(y)
-                .ok()
-                .and_then(|e| x.checked_pow(e))
-                .map(Value::Int)
-                .ok_or_else(overflow),
+            Pow if y >= 0 => u32::try_from(y).ok().and_then(|e| x.checked_pow(e)).map(Value::Int).ok_or_else(overflow),
             Pow => Ok(Value::Float((x as f64).powf(y as f64))),
             _ => return None,
         });
@@ -145,19 +127,13 @@ fn contains(haystack: &Value, needle: &Value) -> Option<bool> {
 /// the program and are resolved by the interpreter).
 pub fn attr(v: &Value, name: &str) -> OpResult {
     match v {
-        Value::Map(m) => m
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("the map has no key `{name}`")),
-        Value::Captured(c) => c.meta.attr(name).ok_or_else(|| {
-            format!(
-                "a generated value has no attribute `{name}` (it has {})",
-                META_ATTRS.join(", ")
-            )
-        }),
-        Value::Str(_) if META_ATTRS.contains(&name) => Err(format!(
-            "`.{name}` exists only on values the model produced (gen, select, capture)"
-        )),
+        Value::Map(m) => m.get(name).cloned().ok_or_else(|| format!("the map has no key `{name}`")),
+        Value::Captured(c) => {
+            c.meta.attr(name).ok_or_else(|| format!("a generated value has no attribute `{name}` (it has {})", META_ATTRS.join(", ")))
+        }
+        Value::Str(_) if META_ATTRS.contains(&name) => {
+            Err(format!("`.{name}` exists only on values the model produced (gen, select, capture)"))
+        }
         _ => Err(format!("a {} has no attribute `{name}`", v.type_name())),
     }
 }
@@ -166,27 +142,16 @@ pub fn attr(v: &Value, name: &str) -> OpResult {
 pub fn index(v: &Value, i: &Value) -> OpResult {
     let at = |len: usize| -> Result<usize, String> {
         let Value::Int(n) = i else {
-            return Err(format!(
-                "an index must be an integer, not a {}",
-                i.type_name()
-            ));
+            return Err(format!("an index must be an integer, not a {}", i.type_name()));
         };
         let k = if *n < 0 { len as i64 + n } else { *n };
-        usize::try_from(k)
-            .ok()
-            .filter(|&k| k < len)
-            .ok_or_else(|| format!("index {n} is out of range for length {len}"))
+        usize::try_from(k).ok().filter(|&k| k < len).ok_or_else(|| format!("index {n} is out of range for length {len}"))
     };
     match v {
         Value::List(l) => Ok(l[at(l.len())?].clone()),
         Value::Map(m) => {
-            let k = i
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| i.to_string());
-            m.get(&k)
-                .cloned()
-                .ok_or_else(|| format!("the map has no key `{k}`"))
+            let k = i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string());
+            m.get(&k).cloned().ok_or_else(|| format!("the map has no key `{k}`"))
         }
         _ => match v.as_str() {
             Some(s) => {
@@ -199,20 +164,12 @@ pub fn index(v: &Value, i: &Value) -> OpResult {
 }
 
 /// `value[start:stop:step]`, Python's rules.
-pub fn slice(
-    v: &Value,
-    start: Option<&Value>,
-    stop: Option<&Value>,
-    step: Option<&Value>,
-) -> OpResult {
+pub fn slice(v: &Value, start: Option<&Value>, stop: Option<&Value>, step: Option<&Value>) -> OpResult {
     let int = |x: Option<&Value>| -> Result<Option<i64>, String> {
         match x {
             None | Some(Value::None) => Ok(None),
             Some(Value::Int(i)) => Ok(Some(*i)),
-            Some(o) => Err(format!(
-                "slice bounds must be integers, not a {}",
-                o.type_name()
-            )),
+            Some(o) => Err(format!("slice bounds must be integers, not a {}", o.type_name())),
         }
     };
     let step = int(step)?.unwrap_or(1);
@@ -224,19 +181,13 @@ pub fn slice(
         let clamp = |x: i64, lo: i64, hi: i64| if x < 0 { (x + len).max(lo) } else { x.min(hi) };
         let mut out = Vec::new();
         if step > 0 {
-            let (mut i, end) = (
-                int(start)?.map_or(0, |s| clamp(s, 0, len)),
-                int(stop)?.map_or(len, |s| clamp(s, 0, len)),
-            );
+            let (mut i, end) = (int(start)?.map_or(0, |s| clamp(s, 0, len)), int(stop)?.map_or(len, |s| clamp(s, 0, len)));
             while i < end {
                 out.push(i as usize);
                 i += step;
             }
         } else {
-            let (mut i, end) = (
-                int(start)?.map_or(len - 1, |s| clamp(s, -1, len - 1)),
-                int(stop)?.map_or(-1, |s| clamp(s, -1, len - 1)),
-            );
+            let (mut i, end) = (int(start)?.map_or(len - 1, |s| clamp(s, -1, len - 1)), int(stop)?.map_or(-1, |s| clamp(s, -1, len - 1)));
             while i > end {
                 out.push(i as usize);
                 i += step;
@@ -245,18 +196,11 @@ pub fn slice(
         Ok(out)
     };
     match v {
-        Value::List(l) => Ok(Value::list(
-            pick(l.len())?.into_iter().map(|i| l[i].clone()).collect(),
-        )),
+        Value::List(l) => Ok(Value::list(pick(l.len())?.into_iter().map(|i| l[i].clone()).collect())),
         _ => match v.as_str() {
             Some(s) => {
                 let chars: Vec<char> = s.chars().collect();
-                Ok(Value::str(
-                    pick(chars.len())?
-                        .into_iter()
-                        .map(|i| chars[i])
-                        .collect::<String>(),
-                ))
+                Ok(Value::str(pick(chars.len())?.into_iter().map(|i| chars[i]).collect::<String>()))
             }
             None => Err(format!("cannot slice a {}", v.type_name())),
         },
@@ -274,18 +218,13 @@ pub struct Args<'a> {
 impl Args<'_> {
     /// Argument `i`, or the keyword `name`.
     fn get(&self, i: usize, name: &str) -> Option<&Value> {
-        self.pos
-            .get(i)
-            .or_else(|| self.kw.iter().find(|(k, _)| k == name).map(|(_, v)| v))
+        self.pos.get(i).or_else(|| self.kw.iter().find(|(k, _)| k == name).map(|(_, v)| v))
     }
 }
 
 /// Applies filter `name` to `v`.
 pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
-    let s = || {
-        v.as_str()
-            .ok_or_else(|| format!("`{name}` needs a string, not a {}", v.type_name()))
-    };
+    let s = || v.as_str().ok_or_else(|| format!("`{name}` needs a string, not a {}", v.type_name()));
     let list = || match v {
         Value::List(l) => Ok(l.clone()),
         _ => Err(format!("`{name}` needs a list, not a {}", v.type_name())),
@@ -293,10 +232,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
     let str_arg = |i: usize, p: &str| -> Result<Option<String>, String> {
         match args.get(i, p) {
             None | Some(Value::None) => Ok(None),
-            Some(x) => x
-                .as_str()
-                .map(|s| Some(s.to_string()))
-                .ok_or_else(|| format!("`{name}`'s `{p}` must be a string")),
+            Some(x) => x.as_str().map(|s| Some(s.to_string())).ok_or_else(|| format!("`{name}`'s `{p}` must be a string")),
         }
     };
     Ok(match name {
@@ -310,15 +246,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
         "capitalize" => {
             let t = s()?;
             let mut c = t.chars();
-            Value::str(
-                c.next()
-                    .map(|f| {
-                        f.to_uppercase()
-                            .chain(c.flat_map(char::to_lowercase))
-                            .collect::<String>()
-                    })
-                    .unwrap_or_default(),
-            )
+            Value::str(c.next().map(|f| f.to_uppercase().chain(c.flat_map(char::to_lowercase)).collect::<String>()).unwrap_or_default())
         }
         "title" => {
             let mut out = String::new();
@@ -339,28 +267,16 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
         },
         "int" => match to_int(v) {
             Some(i) => Value::Int(i),
-            None => args
-                .get(0, "default")
-                .cloned()
-                .ok_or_else(|| format!("cannot convert {} to an integer", describe(v)))?,
+            None => args.get(0, "default").cloned().ok_or_else(|| format!("cannot convert {} to an integer", describe(v)))?,
         },
         "float" => match to_float(v) {
             Some(f) => Value::Float(f),
-            None => args
-                .get(0, "default")
-                .cloned()
-                .ok_or_else(|| format!("cannot convert {} to a float", describe(v)))?,
+            None => args.get(0, "default").cloned().ok_or_else(|| format!("cannot convert {} to a float", describe(v)))?,
         },
         "string" => Value::str(v.to_string()),
         "join" => {
             let sep = str_arg(0, "sep")?.unwrap_or_default();
-            Value::str(
-                list()?
-                    .iter()
-                    .map(Value::to_string)
-                    .collect::<Vec<_>>()
-                    .join(&sep),
-            )
+            Value::str(list()?.iter().map(Value::to_string).collect::<Vec<_>>().join(&sep))
         }
         "split" => {
             let t = s()?;
@@ -369,9 +285,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
                 _ => None,
             };
             let parts: Vec<String> = match (str_arg(0, "sep")?, max) {
-                (Some(sep), _) if sep.is_empty() => {
-                    return Err("`split`'s separator cannot be empty".into())
-                }
+                (Some(sep), _) if sep.is_empty() => return Err("`split`'s separator cannot be empty".into()),
                 (Some(sep), Some(m)) => t.splitn(m + 1, sep.as_str()).map(String::from).collect(),
                 (Some(sep), None) => t.split(sep.as_str()).map(String::from).collect(),
                 (None, _) => t.split_whitespace().map(String::from).collect(),
@@ -391,11 +305,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
                 Value::List(l) => l.to_vec(),
                 _ => s()?.chars().map(|c| Value::str(c.to_string())).collect(),
             };
-            let item = if name == "first" {
-                items.first()
-            } else {
-                items.last()
-            };
+            let item = if name == "first" { items.first() } else { items.last() };
             item.cloned().unwrap_or(Value::Undefined)
         }
         "default" => {
@@ -439,8 +349,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
         }
         "fromjson" => {
             let t = s()?;
-            let j: serde_json::Value = serde_json::from_str(t)
-                .map_err(|e| format!("`fromjson`: not valid JSON ({e}): {}", preview(t)))?;
+            let j: serde_json::Value = serde_json::from_str(t).map_err(|e| format!("`fromjson`: not valid JSON ({e}): {}", preview(t)))?;
             Value::from_json(&j)
         }
         "list" => match v {
@@ -492,9 +401,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
                 let better = match best {
                     None => true,
                     Some(b) => {
-                        let o = x
-                            .compare(b)
-                            .ok_or_else(|| format!("`{name}` needs items that compare"))?;
+                        let o = x.compare(b).ok_or_else(|| format!("`{name}` needs items that compare"))?;
                         if name == "min" {
                             o == Ordering::Less
                         } else {
@@ -530,10 +437,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
 pub fn test(name: &str, v: &Value, args: &[Value]) -> Result<bool, String> {
     let int = || match v {
         Value::Int(i) => Ok(*i),
-        _ => Err(format!(
-            "`{name}` needs an integer, not a {}",
-            v.type_name()
-        )),
+        _ => Err(format!("`{name}` needs an integer, not a {}", v.type_name())),
     };
     Ok(match name {
         "defined" => !matches!(v, Value::Undefined),
@@ -577,31 +481,16 @@ pub fn call_builtin(name: &str, args: &Args<'_>) -> OpResult {
         if step == 0 {
             return Err("`range` step cannot be zero".into());
         }
-        let count = if step > 0 {
-            (stop - start + step - 1).max(0) / step
-        } else {
-            (start - stop - step - 1).max(0) / -step
-        };
+        let count = if step > 0 { (stop - start + step - 1).max(0) / step } else { (start - stop - step - 1).max(0) / -step };
         if count > MAX_RANGE {
-            return Err(format!(
-                "`range` would make {count} items (the limit is {MAX_RANGE})"
-            ));
+            return Err(format!("`range` would make {count} items (the limit is {MAX_RANGE})"));
         }
-        return Ok(Value::list(
-            (0..count).map(|k| Value::Int(start + k * step)).collect(),
-        ));
+        return Ok(Value::list((0..count).map(|k| Value::Int(start + k * step)).collect()));
     }
     let Some((first, rest)) = args.pos.split_first() else {
         return Err(format!("`{name}` needs a value to work on"));
     };
-    filter(
-        name,
-        first,
-        &Args {
-            pos: rest,
-            kw: args.kw,
-        },
-    )
+    filter(name, first, &Args { pos: rest, kw: args.kw })
 }
 
 /// A map value from pairs.
@@ -616,12 +505,7 @@ fn to_int(v: &Value) -> Option<i64> {
         Value::Bool(b) => Some(i64::from(*b)),
         _ => {
             let t = v.as_str()?.trim();
-            t.parse::<i64>().ok().or_else(|| {
-                t.parse::<f64>()
-                    .ok()
-                    .filter(|f| f.is_finite())
-                    .map(|f| f.trunc() as i64)
-            })
+            t.parse::<i64>().ok().or_else(|| t.parse::<f64>().ok().filter(|f| f.is_finite()).map(|f| f.trunc() as i64))
         }
     }
 }

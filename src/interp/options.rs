@@ -7,7 +7,7 @@ use super::lm::{GenSpec, Lm};
 use super::value::{Choice, Meta};
 use super::*;
 use crate::engine::{Bias, Constraint, Whitespace};
-use crate::model::SamplingParams;
+use crate::model::{Sampler, SamplingParams};
 
 /// Default `max_tokens`.
 const DEFAULT_MAX_TOKENS: usize = 256;
@@ -23,11 +23,7 @@ pub(super) struct ConstraintCache {
 }
 
 impl ConstraintCache {
-    fn get(
-        &mut self,
-        key: String,
-        make: impl FnOnce() -> Result<Constraint, crate::engine::EngineError>,
-    ) -> Result<Constraint, String> {
+    fn get(&mut self, key: String, make: impl FnOnce() -> Result<Constraint, crate::engine::EngineError>) -> Result<Constraint, String> {
         if let Some(c) = self.map.get(&key) {
             return Ok(c.clone());
         }
@@ -41,10 +37,7 @@ type Opts = IndexMap<String, Value>;
 
 impl Vm<'_, '_> {
     fn pop_options(&mut self, set: u32) -> Opts {
-        let names: Vec<String> = self.module().option_sets[set as usize]
-            .iter()
-            .map(|&s| self.name(s).to_string())
-            .collect();
+        let names: Vec<String> = self.module().option_sets[set as usize].iter().map(|&s| self.name(s).to_string()).collect();
         let vals = self.pop_n(names.len());
         names.into_iter().zip(vals).collect()
     }
@@ -58,28 +51,14 @@ impl Vm<'_, '_> {
 
     /// Generates with `spec` into the prompt and stores the value; a
     /// select's scores (`choices`) become its metadata.
-    fn generate(
-        &mut self,
-        target: Option<Store>,
-        spec: &GenSpec,
-        choices: Option<(Vec<Choice>, f64)>,
-    ) -> Result<(), Step> {
+    fn generate(&mut self, target: Option<Store>, spec: &GenSpec, choices: Option<(Vec<Choice>, f64)>) -> Result<(), Step> {
         let node = self.state.nodes.len();
         let hidden = !self.hidden.is_empty();
         let quiet = self.frame().quiet;
-        let mut sink = GenSink {
-            on_event: &mut *self.on_event,
-            cancel: self.opts.cancel.as_deref(),
-            hidden,
-        };
+        let mut sink = GenSink { on_event: &mut *self.on_event, cancel: self.opts.cancel.as_deref(), hidden };
         let g = self.lm.generate(spec, &mut sink).map_err(Step::Err)?;
         if !quiet {
-            self.state.nodes.push(Node::Text {
-                text: g.text.clone(),
-                origin: Origin::Generated,
-                tokens: g.tokens,
-                hidden,
-            });
+            self.state.nodes.push(Node::Text { text: g.text.clone(), origin: Origin::Generated, tokens: g.tokens, hidden });
             self.account(&g.text);
         }
         self.state.logprob += g.meta.logprob;
@@ -89,11 +68,7 @@ impl Vm<'_, '_> {
             meta.logprob = score;
         }
         if let Some(t) = target {
-            let c = CaptureFrame {
-                text: g.text,
-                node,
-                choices: None,
-            };
+            let c = CaptureFrame { text: g.text, node, choices: None };
             self.finish_capture(t, c, meta)?;
         }
         Ok(())
@@ -104,85 +79,45 @@ impl Vm<'_, '_> {
         let max_tokens = match o.get("max_tokens") {
             None => DEFAULT_MAX_TOKENS,
             Some(Value::Int(n)) if *n >= 1 => usize::try_from(*n).unwrap_or(usize::MAX),
-            Some(v) => {
-                return Err(Step::Err(format!(
-                    "`max_tokens` must be an integer ≥ 1, not {v}"
-                )))
-            }
+            Some(v) => return Err(Step::Err(format!("`max_tokens` must be an integer ≥ 1, not {v}"))),
         };
         let mut constraint = None;
         if let Some(v) = o.get("regex") {
-            let p = v
-                .as_str()
-                .ok_or_else(|| Step::Err("`regex` must be a string".into()))?
-                .to_string();
-            constraint = Some(
-                self.cache
-                    .get(format!("regex:{p}"), || Constraint::regex(&p, &limits))
-                    .map_err(Step::Err)?,
-            );
+            let p = v.as_str().ok_or_else(|| Step::Err("`regex` must be a string".into()))?.to_string();
+            constraint = Some(self.cache.get(format!("regex:{p}"), || Constraint::regex(&p, &limits)).map_err(Step::Err)?);
         }
         if let Some(v) = o.get("grammar") {
             let Value::Grammar { module, id, rule } = v else {
-                return Err(Step::Err(format!(
-                    "`grammar` must name a `{{% grammar %}}` block, not a {}",
-                    v.type_name()
-                )));
+                return Err(Step::Err(format!("`grammar` must name a `{{% grammar %}}` block, not a {}", v.type_name())));
             };
             let g = &self.program.modules[*module].grammars[*id as usize];
-            let start = rule
-                .as_deref()
-                .map(str::to_string)
-                .or_else(|| g.start.clone())
-                .unwrap_or_else(|| "root".into());
+            let start = rule.as_deref().map(str::to_string).or_else(|| g.start.clone()).unwrap_or_else(|| "root".into());
             let key = format!("grammar:{module}:{id}:{start}");
             let grammar = g.grammar.clone();
-            constraint = Some(
-                self.cache
-                    .get(key, || Constraint::grammar(&grammar, &start, &limits))
-                    .map_err(Step::Err)?,
-            );
+            constraint = Some(self.cache.get(key, || Constraint::grammar(&grammar, &start, &limits)).map_err(Step::Err)?);
         }
         if let Some(v) = o.get("json") {
             let schema = match v {
                 Value::Map(_) | Value::Bool(true) => v.to_json(),
                 _ => match v.as_str() {
                     Some(path) => self.read_schema(path)?,
-                    None => {
-                        return Err(Step::Err(format!(
-                            "`json` must be a schema map or a path, not a {}",
-                            v.type_name()
-                        )))
-                    }
+                    None => return Err(Step::Err(format!("`json` must be a schema map or a path, not a {}", v.type_name()))),
                 },
             };
             let key = format!("json:{schema}");
-            constraint = Some(
-                self.cache
-                    .get(key, || {
-                        Constraint::json_schema(&schema, Whitespace::Compact, &limits)
-                    })
-                    .map_err(Step::Err)?,
-            );
+            constraint = Some(self.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Compact, &limits)).map_err(Step::Err)?);
         }
         let bias = match o.get("bias") {
             None => None,
             Some(Value::Map(m)) => {
                 let mut pairs = Vec::new();
                 for (k, v) in m.iter() {
-                    let w = v
-                        .as_f64()
-                        .ok_or_else(|| Step::Err(format!("the bias for `{k}` must be a number")))?;
+                    let w = v.as_f64().ok_or_else(|| Step::Err(format!("the bias for `{k}` must be a number")))?;
                     pairs.push((k.as_str(), w as f32));
                 }
                 Some(Bias::new(&pairs, &limits).map_err(|e| Step::Err(e.to_string()))?)
             }
-            Some(v) => {
-                return Err(Step::Err(format!(
-                    "`bias` must be a map of regex to number, not a {}",
-                    v.type_name()
-                )))
-            }
+            Some(v) => return Err(Step::Err(format!("`bias` must be a map of regex to number, not a {}", v.type_name()))),
         };
         let heal = o.get("heal").is_none_or(Value::is_true);
         Ok(GenSpec {
@@ -200,9 +135,7 @@ impl Vm<'_, '_> {
         let num = |k: &str, d: f64| -> Result<f64, Step> {
             match o.get(k) {
                 None => Ok(d),
-                Some(v) => v
-                    .as_f64()
-                    .ok_or_else(|| Step::Err(format!("`{k}` must be a number"))),
+                Some(v) => v.as_f64().ok_or_else(|| Step::Err(format!("`{k}` must be a number"))),
             }
         };
         let seed = match o.get("seed") {
@@ -223,17 +156,10 @@ impl Vm<'_, '_> {
 
     fn read_schema(&self, path: &str) -> Result<serde_json::Value, Step> {
         let file = self.module().file;
-        let base = self
-            .sources
-            .get(file)
-            .path
-            .as_ref()
-            .and_then(|p| p.parent().map(|d| d.join(path)));
+        let base = self.sources.get(file).path.as_ref().and_then(|p| p.parent().map(|d| d.join(path)));
         let full = base.unwrap_or_else(|| std::path::PathBuf::from(path));
-        let text = std::fs::read_to_string(&full)
-            .map_err(|e| Step::Err(format!("cannot read the schema `{path}`: {e}")))?;
-        serde_json::from_str(&text)
-            .map_err(|e| Step::Err(format!("the schema `{path}` is not JSON: {e}")))
+        let text = std::fs::read_to_string(&full).map_err(|e| Step::Err(format!("cannot read the schema `{path}`: {e}")))?;
+        serde_json::from_str(&text).map_err(|e| Step::Err(format!("the schema `{path}` is not JSON: {e}")))
     }
 
     /// `{% select x in LIST %}`.
@@ -242,25 +168,17 @@ impl Vm<'_, '_> {
         let list = self.pop();
         let options: Vec<String> = match &list {
             Value::List(l) => l.iter().map(Value::to_string).collect(),
-            other => {
-                return Err(Step::Err(format!(
-                    "`select … in` needs a list, not a {}",
-                    other.type_name()
-                )))
-            }
+            other => return Err(Step::Err(format!("`select … in` needs a list, not a {}", other.type_name()))),
         };
         if options.is_empty() {
-            return Err(Step::Err(
-                "`select … in` got an empty list: there is nothing to choose".into(),
-            ));
+            return Err(Step::Err("`select … in` got an empty list: there is nothing to choose".into()));
         }
         let pc = self.frame().pc;
         let follow = self.follow_text(pc);
         let mode = score_mode(&o)?;
         let (choices, scores) = self.score_literals(&options, &follow, mode)?;
         if mode == "greedy" {
-            let c = Constraint::choices(&options, &self.opts.limits)
-                .map_err(|e| Step::Err(e.to_string()))?;
+            let c = Constraint::choices(&options, &self.opts.limits).map_err(|e| Step::Err(e.to_string()))?;
             let spec = GenSpec {
                 constraint: Some(c),
                 stop: Vec::new(),
@@ -277,16 +195,8 @@ impl Vm<'_, '_> {
         let node = self.state.nodes.len();
         self.emit(&options[k], Origin::Generated);
         if let Some(t) = target {
-            let meta = Meta {
-                logprob: scores[k],
-                choices,
-                ..Meta::default()
-            };
-            let c = CaptureFrame {
-                text: options[k].clone(),
-                node,
-                choices: None,
-            };
+            let meta = Meta { logprob: scores[k], choices, ..Meta::default() };
+            let c = CaptureFrame { text: options[k].clone(), node, choices: None };
             self.finish_capture(t, c, meta)?;
         }
         Ok(())
@@ -308,7 +218,8 @@ impl Vm<'_, '_> {
                 }
                 pc += 1;
             }
-            let literal = matches!(m.code.get(pc), Some(Instr::Jump(to)) if matches!(m.code.get(*to as usize), Some(Instr::SelectEnd { .. })));
+            let literal =
+                matches!(m.code.get(pc), Some(Instr::Jump(to)) if matches!(m.code.get(*to as usize), Some(Instr::SelectEnd { .. })));
             if let Some(Instr::Jump(to)) = m.code.get(pc) {
                 end = *to as usize;
             }
@@ -318,25 +229,13 @@ impl Vm<'_, '_> {
         let options: Vec<String> = branches.iter().map(|b| b.0.clone()).collect();
         let (choices, scores) = if branches.iter().all(|b| b.2) {
             let follow = self.follow_text(end + 1);
-            self.score_literals(
-                &options,
-                &follow,
-                if mode == "greedy" { "full" } else { mode },
-            )?
+            self.score_literals(&options, &follow, if mode == "greedy" { "full" } else { mode })?
         } else {
             self.score_mixed(&branches, mode)?
         };
         let k = self.pick(&o, &scores)?;
-        let meta = Meta {
-            logprob: scores[k],
-            choices,
-            ..Meta::default()
-        };
-        self.captures.push(CaptureFrame {
-            text: String::new(),
-            node: self.state.nodes.len(),
-            choices: Some(meta),
-        });
+        let meta = Meta { logprob: scores[k], choices, ..Meta::default() };
+        self.captures.push(CaptureFrame { text: String::new(), node: self.state.nodes.len(), choices: Some(meta) });
         self.emit(&branches[k].0, Origin::Generated);
         self.jump(entries[k] + branches[k].1 as u32);
         Ok(())
@@ -344,10 +243,7 @@ impl Vm<'_, '_> {
 
     /// End of a branching select: stores what the chosen branch wrote.
     pub(super) fn select_end(&mut self, target: Option<Store>) -> Result<(), Step> {
-        let mut c = self
-            .captures
-            .pop()
-            .ok_or_else(|| Step::Err("internal: no select in progress".into()))?;
+        let mut c = self.captures.pop().ok_or_else(|| Step::Err("internal: no select in progress".into()))?;
         let meta = c.choices.take().unwrap_or_default();
         match target {
             Some(t) => self.finish_capture(t, c, meta),
@@ -356,23 +252,9 @@ impl Vm<'_, '_> {
     }
 
     /// Scores literal options; returns the distribution and each option's score.
-    fn score_literals(
-        &mut self,
-        options: &[String],
-        follow: &str,
-        mode: &str,
-    ) -> Result<(Vec<Choice>, Vec<f64>), Step> {
+    fn score_literals(&mut self, options: &[String], follow: &str, mode: &str) -> Result<(Vec<Choice>, Vec<f64>), Step> {
         let raw = self.lm.score(options, follow).map_err(Step::Err)?;
-        let scores: Vec<f64> = raw
-            .iter()
-            .map(|&(sum, n)| {
-                if mode == "mean" {
-                    sum / n.max(1) as f64
-                } else {
-                    sum
-                }
-            })
-            .collect();
+        let scores: Vec<f64> = raw.iter().map(|&(sum, n)| if mode == "mean" { sum / n.max(1) as f64 } else { sum }).collect();
         Ok((Lm::choices(options, &scores), scores))
     }
 
@@ -380,27 +262,11 @@ impl Vm<'_, '_> {
     /// that starts with text by that text, and one that starts by
     /// generating by the probability that the next token begins none of
     /// the literal options.
-    fn score_mixed(
-        &mut self,
-        branches: &[(String, usize, bool)],
-        mode: &str,
-    ) -> Result<(Vec<Choice>, Vec<f64>), Step> {
-        let texts: Vec<String> = branches
-            .iter()
-            .filter(|b| !b.0.is_empty())
-            .map(|b| b.0.clone())
-            .collect();
-        let raw = if texts.is_empty() {
-            Vec::new()
-        } else {
-            self.lm.score(&texts, "").map_err(Step::Err)?
-        };
+    fn score_mixed(&mut self, branches: &[(String, usize, bool)], mode: &str) -> Result<(Vec<Choice>, Vec<f64>), Step> {
+        let texts: Vec<String> = branches.iter().filter(|b| !b.0.is_empty()).map(|b| b.0.clone()).collect();
+        let raw = if texts.is_empty() { Vec::new() } else { self.lm.score(&texts, "").map_err(Step::Err)? };
         let off = if branches.iter().any(|b| b.0.is_empty()) {
-            let literals: Vec<String> = branches
-                .iter()
-                .filter(|b| b.2)
-                .map(|b| b.0.clone())
-                .collect();
+            let literals: Vec<String> = branches.iter().filter(|b| b.2).map(|b| b.0.clone()).collect();
             if literals.is_empty() {
                 0.0
             } else {
@@ -414,51 +280,20 @@ impl Vm<'_, '_> {
             .iter()
             .map(|b| match b.0.is_empty() {
                 true => off,
-                false => it.next().map_or(0.0, |(sum, n)| {
-                    if mode == "mean" {
-                        sum / n.max(1) as f64
-                    } else {
-                        sum
-                    }
-                }),
+                false => it.next().map_or(0.0, |(sum, n)| if mode == "mean" { sum / n.max(1) as f64 } else { sum }),
             })
             .collect();
-        let labels: Vec<String> = branches
-            .iter()
-            .map(|b| {
-                if b.0.is_empty() {
-                    "<generated>".to_string()
-                } else {
-                    b.0.clone()
-                }
-            })
-            .collect();
+        let labels: Vec<String> = branches.iter().map(|b| if b.0.is_empty() { "<generated>".to_string() } else { b.0.clone() }).collect();
         Ok((Lm::choices(&labels, &scores), scores))
     }
 
     /// The best option, or one sampled from the scores at `temperature`.
     fn pick(&mut self, o: &Opts, scores: &[f64]) -> Result<usize, Step> {
+        // The scores are the options' logits: the token sampler picks among them.
         let p = self.sampling(o, 0.0)?;
-        let best = (0..scores.len()).fold(0, |b, i| if scores[i] > scores[b] { i } else { b });
-        if p.temperature == 0.0 {
-            return Ok(best);
-        }
-        let t = f64::from(p.temperature);
-        let max = scores[best];
-        let w: Vec<f64> = scores.iter().map(|s| ((s - max) / t).exp()).collect();
-        let total: f64 = w.iter().sum();
-        // SplitMix64 draw from the seed.
-        let mut z = p.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        let mut r = ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64 * total;
-        for (i, x) in w.iter().enumerate() {
-            if r < *x {
-                return Ok(i);
-            }
-            r -= x;
-        }
-        Ok(best)
+        let logits: Vec<f32> = scores.iter().map(|&s| s as f32).collect();
+        let s = Sampler::new(p).and_then(|mut s| s.sample(&logits, None, &[])).map_err(|e| Step::Err(e.to_string()))?;
+        Ok(s.token as usize)
     }
 
     /// The template text right after instruction `pc`, if it is text: what
@@ -483,9 +318,7 @@ fn score_mode(o: &Opts) -> Result<&'static str, Step> {
             Some("full") => Ok("full"),
             Some("mean") => Ok("mean"),
             Some("greedy") => Ok("greedy"),
-            _ => Err(Step::Err(format!(
-                "`score` must be \"full\", \"mean\" or \"greedy\", not {v}"
-            ))),
+            _ => Err(Step::Err(format!("`score` must be \"full\", \"mean\" or \"greedy\", not {v}"))),
         },
     }
 }
@@ -494,17 +327,11 @@ fn score_mode(o: &Opts) -> Result<&'static str, Step> {
 fn strings(v: Option<&Value>, name: &str) -> Result<Vec<String>, Step> {
     match v {
         None | Some(Value::None) => Ok(Vec::new()),
-        Some(Value::List(l)) => l
-            .iter()
-            .map(|x| {
-                x.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| Step::Err(format!("`{name}` must hold strings")))
-            })
-            .collect(),
-        Some(x) => x
-            .as_str()
-            .map(|s| vec![s.to_string()])
-            .ok_or_else(|| Step::Err(format!("`{name}` must be a string or a list of strings"))),
+        Some(Value::List(l)) => {
+            l.iter().map(|x| x.as_str().map(str::to_string).ok_or_else(|| Step::Err(format!("`{name}` must hold strings")))).collect()
+        }
+        Some(x) => {
+            x.as_str().map(|s| vec![s.to_string()]).ok_or_else(|| Step::Err(format!("`{name}` must be a string or a list of strings")))
+        }
     }
 }

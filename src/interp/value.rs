@@ -198,11 +198,7 @@ impl Value {
             Const::Float(f) => Value::Float(*f),
             Const::Str(s) => Value::str(s.as_str()),
             Const::List(l) => Value::list(l.iter().map(Value::from_const).collect()),
-            Const::Map(m) => Value::Map(Arc::new(
-                m.iter()
-                    .map(|(k, v)| (k.clone(), Value::from_const(v)))
-                    .collect(),
-            )),
+            Const::Map(m) => Value::Map(Arc::new(m.iter().map(|(k, v)| (k.clone(), Value::from_const(v))).collect())),
         }
     }
 
@@ -211,17 +207,10 @@ impl Value {
         match j {
             serde_json::Value::Null => Value::None,
             serde_json::Value::Bool(b) => Value::Bool(*b),
-            serde_json::Value::Number(n) => n
-                .as_i64()
-                .map(Value::Int)
-                .unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(f64::NAN))),
+            serde_json::Value::Number(n) => n.as_i64().map(Value::Int).unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(f64::NAN))),
             serde_json::Value::String(s) => Value::str(s.as_str()),
             serde_json::Value::Array(a) => Value::list(a.iter().map(Value::from_json).collect()),
-            serde_json::Value::Object(o) => Value::Map(Arc::new(
-                o.iter()
-                    .map(|(k, v)| (k.clone(), Value::from_json(v)))
-                    .collect(),
-            )),
+            serde_json::Value::Object(o) => Value::Map(Arc::new(o.iter().map(|(k, v)| (k.clone(), Value::from_json(v))).collect())),
         }
     }
 
@@ -233,9 +222,7 @@ impl Value {
             Value::Undefined | Value::None => J::Null,
             Value::Bool(b) => J::Bool(*b),
             Value::Int(i) => J::from(*i),
-            Value::Float(f) => serde_json::Number::from_f64(*f)
-                .map(J::Number)
-                .unwrap_or(J::Null),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
             Value::Str(s) => J::String(s.to_string()),
             Value::Captured(c) => J::String(c.text.clone()),
             Value::List(l) => J::Array(l.iter().map(Value::to_json).collect()),
@@ -247,25 +234,17 @@ impl Value {
     /// Equality as `==` sees it (numbers across types, captured = plain strings).
     pub fn equals(&self, other: &Value) -> bool {
         match (self, other) {
-            (Value::Int(a), Value::Float(b)) | (Value::Float(b), Value::Int(a)) => {
-                (*a as f64) == *b
-            }
+            (Value::Int(a), Value::Float(b)) | (Value::Float(b), Value::Int(a)) => (*a as f64) == *b,
             (Value::Undefined | Value::None, Value::Undefined | Value::None) => true,
-            (Value::List(a), Value::List(b)) => {
-                a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.equals(y))
-            }
-            (Value::Map(a), Value::Map(b)) => {
-                a.len() == b.len() && a.iter().all(|(k, v)| b.get(k).is_some_and(|w| v.equals(w)))
-            }
+            (Value::List(a), Value::List(b)) => a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.equals(y)),
+            (Value::Map(a), Value::Map(b)) => a.len() == b.len() && a.iter().all(|(k, v)| b.get(k).is_some_and(|w| v.equals(w))),
             _ => match (self.as_str(), other.as_str()) {
                 (Some(a), Some(b)) => a == b,
                 _ => match (self, other) {
                     (Value::Bool(a), Value::Bool(b)) => a == b,
                     (Value::Int(a), Value::Int(b)) => a == b,
                     (Value::Float(a), Value::Float(b)) => a == b,
-                    (Value::Func { module: m, id: i }, Value::Func { module: n, id: j }) => {
-                        m == n && i == j
-                    }
+                    (Value::Func { module: m, id: i }, Value::Func { module: n, id: j }) => m == n && i == j,
                     (Value::Builtin(a), Value::Builtin(b)) => a == b,
                     (Value::Module(a), Value::Module(b)) => a == b,
                     _ => false,
@@ -292,11 +271,7 @@ impl Value {
                 Some(a.len().cmp(&b.len()))
             }
             _ => match (self.as_f64(), other.as_f64()) {
-                (Some(a), Some(b))
-                    if !matches!(self, Value::Bool(_)) && !matches!(other, Value::Bool(_)) =>
-                {
-                    a.partial_cmp(&b)
-                }
+                (Some(a), Some(b)) if !matches!(self, Value::Bool(_)) && !matches!(other, Value::Bool(_)) => a.partial_cmp(&b),
                 _ => None,
             },
         }
@@ -336,15 +311,8 @@ impl Meta {
     pub fn attr(&self, name: &str) -> Option<Value> {
         Some(match name {
             "logprob" => Value::Float(self.logprob),
-            "tokens" => Value::list(
-                self.tokens
-                    .iter()
-                    .map(|&t| Value::Int(i64::from(t)))
-                    .collect(),
-            ),
-            "finish_reason" => self
-                .finish_reason
-                .map_or(Value::None, |r| Value::str(r.as_str())),
+            "tokens" => Value::list(self.tokens.iter().map(|&t| Value::Int(i64::from(t))).collect()),
+            "finish_reason" => self.finish_reason.map_or(Value::None, |r| Value::str(r.as_str())),
             "stop" => self.stop.as_deref().map_or(Value::None, Value::str),
             "choices" => Value::list(
                 self.choices

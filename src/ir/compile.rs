@@ -15,29 +15,14 @@ pub fn compile(ws: &Workspace) -> Program {
         .iter()
         .map(|m| {
             let name = ws.sources.get(m.file).name.clone();
-            let imports: HashMap<&str, usize> = m
-                .imports
-                .iter()
-                .map(|(p, f)| (p.as_str(), f.0 as usize))
-                .collect();
-            let mut c = Compiler {
-                m: CodeModule {
-                    file: m.file,
-                    name,
-                    ..Default::default()
-                },
-                names: HashMap::new(),
-                imports,
-            };
+            let imports: HashMap<&str, usize> = m.imports.iter().map(|(p, f)| (p.as_str(), f.0 as usize)).collect();
+            let mut c = Compiler { m: CodeModule { file: m.file, name, ..Default::default() }, names: HashMap::new(), imports };
             c.nodes(&m.template.body);
             c.emit(Instr::Halt, Span::default());
             c.m
         })
         .collect();
-    Program {
-        modules,
-        entry: ws.root.0 as usize,
-    }
+    Program { modules, entry: ws.root.0 as usize }
 }
 
 struct Compiler<'a> {
@@ -92,10 +77,7 @@ impl Compiler<'_> {
     }
 
     fn store(&mut self, t: &ast::Target) -> Store {
-        Store {
-            name: self.sym(&t.name.name),
-            append: t.append,
-        }
+        Store { name: self.sym(&t.name.name), append: t.append }
     }
 
     fn option_set(&mut self, opts: &[ast::GenOption]) -> u32 {
@@ -144,13 +126,7 @@ impl Compiler<'_> {
                         let opts = self.options(&s.options);
                         let table = self.m.branch_tables.len() as u32;
                         self.m.branch_tables.push(Vec::new());
-                        self.emit(
-                            Instr::SelectBegin {
-                                opts,
-                                branches: table,
-                            },
-                            s.open,
-                        );
+                        self.emit(Instr::SelectBegin { opts, branches: table }, s.open);
                         let mut exits = Vec::new();
                         for b in bs {
                             let entry = self.pc();
@@ -194,11 +170,7 @@ impl Compiler<'_> {
                 self.nodes(&b.body);
                 self.emit(Instr::HiddenEnd, b.span);
             }
-            Node::Set {
-                target,
-                value,
-                span,
-            } => {
+            Node::Set { target, value, span } => {
                 self.expr(value);
                 let t = self.store(target);
                 self.emit(Instr::Store(t), *span);
@@ -228,13 +200,7 @@ impl Compiler<'_> {
                 self.emit(Instr::Unpack(f.vars.len() as u32), f.open);
                 for v in f.vars.iter().rev() {
                     let s = self.sym(&v.name);
-                    self.emit(
-                        Instr::Store(Store {
-                            name: s,
-                            append: false,
-                        }),
-                        v.span,
-                    );
+                    self.emit(Instr::Store(Store { name: s, append: false }), v.span);
                 }
                 self.nodes(&f.body);
                 self.emit(Instr::Jump(top), f.span);
@@ -248,20 +214,14 @@ impl Compiler<'_> {
                 self.patch(pop, end);
             }
             Node::Def(d) => {
-                let defaults: Vec<&Expr> =
-                    d.params.iter().filter_map(|p| p.default.as_ref()).collect();
+                let defaults: Vec<&Expr> = d.params.iter().filter_map(|p| p.default.as_ref()).collect();
                 for e in &defaults {
                     self.expr(e);
                 }
                 let id = self.m.functions.len() as u32;
                 let name = self.sym(&d.name.name);
                 let params = d.params.iter().map(|p| self.sym(&p.name.name)).collect();
-                self.m.functions.push(Function {
-                    name,
-                    params,
-                    defaults: defaults.len() as u32,
-                    entry: 0,
-                });
+                self.m.functions.push(Function { name, params, defaults: defaults.len() as u32, entry: 0 });
                 self.emit(Instr::DefineFunction(id), d.open);
                 let skip = self.emit(Instr::Jump(0), d.open);
                 self.m.functions[id as usize].entry = self.pc();
@@ -297,13 +257,7 @@ impl Compiler<'_> {
                         Some(d) => {
                             let jump = self.emit(Instr::InputOr { name: s, skip: 0 }, p.name.span);
                             self.expr(d);
-                            self.emit(
-                                Instr::Store(Store {
-                                    name: s,
-                                    append: false,
-                                }),
-                                *span,
-                            );
+                            self.emit(Instr::Store(Store { name: s, append: false }), *span);
                             let after = self.pc();
                             self.patch(jump, after);
                         }
@@ -341,11 +295,7 @@ impl Compiler<'_> {
             return;
         }
         match &e.kind {
-            ExprKind::Str(_)
-            | ExprKind::Int(_)
-            | ExprKind::Float(_)
-            | ExprKind::Bool(_)
-            | ExprKind::None => {
+            ExprKind::Str(_) | ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None => {
                 unreachable!("literals fold to constants")
             }
             ExprKind::Error => {
@@ -377,12 +327,7 @@ impl Compiler<'_> {
                 self.expr(i);
                 self.emit(Instr::Index, e.span);
             }
-            ExprKind::Slice {
-                value,
-                start,
-                stop,
-                step,
-            } => {
+            ExprKind::Slice { value, start, stop, step } => {
                 self.expr(value);
                 let mut mask = 0u8;
                 for (bit, part) in [start, stop, step].into_iter().enumerate() {
@@ -410,12 +355,7 @@ impl Compiler<'_> {
                 let name = self.sym(&name.name);
                 self.emit(Instr::Filter { name, args, kwargs }, e.span);
             }
-            ExprKind::Test {
-                value,
-                name,
-                args,
-                negated,
-            } => {
+            ExprKind::Test { value, name, args, negated } => {
                 match (&value.kind, name.name.as_str()) {
                     (ExprKind::Name(n), "defined" | "undefined") => {
                         let s = self.sym(n);
@@ -425,14 +365,7 @@ impl Compiler<'_> {
                 }
                 args.iter().for_each(|a| self.expr(&a.value));
                 let name = self.sym(&name.name);
-                self.emit(
-                    Instr::Test {
-                        name,
-                        args: args.len() as u32,
-                        negated: *negated,
-                    },
-                    e.span,
-                );
+                self.emit(Instr::Test { name, args: args.len() as u32, negated: *negated }, e.span);
             }
             ExprKind::Unary(op, v) => {
                 self.expr(v);
@@ -440,11 +373,7 @@ impl Compiler<'_> {
             }
             ExprKind::Binary(op @ (ast::BinaryOp::And | ast::BinaryOp::Or), a, b) => {
                 self.expr(a);
-                let jump = if *op == ast::BinaryOp::And {
-                    Instr::JumpIfFalseOrPop(0)
-                } else {
-                    Instr::JumpIfTrueOrPop(0)
-                };
+                let jump = if *op == ast::BinaryOp::And { Instr::JumpIfFalseOrPop(0) } else { Instr::JumpIfTrueOrPop(0) };
                 let j = self.emit(jump, e.span);
                 self.expr(b);
                 let end = self.pc();
@@ -455,11 +384,7 @@ impl Compiler<'_> {
                 self.expr(b);
                 self.emit(Instr::Binary(*op), e.span);
             }
-            ExprKind::Cond {
-                cond,
-                then,
-                otherwise,
-            } => {
+            ExprKind::Cond { cond, then, otherwise } => {
                 self.expr(cond);
                 let skip = self.emit(Instr::JumpIfFalse(0), cond.span);
                 self.expr(then);

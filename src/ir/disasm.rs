@@ -22,11 +22,7 @@ pub fn disassemble(p: &Program, sources: &SourceMap) -> String {
             let _ = writeln!(out, "  {pc:04}  {text:<48} ; {}:{}", lc.line, lc.column);
         }
         for f in &m.functions {
-            let params: Vec<&str> = f
-                .params
-                .iter()
-                .map(|s| m.names[*s as usize].as_str())
-                .collect();
+            let params: Vec<&str> = f.params.iter().map(|s| m.names[*s as usize].as_str()).collect();
             let _ = writeln!(
                 out,
                 "  def {}({}) entry={:04} defaults={}",
@@ -42,12 +38,7 @@ pub fn disassemble(p: &Program, sources: &SourceMap) -> String {
                 "  grammar {} start={} rules={}",
                 g.name,
                 g.start.as_deref().unwrap_or("-"),
-                g.grammar
-                    .rules
-                    .iter()
-                    .map(|r| r.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(",")
+                g.grammar.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(",")
             );
         }
     }
@@ -63,22 +54,14 @@ fn konst(c: &Const) -> String {
 
 fn store(m: &CodeModule, s: &Option<Store>) -> String {
     match s {
-        Some(s) => format!(
-            "{}{}",
-            m.names[s.name as usize],
-            if s.append { "[]" } else { "" }
-        ),
+        Some(s) => format!("{}{}", m.names[s.name as usize], if s.append { "[]" } else { "" }),
         None => "-".into(),
     }
 }
 
 fn set(m: &CodeModule, table: &[Vec<Sym>], id: u32) -> String {
     match table.get(id as usize) {
-        Some(names) => names
-            .iter()
-            .map(|s| m.names[*s as usize].as_str())
-            .collect::<Vec<_>>()
-            .join(","),
+        Some(names) => names.iter().map(|s| m.names[*s as usize].as_str()).collect::<Vec<_>>().join(","),
         None => String::new(),
     }
 }
@@ -99,31 +82,12 @@ fn instr(m: &CodeModule, i: &Instr) -> String {
         Instr::Map(n) => format!("MAP {n}"),
         Instr::Unary(op) => format!("UNARY {op:?}"),
         Instr::Binary(op) => format!("BINARY {}", op.symbol()),
-        Instr::Call { args, kwargs } => format!(
-            "CALL args={args} kwargs=[{}]",
-            set(m, &m.kwarg_sets, *kwargs)
-        ),
-        Instr::Filter {
-            name: n,
-            args,
-            kwargs,
-        } => {
-            format!(
-                "FILTER {} args={args} kwargs=[{}]",
-                name(n),
-                set(m, &m.kwarg_sets, *kwargs)
-            )
+        Instr::Call { args, kwargs } => format!("CALL args={args} kwargs=[{}]", set(m, &m.kwarg_sets, *kwargs)),
+        Instr::Filter { name: n, args, kwargs } => {
+            format!("FILTER {} args={args} kwargs=[{}]", name(n), set(m, &m.kwarg_sets, *kwargs))
         }
-        Instr::Test {
-            name: n,
-            args,
-            negated,
-        } => {
-            format!(
-                "TEST {}{} args={args}",
-                if *negated { "not " } else { "" },
-                name(n)
-            )
+        Instr::Test { name: n, args, negated } => {
+            format!("TEST {}{} args={args}", if *negated { "not " } else { "" }, name(n))
         }
         Instr::Jump(t) => format!("JUMP {t:04}"),
         Instr::JumpIfFalse(t) => format!("JUMP_IF_FALSE {t:04}"),
@@ -133,28 +97,13 @@ fn instr(m: &CodeModule, i: &Instr) -> String {
         Instr::Iterate(t) => format!("ITERATE exit={t:04}"),
         Instr::Unpack(n) => format!("UNPACK {n}"),
         Instr::PopLoop(t) => format!("POP_LOOP ran={t:04}"),
-        Instr::Gen { target, opts } => format!(
-            "GEN {} opts=[{}]",
-            store(m, target),
-            set(m, &m.option_sets, *opts)
-        ),
+        Instr::Gen { target, opts } => format!("GEN {} opts=[{}]", store(m, target), set(m, &m.option_sets, *opts)),
         Instr::SelectIn { target, opts } => {
-            format!(
-                "SELECT_IN {} opts=[{}]",
-                store(m, target),
-                set(m, &m.option_sets, *opts)
-            )
+            format!("SELECT_IN {} opts=[{}]", store(m, target), set(m, &m.option_sets, *opts))
         }
         Instr::SelectBegin { opts, branches } => {
-            let table: Vec<String> = m.branch_tables[*branches as usize]
-                .iter()
-                .map(|p| format!("{p:04}"))
-                .collect();
-            format!(
-                "SELECT_BEGIN opts=[{}] branches=[{}]",
-                set(m, &m.option_sets, *opts),
-                table.join(",")
-            )
+            let table: Vec<String> = m.branch_tables[*branches as usize].iter().map(|p| format!("{p:04}")).collect();
+            format!("SELECT_BEGIN opts=[{}] branches=[{}]", set(m, &m.option_sets, *opts), table.join(","))
         }
         Instr::SelectEnd { target } => format!("SELECT_END {}", store(m, target)),
         Instr::RoleBegin => "ROLE_BEGIN".into(),
@@ -163,16 +112,10 @@ fn instr(m: &CodeModule, i: &Instr) -> String {
         Instr::CaptureEnd(s) => format!("CAPTURE_END {}", store(m, &Some(*s))),
         Instr::HiddenBegin => "HIDDEN_BEGIN".into(),
         Instr::HiddenEnd => "HIDDEN_END".into(),
-        Instr::DefineFunction(f) => {
-            format!("DEFINE_FUNCTION {}", name(&m.functions[*f as usize].name))
-        }
+        Instr::DefineFunction(f) => format!("DEFINE_FUNCTION {}", name(&m.functions[*f as usize].name)),
         Instr::Return => "RETURN".into(),
         Instr::DefineGrammar(g) => format!("DEFINE_GRAMMAR {}", m.grammars[*g as usize].name),
-        Instr::Import { module, alias } => format!(
-            "IMPORT module#{} as {}",
-            m.imports[*module as usize],
-            name(alias)
-        ),
+        Instr::Import { module, alias } => format!("IMPORT module#{} as {}", m.imports[*module as usize], name(alias)),
         Instr::Input(s) => format!("INPUT {}", name(s)),
         Instr::InputOr { name: n, skip } => format!("INPUT_OR {} given={skip:04}", name(n)),
         Instr::Halt => "HALT".into(),

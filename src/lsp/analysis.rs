@@ -126,9 +126,7 @@ fn walk(nodes: &[Node], scope: Span, imports: &[(String, FileId)], out: &mut Vec
                 push(out, &b.head.name, DefKind::Capture, b.span, scope, None);
                 walk(&b.body, scope, imports, out);
             }
-            Node::Set { target, span, .. } => {
-                push(out, &target.name, DefKind::Variable, *span, scope, None)
-            }
+            Node::Set { target, span, .. } => push(out, &target.name, DefKind::Variable, *span, scope, None),
             Node::Input { params, span } => {
                 for p in params {
                     push(out, &p.name, DefKind::Input, *span, scope, None);
@@ -198,22 +196,8 @@ fn walk(nodes: &[Node], scope: Span, imports: &[(String, FileId)], out: &mut Vec
     }
 }
 
-fn push(
-    out: &mut Vec<Definition>,
-    name: &crate::syntax::ast::Ident,
-    kind: DefKind,
-    span: Span,
-    scope: Span,
-    target: Option<FileId>,
-) {
-    out.push(Definition {
-        name: name.name.clone(),
-        kind,
-        name_span: name.span,
-        span,
-        scope,
-        target,
-    });
+fn push(out: &mut Vec<Definition>, name: &crate::syntax::ast::Ident, kind: DefKind, span: Span, scope: Span, target: Option<FileId>) {
+    out.push(Definition { name: name.name.clone(), kind, name_span: name.span, span, scope, target });
 }
 
 /// Where the cursor is, as far as editing goes.
@@ -242,11 +226,7 @@ pub fn context_at(text: &str, offset: usize) -> Context {
     let before = &text[..offset];
     let open_stmt = before.rfind("{%");
     let open_expr = before.rfind("{{");
-    let close = before
-        .rfind("%}")
-        .into_iter()
-        .chain(before.rfind("}}"))
-        .max();
+    let close = before.rfind("%}").into_iter().chain(before.rfind("}}")).max();
     let (start, stmt) = match (open_stmt, open_expr) {
         (Some(s), Some(e)) if e > s => (e, false),
         (Some(s), _) => (s, true),
@@ -257,31 +237,21 @@ pub fn context_at(text: &str, offset: usize) -> Context {
         return Context::Text;
     }
     let inside = before[start + 2..].trim_start_matches('-');
-    let word_start = inside
-        .rfind(|c: char| !is_ident_char(c))
-        .map(|i| i + 1)
-        .unwrap_or(0);
+    let word_start = inside.rfind(|c: char| !is_ident_char(c)).map(|i| i + 1).unwrap_or(0);
     let head = inside[..word_start].trim_end();
     if stmt && head.is_empty() {
         return Context::Keyword;
     }
     if inside.matches('"').count() % 2 == 1 {
         let first = inside.split_whitespace().next().unwrap_or("");
-        return if stmt && first == "import" {
-            Context::ImportPath
-        } else {
-            Context::Text
-        };
+        return if stmt && first == "import" { Context::ImportPath } else { Context::Text };
     }
     if head.ends_with('|') {
         return Context::Filter;
     }
     let first = inside.split_whitespace().next().unwrap_or("");
-    if stmt && (first == "gen" || first == "select") && !head.ends_with('=') && !in_brackets(inside)
-    {
-        return Context::Options {
-            select: first == "select",
-        };
+    if stmt && (first == "gen" || first == "select") && !head.ends_with('=') && !in_brackets(inside) {
+        return Context::Options { select: first == "select" };
     }
     Context::Expr
 }
@@ -307,14 +277,8 @@ pub fn is_ident_char(c: char) -> bool {
 /// The name under (or just before) `offset`, with its span.
 pub fn word_at(text: &str, offset: usize) -> Option<(String, Span)> {
     let offset = crate::span::floor_char_boundary(text, offset);
-    let start = text[..offset]
-        .rfind(|c: char| !is_ident_char(c))
-        .map(|i| i + 1)
-        .unwrap_or(0);
-    let end = text[offset..]
-        .find(|c: char| !is_ident_char(c))
-        .map(|i| offset + i)
-        .unwrap_or(text.len());
+    let start = text[..offset].rfind(|c: char| !is_ident_char(c)).map(|i| i + 1).unwrap_or(0);
+    let end = text[offset..].find(|c: char| !is_ident_char(c)).map(|i| offset + i).unwrap_or(text.len());
     (start < end).then(|| (text[start..end].to_string(), Span::new(start, end)))
 }
 
@@ -334,48 +298,26 @@ pub struct Completion {
 /// What may be typed at `offset` of the root file.
 pub fn completions(ws: &Workspace, offset: usize) -> Vec<Completion> {
     let text = &ws.sources.get(ws.root).text;
-    let c = |label: &str, kind, detail: String, doc: &str| Completion {
-        label: label.into(),
-        kind,
-        detail,
-        doc: doc.into(),
-    };
+    let c = |label: &str, kind, detail: String, doc: &str| Completion { label: label.into(), kind, detail, doc: doc.into() };
     match context_at(text, offset) {
         Context::Text => Vec::new(),
-        Context::Keyword => KEYWORDS
-            .iter()
-            .map(|(k, d)| c(k, "keyword", String::new(), d))
-            .collect(),
+        Context::Keyword => KEYWORDS.iter().map(|(k, d)| c(k, "keyword", String::new(), d)).collect(),
         Context::Options { select } => {
             let opts = if select { SELECT_OPTIONS } else { GEN_OPTIONS };
-            opts.iter()
-                .map(|o| c(o.name, "option", format!("{} = {}", o.ty, o.default), o.doc))
-                .collect()
+            opts.iter().map(|o| c(o.name, "option", format!("{} = {}", o.ty, o.default), o.doc)).collect()
         }
-        Context::Filter => builtins::FILTERS
-            .iter()
-            .map(|b| c(b.name, "filter", signature(b), b.doc))
-            .collect(),
-        Context::ImportPath => crate::stdlib::names()
-            .map(|n| c(n, "module", "standard library".into(), ""))
-            .collect(),
+        Context::Filter => builtins::FILTERS.iter().map(|b| c(b.name, "filter", signature(b), b.doc)).collect(),
+        Context::ImportPath => crate::stdlib::names().map(|n| c(n, "module", "standard library".into(), "")).collect(),
         Context::Expr => {
             let mut out: Vec<Completion> = Vec::new();
             let mut seen = std::collections::HashSet::new();
             for d in definitions(ws) {
                 let visible = d.scope.range().start <= offset && offset <= d.scope.range().end;
-                if visible
-                    && !matches!(d.kind, DefKind::Role | DefKind::Rule)
-                    && seen.insert(d.name.clone())
-                {
+                if visible && !matches!(d.kind, DefKind::Role | DefKind::Rule) && seen.insert(d.name.clone()) {
                     out.push(c(&d.name, d.kind.describe(), String::new(), ""));
                 }
             }
-            out.extend(
-                builtins::FUNCTIONS
-                    .iter()
-                    .map(|b| c(b.name, "function", signature(b), b.doc)),
-            );
+            out.extend(builtins::FUNCTIONS.iter().map(|b| c(b.name, "function", signature(b), b.doc)));
             out
         }
     }
@@ -416,12 +358,7 @@ pub fn hover(ws: &Workspace, offset: usize) -> Option<Hover> {
     }
     if before.ends_with('|') {
         if let Some(b) = builtins::filter(&word) {
-            return md(format!(
-                "filter **{}**{}\n\n{}",
-                b.name,
-                signature(b),
-                b.doc
-            ));
+            return md(format!("filter **{}**{}\n\n{}", b.name, signature(b), b.doc));
         }
     }
     if before.ends_with(" is") || before.ends_with(" is not") {
@@ -433,56 +370,27 @@ pub fn hover(ws: &Workspace, offset: usize) -> Option<Hover> {
     if let Some((file, d)) = imported_definition(ws, &defs, text, span) {
         let src = ws.sources.get(file);
         let snippet = src.text[d.span.range()].lines().next().unwrap_or("").trim();
-        return md(format!(
-            "{} **{}** from `{}`\n\n```lmt\n{snippet}\n```",
-            d.kind.describe(),
-            d.name,
-            src.name
-        ));
+        return md(format!("{} **{}** from `{}`\n\n```lmt\n{snippet}\n```", d.kind.describe(), d.name, src.name));
     }
     if let Some(d) = visible_definition(&defs, &word, span.range().start) {
         let line = crate::span::LineIndex::new(text).line_of(d.name_span.range().start) + 1;
         let snippet = text[d.span.range()].lines().next().unwrap_or("").trim();
-        return md(format!(
-            "{} **{}** — defined on line {line}\n\n```lmt\n{snippet}\n```",
-            d.kind.describe(),
-            d.name
-        ));
+        return md(format!("{} **{}** — defined on line {line}\n\n```lmt\n{snippet}\n```", d.kind.describe(), d.name));
     }
     if after.starts_with('(') {
         if let Some((b, _)) = builtins::function(&word) {
-            return md(format!(
-                "function **{}**{}\n\n{}",
-                b.name,
-                signature(b),
-                b.doc
-            ));
+            return md(format!("function **{}**{}\n\n{}", b.name, signature(b), b.doc));
         }
     }
-    KEYWORDS
-        .iter()
-        .find(|(k, _)| *k == word)
-        .and_then(|(k, d)| md(format!("**{k}**\n\n{d}")))
+    KEYWORDS.iter().find(|(k, _)| *k == word).and_then(|(k, d)| md(format!("**{k}**\n\n{d}")))
 }
 
 /// The definition of `name` visible at `offset`: the nearest enclosing
 /// scope's last definition before it, else the first one anywhere (names
 /// defined later in the file, which the checker reports when used early).
-pub fn visible_definition<'a>(
-    defs: &'a [Definition],
-    name: &str,
-    offset: usize,
-) -> Option<&'a Definition> {
-    let candidates = defs.iter().filter(|d| {
-        d.name == name
-            && d.kind != DefKind::Role
-            && d.scope.range().start <= offset
-            && offset <= d.scope.range().end
-    });
-    let inner = candidates
-        .clone()
-        .filter(|d| d.name_span.range().start <= offset)
-        .min_by_key(|d| (d.scope.len(), usize::MAX - d.name_span.range().start));
+pub fn visible_definition<'a>(defs: &'a [Definition], name: &str, offset: usize) -> Option<&'a Definition> {
+    let candidates = defs.iter().filter(|d| d.name == name && d.kind != DefKind::Role && d.scope.range().start <= offset && offset <= d.scope.range().end);
+    let inner = candidates.clone().filter(|d| d.name_span.range().start <= offset).min_by_key(|d| (d.scope.len(), usize::MAX - d.name_span.range().start));
     inner.or_else(|| candidates.min_by_key(|d| d.name_span.range().start))
 }
 
@@ -510,43 +418,25 @@ pub fn definition(ws: &Workspace, offset: usize) -> Option<(FileId, Span)> {
 
 /// For `alias.name` at `span`: the file `alias` imports and `name`'s
 /// definition in it.
-fn imported_definition(
-    ws: &Workspace,
-    defs: &[Definition],
-    text: &str,
-    span: Span,
-) -> Option<(FileId, Definition)> {
+fn imported_definition(ws: &Workspace, defs: &[Definition], text: &str, span: Span) -> Option<(FileId, Definition)> {
     let prefix = text[..span.range().start].strip_suffix('.')?;
     let (alias, _) = word_at(prefix, prefix.len())?;
-    let imp = defs
-        .iter()
-        .find(|d| d.kind == DefKind::Import && d.name == alias)?;
+    let imp = defs.iter().find(|d| d.kind == DefKind::Import && d.name == alias)?;
     let target = imp.target?;
-    let sub = Workspace {
-        root: target,
-        ..ws.clone()
-    };
+    let sub = Workspace { root: target, ..ws.clone() };
     let name = &text[span.range()];
-    let d = definitions(&sub)
-        .into_iter()
-        .find(|d| d.name == name && d.kind != DefKind::Rule)?;
+    let d = definitions(&sub).into_iter().find(|d| d.name == name && d.kind != DefKind::Rule)?;
     Some((target, d))
 }
 
 /// The outline: defs, grammars, captures, roles, inputs and imports.
 pub fn symbols(ws: &Workspace) -> Vec<Definition> {
-    definitions(ws)
-        .into_iter()
-        .filter(|d| !matches!(d.kind, DefKind::LoopVar | DefKind::Param | DefKind::Rule))
-        .collect()
+    definitions(ws).into_iter().filter(|d| !matches!(d.kind, DefKind::LoopVar | DefKind::Param | DefKind::Rule)).collect()
 }
 
 fn option_doc(o: &OptionSpec, select: bool) -> String {
     let tag = if select { "select" } else { "gen" };
-    format!(
-        "`{tag}` option **{}**: {}\n\ndefault: {}\n\n{}",
-        o.name, o.ty, o.default, o.doc
-    )
+    format!("`{tag}` option **{}**: {}\n\ndefault: {}\n\n{}", o.name, o.ty, o.default, o.doc)
 }
 
 fn signature(b: &builtins::Builtin) -> String {

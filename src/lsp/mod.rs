@@ -47,14 +47,12 @@ pub fn run_stdio() -> i32 {
 pub fn serve(conn: &Connection) -> Result<(), BoxError> {
     let caps = lt::ServerCapabilities {
         position_encoding: Some(lt::PositionEncodingKind::UTF16),
-        text_document_sync: Some(lt::TextDocumentSyncCapability::Options(
-            lt::TextDocumentSyncOptions {
-                open_close: Some(true),
-                change: Some(lt::TextDocumentSyncKind::FULL),
-                save: Some(lt::TextDocumentSyncSaveOptions::Supported(true)),
-                ..Default::default()
-            },
-        )),
+        text_document_sync: Some(lt::TextDocumentSyncCapability::Options(lt::TextDocumentSyncOptions {
+            open_close: Some(true),
+            change: Some(lt::TextDocumentSyncKind::FULL),
+            save: Some(lt::TextDocumentSyncSaveOptions::Supported(true)),
+            ..Default::default()
+        })),
         hover_provider: Some(lt::HoverProviderCapability::Simple(true)),
         completion_provider: Some(lt::CompletionOptions {
             trigger_characters: Some(["%", " ", "|", "\"", "/"].map(String::from).to_vec()),
@@ -67,9 +65,7 @@ pub fn serve(conn: &Connection) -> Result<(), BoxError> {
     conn.initialize(serde_json::to_value(caps)?)?;
     let mut server = Server::default();
     loop {
-        let wait = server
-            .next_deadline()
-            .map(|d| d.saturating_duration_since(Instant::now()));
+        let wait = server.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
         let msg = match wait {
             None => match conn.receiver.recv() {
                 Ok(m) => m,
@@ -117,11 +113,7 @@ struct Server {
 
 impl Server {
     fn next_deadline(&self) -> Option<Instant> {
-        self.docs
-            .values()
-            .filter_map(|(_, d)| d.dirty_since)
-            .min()
-            .map(|t| t + DEBOUNCE)
+        self.docs.values().filter_map(|(_, d)| d.dirty_since).min().map(|t| t + DEBOUNCE)
     }
 
     fn loader(&self) -> FsLoader {
@@ -136,10 +128,7 @@ impl Server {
 
     fn analyse(&self, uri: &Uri, text: &str) -> Workspace {
         let path = uri_to_path(uri);
-        let name = path
-            .as_ref()
-            .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned());
+        let name = path.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
         let name = name.unwrap_or_else(|| uri.as_str().to_string());
         let canon = path.map(|p| std::fs::canonicalize(&p).unwrap_or(p));
         Workspace::load_text(&name, text, canon, &self.loader())
@@ -162,9 +151,7 @@ impl Server {
     }
 
     fn check(&mut self, conn: &Connection, key: &str) -> Result<(), BoxError> {
-        let Some((uri, doc)) = self.docs.get(key) else {
-            return Ok(());
-        };
+        let Some((uri, doc)) = self.docs.get(key) else { return Ok(()) };
         let uri = uri.clone();
         let ws = self.analyse(&uri, &doc.text);
         let by_file = lsp_diagnostics(&ws, &uri);
@@ -176,10 +163,7 @@ impl Server {
             publish(conn, file_uri, diags)?;
         }
         // Files that had diagnostics from this document and have none now.
-        let before = self
-            .published
-            .insert(key.to_string(), now_published.clone())
-            .unwrap_or_default();
+        let before = self.published.insert(key.to_string(), now_published.clone()).unwrap_or_default();
         for stale in before.difference(&now_published) {
             if let Ok(u) = Uri::from_str(stale) {
                 publish(conn, u, Vec::new())?;
@@ -198,11 +182,7 @@ impl Server {
             nt::DidOpenTextDocument::METHOD => {
                 let p: lt::DidOpenTextDocumentParams = serde_json::from_value(n.params)?;
                 let key = p.text_document.uri.as_str().to_string();
-                let doc = Doc {
-                    text: p.text_document.text,
-                    ws: Workspace::default(),
-                    dirty_since: Some(Instant::now()),
-                };
+                let doc = Doc { text: p.text_document.text, ws: Workspace::default(), dirty_since: Some(Instant::now()) };
                 self.docs.insert(key.clone(), (p.text_document.uri, doc));
                 self.check(conn, &key)?;
             }
@@ -226,8 +206,7 @@ impl Server {
                     self.check(conn, &key)?;
                 }
                 // Files importing the saved one see its new text.
-                let others: Vec<String> =
-                    self.docs.keys().filter(|k| **k != key).cloned().collect();
+                let others: Vec<String> = self.docs.keys().filter(|k| **k != key).cloned().collect();
                 for k in others {
                     self.check(conn, &k)?;
                 }
@@ -252,69 +231,38 @@ impl Server {
         use lt::request as rq;
         let id = req.id.clone();
         let result = match req.method.as_str() {
-            rq::HoverRequest::METHOD => self.at::<lt::HoverParams, _>(
-                req,
-                |p| &p.text_document_position_params,
-                |ws, _, off| {
-                    analysis::hover(ws, off).map(|h| lt::Hover {
-                        contents: lt::HoverContents::Markup(lt::MarkupContent {
+            rq::HoverRequest::METHOD => self.at::<lt::HoverParams, _>(req, |p| &p.text_document_position_params, |ws, _, off| {
+                analysis::hover(ws, off).map(|h| lt::Hover {
+                    contents: lt::HoverContents::Markup(lt::MarkupContent { kind: lt::MarkupKind::Markdown, value: h.markdown }),
+                    range: Some(range(ws, ws.root, h.span)),
+                })
+            }),
+            rq::Completion::METHOD => self.at::<lt::CompletionParams, _>(req, |p| &p.text_document_position, |ws, _, off| {
+                let items: Vec<lt::CompletionItem> = analysis::completions(ws, off)
+                    .into_iter()
+                    .map(|c| lt::CompletionItem {
+                        kind: Some(completion_kind(c.kind)),
+                        detail: (!c.detail.is_empty()).then(|| format!("{} {}", c.kind, c.detail)),
+                        documentation: (!c.doc.is_empty()).then_some(lt::Documentation::MarkupContent(lt::MarkupContent {
                             kind: lt::MarkupKind::Markdown,
-                            value: h.markdown,
-                        }),
-                        range: Some(range(ws, ws.root, h.span)),
+                            value: c.doc,
+                        })),
+                        label: c.label,
+                        ..Default::default()
                     })
-                },
-            ),
-            rq::Completion::METHOD => self.at::<lt::CompletionParams, _>(
-                req,
-                |p| &p.text_document_position,
-                |ws, _, off| {
-                    let items: Vec<lt::CompletionItem> = analysis::completions(ws, off)
-                        .into_iter()
-                        .map(|c| lt::CompletionItem {
-                            kind: Some(completion_kind(c.kind)),
-                            detail: (!c.detail.is_empty())
-                                .then(|| format!("{} {}", c.kind, c.detail)),
-                            documentation: (!c.doc.is_empty()).then_some(
-                                lt::Documentation::MarkupContent(lt::MarkupContent {
-                                    kind: lt::MarkupKind::Markdown,
-                                    value: c.doc,
-                                }),
-                            ),
-                            label: c.label,
-                            ..Default::default()
-                        })
-                        .collect();
-                    Some(lt::CompletionResponse::Array(items))
-                },
-            ),
-            rq::GotoDefinition::METHOD => self.at::<lt::GotoDefinitionParams, _>(
-                req,
-                |p| &p.text_document_position_params,
-                |ws, uri, off| {
-                    let (file, span) = analysis::definition(ws, off)?;
-                    let target = if file == ws.root {
-                        uri.clone()
-                    } else {
-                        path_to_uri(ws.sources.get(file).path.as_deref()?)?
-                    };
-                    Some(lt::GotoDefinitionResponse::Scalar(lt::Location {
-                        uri: target,
-                        range: range(ws, file, span),
-                    }))
-                },
-            ),
-            rq::DocumentSymbolRequest::METHOD => self.on_doc::<lt::DocumentSymbolParams, _>(
-                req,
-                |p| &p.text_document.uri,
-                |ws, _, _| Some(document_symbols(ws)),
-            ),
+                    .collect();
+                Some(lt::CompletionResponse::Array(items))
+            }),
+            rq::GotoDefinition::METHOD => self.at::<lt::GotoDefinitionParams, _>(req, |p| &p.text_document_position_params, |ws, uri, off| {
+                let (file, span) = analysis::definition(ws, off)?;
+                let target = if file == ws.root { uri.clone() } else { path_to_uri(ws.sources.get(file).path.as_deref()?)? };
+                Some(lt::GotoDefinitionResponse::Scalar(lt::Location { uri: target, range: range(ws, file, span) }))
+            }),
+            rq::DocumentSymbolRequest::METHOD => {
+                self.on_doc::<lt::DocumentSymbolParams, _>(req, |p| &p.text_document.uri, |ws, _, _| Some(document_symbols(ws)))
+            }
             other => {
-                return Response::new_err(
-                    id,
-                    ErrorCode::MethodNotFound as i32,
-                    format!("lmt lsp does not handle `{other}`"),
-                );
+                return Response::new_err(id, ErrorCode::MethodNotFound as i32, format!("lmt lsp does not handle `{other}`"));
             }
         };
         match result {
@@ -334,19 +282,11 @@ impl Server {
         P: serde::de::DeserializeOwned,
         R: serde::Serialize,
     {
-        self.on_doc(
-            req,
-            |p: &P| &pos(p).text_document.uri,
-            |ws, uri, p| {
-                let text = &ws.sources.get(ws.root).text;
-                let at = pos(p).position;
-                f(
-                    ws,
-                    uri,
-                    LineIndex::new(text).offset_of_utf16(text, at.line, at.character),
-                )
-            },
-        )
+        self.on_doc(req, |p: &P| &pos(p).text_document.uri, |ws, uri, p| {
+            let text = &ws.sources.get(ws.root).text;
+            let at = pos(p).position;
+            f(ws, uri, LineIndex::new(text).offset_of_utf16(text, at.line, at.character))
+        })
     }
 
     /// Runs `f` on the open document a request names (`null` when it is
@@ -362,9 +302,7 @@ impl Server {
         R: serde::Serialize,
     {
         let p: P = serde_json::from_value(req.params).map_err(|e| e.to_string())?;
-        let Some((uri, doc)) = self.docs.get(uri(&p).as_str()) else {
-            return Ok(serde_json::Value::Null);
-        };
+        let Some((uri, doc)) = self.docs.get(uri(&p).as_str()) else { return Ok(serde_json::Value::Null) };
         serde_json::to_value(f(&doc.ws, uri, &p)).map_err(|e| e.to_string())
     }
 }
@@ -391,15 +329,8 @@ fn document_symbols(ws: &Workspace) -> lt::DocumentSymbolResponse {
 }
 
 fn publish(conn: &Connection, uri: Uri, diagnostics: Vec<lt::Diagnostic>) -> Result<(), BoxError> {
-    let params = lt::PublishDiagnosticsParams {
-        uri,
-        diagnostics,
-        version: None,
-    };
-    let n = Notification::new(
-        lt::notification::PublishDiagnostics::METHOD.to_string(),
-        params,
-    );
+    let params = lt::PublishDiagnosticsParams { uri, diagnostics, version: None };
+    let n = Notification::new(lt::notification::PublishDiagnostics::METHOD.to_string(), params);
     conn.sender.send(Message::Notification(n))?;
     Ok(())
 }
@@ -430,19 +361,10 @@ pub fn lsp_diagnostics(ws: &Workspace, root_uri: &Uri) -> Vec<(Uri, Vec<lt::Diag
 
 /// One diagnostic in LSP form: the same code, message and span as `lmt
 /// check`; the help goes after the message.
-fn to_lsp(
-    ws: &Workspace,
-    d: &Diagnostic,
-    root_uri: &Uri,
-    lines: &mut HashMap<FileId, LineIndex>,
-) -> lt::Diagnostic {
+fn to_lsp(ws: &Workspace, d: &Diagnostic, root_uri: &Uri, lines: &mut HashMap<FileId, LineIndex>) -> lt::Diagnostic {
     let mut range = |file: FileId, span: Span| {
         let text = &ws.sources.get(file).text;
-        range_in(
-            text,
-            lines.entry(file).or_insert_with(|| LineIndex::new(text)),
-            span,
-        )
+        range_in(text, lines.entry(file).or_insert_with(|| LineIndex::new(text)), span)
     };
     let mut message = d.message.clone();
     if let Some(h) = &d.help {
@@ -453,21 +375,10 @@ fn to_lsp(
         .secondary
         .iter()
         .filter_map(|l| {
-            let uri = if l.file == ws.root {
-                root_uri.clone()
-            } else {
-                path_to_uri(ws.sources.get(l.file).path.as_deref()?)?
-            };
+            let uri = if l.file == ws.root { root_uri.clone() } else { path_to_uri(ws.sources.get(l.file).path.as_deref()?)? };
             Some(lt::DiagnosticRelatedInformation {
-                location: lt::Location {
-                    uri,
-                    range: range(l.file, l.span),
-                },
-                message: if l.message.is_empty() {
-                    "here".into()
-                } else {
-                    l.message.clone()
-                },
+                location: lt::Location { uri, range: range(l.file, l.span) },
+                message: if l.message.is_empty() { "here".into() } else { l.message.clone() },
             })
         })
         .collect();
@@ -498,10 +409,7 @@ fn range_in(text: &str, idx: &LineIndex, span: Span) -> lt::Range {
         let (line, character) = idx.utf16_position(text, o.min(text.len()));
         lt::Position { line, character }
     };
-    lt::Range {
-        start: pos(span.range().start),
-        end: pos(span.range().end),
-    }
+    lt::Range { start: pos(span.range().start), end: pos(span.range().end) }
 }
 
 /// The path of a `file:` URI.
@@ -512,9 +420,7 @@ pub fn uri_to_path(uri: &Uri) -> Option<PathBuf> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) =
-                u8::from_str_radix(std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?, 16)
-            {
+            if let Ok(b) = u8::from_str_radix(std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?, 16) {
                 out.push(b);
                 i += 3;
                 continue;
@@ -558,8 +464,6 @@ fn symbol_kind(kind: DefKind) -> lt::SymbolKind {
         DefKind::Import => lt::SymbolKind::MODULE,
         DefKind::Role => lt::SymbolKind::NAMESPACE,
         DefKind::Input => lt::SymbolKind::CONSTANT,
-        DefKind::Capture | DefKind::Variable | DefKind::LoopVar | DefKind::Param => {
-            lt::SymbolKind::VARIABLE
-        }
+        DefKind::Capture | DefKind::Variable | DefKind::LoopVar | DefKind::Param => lt::SymbolKind::VARIABLE,
     }
 }

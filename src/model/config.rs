@@ -151,16 +151,15 @@ impl ModelConfig {
     /// it, for more EOS ids).
     pub fn from_hf_file(path: &Path) -> Result<ModelConfig, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        let json: Value = serde_json::from_str(&text).map_err(|e| {
-            ModelError::Config(format!("`{}` is not valid JSON: {e}", path.display()))
-        })?;
-        let mut cfg = ModelConfig::from_hf_json(&json).map_err(|e| e.in_file(path))?;
+        let json: Value = serde_json::from_str(&text)
+            .map_err(|e| ModelError::Config(format!("`{}` is not valid JSON: {e}", path.display())))?;
+        let mut cfg = ModelConfig::from_hf_json(&json)
+            .map_err(|e| e.in_file(path))?;
         if let Some(dir) = path.parent() {
             let gen = dir.join("generation_config.json");
             if let Ok(text) = std::fs::read_to_string(&gen) {
-                let json: Value = serde_json::from_str(&text).map_err(|e| {
-                    ModelError::Config(format!("`{}` is not valid JSON: {e}", gen.display()))
-                })?;
+                let json: Value = serde_json::from_str(&text)
+                    .map_err(|e| ModelError::Config(format!("`{}` is not valid JSON: {e}", gen.display())))?;
                 for id in ids(&json["eos_token_id"]) {
                     if !cfg.eos_token_ids.contains(&id) {
                         cfg.eos_token_ids.push(id);
@@ -177,16 +176,10 @@ impl ModelConfig {
             .as_str()
             .or_else(|| json["architectures"][0].as_str())
             .ok_or_else(|| ModelError::Config("no `model_type` or `architectures`".into()))?;
-        let arch =
-            Arch::from_name(name).ok_or_else(|| ModelError::UnsupportedArch(name.to_string()))?;
-        let act = json["hidden_act"]
-            .as_str()
-            .or_else(|| json["hidden_activation"].as_str())
-            .unwrap_or("silu");
+        let arch = Arch::from_name(name).ok_or_else(|| ModelError::UnsupportedArch(name.to_string()))?;
+        let act = json["hidden_act"].as_str().or_else(|| json["hidden_activation"].as_str()).unwrap_or("silu");
         if act != "silu" && act != "swish" {
-            return Err(ModelError::Config(format!(
-                "activation `{act}` is not supported (only silu)"
-            )));
+            return Err(ModelError::Config(format!("activation `{act}` is not supported (only silu)")));
         }
         let hidden_size = req(json, "hidden_size")?;
         let num_heads = req(json, "num_attention_heads")?;
@@ -195,21 +188,12 @@ impl ModelConfig {
         let max_position_embeddings = opt(json, "max_position_embeddings").unwrap_or(4096);
         // transformers 5 moves the rope keys into `rope_parameters`.
         let rp = &json["rope_parameters"];
-        let rope_src = if rp.is_object() {
-            rp
-        } else {
-            &json["rope_scaling"]
-        };
-        let theta = num(rp, "rope_theta")
-            .or_else(|| num(json, "rope_theta"))
-            .unwrap_or(10_000.0);
-        let partial = num(rp, "partial_rotary_factor")
-            .or_else(|| num(json, "partial_rotary_factor"))
-            .unwrap_or(1.0);
+        let rope_src = if rp.is_object() { rp } else { &json["rope_scaling"] };
+        let theta = num(rp, "rope_theta").or_else(|| num(json, "rope_theta")).unwrap_or(10_000.0);
+        let partial = num(rp, "partial_rotary_factor").or_else(|| num(json, "partial_rotary_factor")).unwrap_or(1.0);
         let rot_dim = ((head_dim as f64 * partial) as usize) & !1;
         let scaling = rope_scaling(rope_src, json, rot_dim, max_position_embeddings)?;
-        let window = if arch == Arch::Mistral || json["use_sliding_window"].as_bool() == Some(true)
-        {
+        let window = if arch == Arch::Mistral || json["use_sliding_window"].as_bool() == Some(true) {
             opt(json, "sliding_window")
         } else {
             None
@@ -231,13 +215,7 @@ impl ModelConfig {
             head_dim,
             vocab_size: req(json, "vocab_size")?,
             rms_norm_eps: num(json, "rms_norm_eps").unwrap_or(1e-6),
-            rope: Rope {
-                theta,
-                dim: rot_dim,
-                interleaved: false,
-                scaling,
-                freq_factors: None,
-            },
+            rope: Rope { theta, dim: rot_dim, interleaved: false, scaling, freq_factors: None },
             windows,
             tie_word_embeddings: json["tie_word_embeddings"].as_bool().unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || json["attention_bias"].as_bool() == Some(true),
@@ -254,29 +232,17 @@ impl ModelConfig {
     /// not a tensor-shape failure mid-forward.
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: String| Err(ModelError::Config(m));
-        if self.num_heads == 0
-            || self.num_kv_heads == 0
-            || !self.num_heads.is_multiple_of(self.num_kv_heads)
-        {
+        if self.num_heads == 0 || self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return bad(format!(
                 "{} attention heads cannot be shared by {} key/value heads",
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if self.head_dim == 0
-            || self.hidden_size == 0
-            || self.vocab_size == 0
-            || self.num_layers == 0
-        {
-            return bad(
-                "hidden size, head size, vocabulary and layer count must be positive".into(),
-            );
+        if self.head_dim == 0 || self.hidden_size == 0 || self.vocab_size == 0 || self.num_layers == 0 {
+            return bad("hidden size, head size, vocabulary and layer count must be positive".into());
         }
         if self.rope.dim == 0 || self.rope.dim > self.head_dim {
-            return bad(format!(
-                "{} rotary dimensions do not fit a head of {}",
-                self.rope.dim, self.head_dim
-            ));
+            return bad(format!("{} rotary dimensions do not fit a head of {}", self.rope.dim, self.head_dim));
         }
         Ok(())
     }
@@ -285,20 +251,12 @@ impl ModelConfig {
     /// factors at the original context length), and the cos/sin scale.
     pub fn inv_freq(&self, long: bool) -> (Vec<f32>, f32) {
         let d = self.rope.dim;
-        let base: Vec<f64> = (0..d)
-            .step_by(2)
-            .map(|i| 1.0 / self.rope.theta.powf(i as f64 / d as f64))
-            .collect();
+        let base: Vec<f64> = (0..d).step_by(2).map(|i| 1.0 / self.rope.theta.powf(i as f64 / d as f64)).collect();
         let mut scale = 1.0;
         let mut freqs: Vec<f64> = match &self.rope.scaling {
             RopeScaling::None => base,
             RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max,
-            } => {
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max } => {
                 let orig = *original_max as f64;
                 let low_wavelen = orig / low_freq_factor;
                 let high_wavelen = orig / high_freq_factor;
@@ -310,19 +268,13 @@ impl ModelConfig {
                         } else if wavelen > low_wavelen {
                             f / factor
                         } else {
-                            let smooth = (orig / wavelen - low_freq_factor)
-                                / (high_freq_factor - low_freq_factor);
+                            let smooth = (orig / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                             (1.0 - smooth) * f / factor + smooth * f
                         }
                     })
                     .collect()
             }
-            RopeScaling::LongRope {
-                short,
-                long: l,
-                attention_factor,
-                ..
-            } => {
+            RopeScaling::LongRope { short, long: l, attention_factor, .. } => {
                 scale = *attention_factor;
                 let factors = if long { l } else { short };
                 base.iter().zip(factors).map(|(f, k)| f / k).collect()
@@ -346,28 +298,16 @@ impl ModelConfig {
 }
 
 /// The `rope_scaling` (or `rope_parameters`) object.
-fn rope_scaling(
-    src: &Value,
-    json: &Value,
-    dim: usize,
-    max_pos: usize,
-) -> Result<RopeScaling, ModelError> {
+fn rope_scaling(src: &Value, json: &Value, dim: usize, max_pos: usize) -> Result<RopeScaling, ModelError> {
     if !src.is_object() {
         return Ok(RopeScaling::None);
     }
-    let kind = src["rope_type"]
-        .as_str()
-        .or_else(|| src["type"].as_str())
-        .unwrap_or("default");
+    let kind = src["rope_type"].as_str().or_else(|| src["type"].as_str()).unwrap_or("default");
     let f = |k: &str| num(src, k);
-    let need = |k: &str| {
-        f(k).ok_or_else(|| ModelError::Config(format!("rope scaling `{kind}` needs `{k}`")))
-    };
+    let need = |k: &str| f(k).ok_or_else(|| ModelError::Config(format!("rope scaling `{kind}` needs `{k}`")));
     Ok(match kind {
         "default" => RopeScaling::None,
-        "linear" => RopeScaling::Linear {
-            factor: need("factor")?,
-        },
+        "linear" => RopeScaling::Linear { factor: need("factor")? },
         "llama3" => RopeScaling::Llama3 {
             factor: need("factor")?,
             low_freq_factor: need("low_freq_factor")?,
@@ -376,15 +316,9 @@ fn rope_scaling(
         },
         "longrope" | "su" => {
             let list = |k: &str| -> Result<Vec<f64>, ModelError> {
-                let v: Vec<f64> = src[k]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                    .unwrap_or_default();
+                let v: Vec<f64> = src[k].as_array().map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default();
                 if v.len() != dim / 2 {
-                    return Err(ModelError::Config(format!(
-                        "rope scaling `{kind}`: `{k}` needs {} numbers",
-                        dim / 2
-                    )));
+                    return Err(ModelError::Config(format!("rope scaling `{kind}`: `{k}` needs {} numbers", dim / 2)));
                 }
                 Ok(v)
             };
@@ -397,18 +331,9 @@ fn rope_scaling(
             } else {
                 (1.0 + factor.ln() / (original_max as f64).ln()).sqrt()
             });
-            RopeScaling::LongRope {
-                short: list("short_factor")?,
-                long: list("long_factor")?,
-                original_max,
-                attention_factor,
-            }
+            RopeScaling::LongRope { short: list("short_factor")?, long: list("long_factor")?, original_max, attention_factor }
         }
-        other => {
-            return Err(ModelError::Config(format!(
-                "rope scaling `{other}` is not supported (default, linear, llama3, longrope)"
-            )))
-        }
+        other => return Err(ModelError::Config(format!("rope scaling `{other}` is not supported (default, linear, llama3, longrope)"))),
     })
 }
 
@@ -431,11 +356,7 @@ fn num(json: &Value, key: &str) -> Option<f64> {
 fn ids(v: &Value) -> Vec<u32> {
     match v {
         Value::Number(n) => n.as_u64().map(|i| vec![i as u32]).unwrap_or_default(),
-        Value::Array(a) => a
-            .iter()
-            .filter_map(Value::as_u64)
-            .map(|i| i as u32)
-            .collect(),
+        Value::Array(a) => a.iter().filter_map(Value::as_u64).map(|i| i as u32).collect(),
         _ => Vec::new(),
     }
 }

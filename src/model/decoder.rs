@@ -98,12 +98,7 @@ enum Visibility<'a> {
 impl Decoder {
     /// A fresh, empty state.
     pub fn new_state(&self) -> KvState {
-        KvState {
-            tokens: Vec::new(),
-            layers: vec![None; self.config.num_layers],
-            last: None,
-            stats: ForwardStats::default(),
-        }
+        KvState { tokens: Vec::new(), layers: vec![None; self.config.num_layers], last: None, stats: ForwardStats::default() }
     }
 
     /// The device the weights live on.
@@ -127,12 +122,7 @@ impl Decoder {
 
     /// Feeds `tokens` and returns the logits after each token whose index
     /// (in `tokens`) is in `rows`.
-    pub fn append_rows(
-        &self,
-        st: &mut KvState,
-        tokens: &[u32],
-        rows: &[usize],
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub fn append_rows(&self, st: &mut KvState, tokens: &[u32], rows: &[usize]) -> Result<Vec<Vec<f32>>, ModelError> {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
@@ -140,11 +130,7 @@ impl Decoder {
         let positions: Vec<usize> = (start..start + tokens.len()).collect();
         let out = self.forward(st, tokens, &positions, Visibility::Causal, rows)?;
         st.tokens.extend_from_slice(tokens);
-        st.last = if rows.last() == Some(&(tokens.len() - 1)) {
-            out.last().cloned()
-        } else {
-            None
-        };
+        st.last = if rows.last() == Some(&(tokens.len() - 1)) { out.last().cloned() } else { None };
         Ok(out)
     }
 
@@ -155,9 +141,7 @@ impl Decoder {
             return Ok(l.clone());
         }
         let Some(&last) = st.tokens.last() else {
-            return Err(ModelError::Runtime(
-                "no logits before the first token: feed at least one token (BOS)".into(),
-            ));
+            return Err(ModelError::Runtime("no logits before the first token: feed at least one token (BOS)".into()));
         };
         st.truncate(st.tokens.len() - 1)?;
         self.append(st, &[last])
@@ -166,11 +150,7 @@ impl Decoder {
     /// Log-probabilities of each token of each option given the state's
     /// tokens as prefix, all options in one forward pass; the state is left
     /// holding the prefix only.
-    pub fn score(
-        &self,
-        st: &mut KvState,
-        options: &[Vec<u32>],
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
         let first = self.logits(st)?;
         let prefix = st.tokens.len();
         let mut tokens = Vec::new();
@@ -212,9 +192,7 @@ impl Decoder {
                     .enumerate()
                     .map(|(i, &t)| match i {
                         0 => first[t as usize] - first_lse,
-                        _ => next
-                            .next()
-                            .map_or(f32::NAN, |row| row[t as usize] - log_sum_exp(row)),
+                        _ => next.next().map_or(f32::NAN, |row| row[t as usize] - log_sum_exp(row)),
                     })
                     .collect()
             })
@@ -233,23 +211,15 @@ impl Decoder {
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let cfg = &self.config;
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            return Err(ModelError::Runtime(format!(
-                "token id {t} is outside the model's vocabulary of {}",
-                cfg.vocab_size
-            )));
+            return Err(ModelError::Runtime(format!("token id {t} is outside the model's vocabulary of {}", cfg.vocab_size)));
         }
         if let Some(&p) = positions.iter().max() {
             if p >= cfg.max_position_embeddings {
-                return Err(ModelError::ContextFull {
-                    max: cfg.max_position_embeddings,
-                });
+                return Err(ModelError::ContextFull { max: cfg.max_position_embeddings });
             }
         }
         if let Some(&r) = rows.iter().find(|&&r| r >= tokens.len()) {
-            return Err(ModelError::Runtime(format!(
-                "logits row {r} asked of a chunk of {}",
-                tokens.len()
-            )));
+            return Err(ModelError::Runtime(format!("logits row {r} asked of a chunk of {}", tokens.len())));
         }
         let dev = &self.device;
         // A failed pass must leave the cache as it was (cheap: tensors are
@@ -276,13 +246,7 @@ impl Decoder {
 
     /// Embeds `tokens` and runs every layer, appending to the caches (which
     /// hold the state's tokens, not yet these).
-    fn run_layers(
-        &self,
-        st: &mut KvState,
-        tokens: &[u32],
-        positions: &[usize],
-        vis: &Visibility<'_>,
-    ) -> Result<Tensor, ModelError> {
+    fn run_layers(&self, st: &mut KvState, tokens: &[u32], positions: &[usize], vis: &Visibility<'_>) -> Result<Tensor, ModelError> {
         let cfg = &self.config;
         let past = st.tokens.len();
         let ids = Tensor::new(tokens, &self.device)?;
@@ -333,17 +297,10 @@ impl Decoder {
 
     /// The additive mask `(n, past + n)`, or `None` when every token may see
     /// everything before it (a single token with no window in reach).
-    fn mask(
-        &self,
-        past: usize,
-        positions: &[usize],
-        vis: &Visibility<'_>,
-        window: Option<usize>,
-    ) -> Result<Option<Tensor>, ModelError> {
+    fn mask(&self, past: usize, positions: &[usize], vis: &Visibility<'_>, window: Option<usize>) -> Result<Option<Tensor>, ModelError> {
         let n = positions.len();
         let total = past + n;
-        let window_bites =
-            window.is_some_and(|w| positions.iter().max().copied().unwrap_or(0) >= w);
+        let window_bites = window.is_some_and(|w| positions.iter().max().copied().unwrap_or(0) >= w);
         if n == 1 && !window_bites {
             return Ok(None);
         }
@@ -368,9 +325,7 @@ impl Decoder {
                 }
             }
         }
-        Ok(Some(
-            Tensor::from_vec(m, (n, total), &self.device)?.to_dtype(self.dtype)?,
-        ))
+        Ok(Some(Tensor::from_vec(m, (n, total), &self.device)?.to_dtype(self.dtype)?))
     }
 
     /// One decoder layer.
@@ -389,8 +344,7 @@ impl Decoder {
         let (nh, nkv, d) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
         let h = candle_nn::ops::rms_norm(x, &l.attn_norm, eps)?;
         let qkv = l.qkv.forward(&h)?;
-        let heads =
-            |t: &Tensor, count: usize| t.reshape((1, n, count, d))?.transpose(1, 2)?.contiguous();
+        let heads = |t: &Tensor, count: usize| t.reshape((1, n, count, d))?.transpose(1, 2)?.contiguous();
         let mut q = heads(&qkv[0], nh)?;
         let mut k = heads(&qkv[1], nkv)?;
         let v = heads(&qkv[2], nkv)?;
@@ -412,18 +366,12 @@ impl Decoder {
         let q = q.reshape((1, nkv, rep * n, d))?;
         let att = (q.matmul(&k.t()?)? * (1.0 / (d as f64).sqrt()))?;
         let att = match mask {
-            Some(m) => att
-                .reshape((1, nkv, rep, n, total))?
-                .broadcast_add(m)?
-                .reshape((1, nkv, rep * n, total))?,
+            Some(m) => att.reshape((1, nkv, rep, n, total))?.broadcast_add(m)?.reshape((1, nkv, rep * n, total))?,
             None => att,
         };
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&v.contiguous()?)?; // (1, nkv, rep*n, d)
-        let y = y
-            .reshape((1, nh, n, d))?
-            .transpose(1, 2)?
-            .reshape((1, n, nh * d))?;
+        let y = y.reshape((1, nh, n, d))?.transpose(1, 2)?.reshape((1, n, nh * d))?;
         let x = (x + l.o.forward(&y)?)?;
         let h = candle_nn::ops::rms_norm(&x, &l.mlp_norm, eps)?;
         let gu = l.gate_up.forward(&h)?;

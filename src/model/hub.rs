@@ -31,33 +31,17 @@ impl ModelSpec {
     /// something shaped like `org/name[@revision]`.
     pub fn parse(s: &str) -> Result<ModelSpec, ModelError> {
         let path = Path::new(s);
-        if path.exists()
-            || s.ends_with(".gguf")
-            || s.starts_with('.')
-            || s.starts_with('/')
-            || s.starts_with('~')
-        {
+        if path.exists() || s.ends_with(".gguf") || s.starts_with('.') || s.starts_with('/') || s.starts_with('~') {
             return Ok(ModelSpec::Path(path.to_path_buf()));
         }
         let (repo, revision) = match s.split_once('@') {
             Some((r, v)) => (r, v),
             None => (s, "main"),
         };
-        let ok_part = |p: &str| {
-            !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        };
+        let ok_part = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         let parts: Vec<&str> = repo.split('/').collect();
-        if parts.len() == 2
-            && parts.iter().all(|p| ok_part(p))
-            && !revision.is_empty()
-            && !revision.contains("..")
-        {
-            return Ok(ModelSpec::Hub {
-                repo: repo.to_string(),
-                revision: revision.to_string(),
-            });
+        if parts.len() == 2 && parts.iter().all(|p| ok_part(p)) && !revision.is_empty() && !revision.contains("..") {
+            return Ok(ModelSpec::Hub { repo: repo.to_string(), revision: revision.to_string() });
         }
         Err(ModelError::MissingFile {
             path: path.to_path_buf(),
@@ -115,48 +99,32 @@ impl HubEnv {
     /// the token from `HF_TOKEN`, else the `token` file in `HF_HOME`
     /// (or `HF_TOKEN_PATH`); offline when `HF_HUB_OFFLINE` is true.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> HubEnv {
-        let home = get("HOME")
-            .or_else(|| get("USERPROFILE"))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
+        let home = get("HOME").or_else(|| get("USERPROFILE")).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
         let hf_home = get("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
-            get("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| home.join(".cache"))
-                .join("huggingface")
+            get("XDG_CACHE_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".cache")).join("huggingface")
         });
         let cache = get("HF_HUB_CACHE")
             .or_else(|| get("HUGGINGFACE_HUB_CACHE"))
             .map(PathBuf::from)
             .unwrap_or_else(|| hf_home.join("hub"));
-        let token_path = get("HF_TOKEN_PATH")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| hf_home.join("token"));
+        let token_path = get("HF_TOKEN_PATH").map(PathBuf::from).unwrap_or_else(|| hf_home.join("token"));
         let token = get("HF_TOKEN")
             .or_else(|| get("HUGGING_FACE_HUB_TOKEN"))
             .or_else(|| std::fs::read_to_string(token_path).ok())
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty());
-        let truthy = |k: &str| {
-            get(k).is_some_and(|v| {
-                matches!(v.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true")
-            })
-        };
+        let truthy = |k: &str| get(k).is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true"));
         HubEnv {
             cache,
             token,
             offline: truthy("HF_HUB_OFFLINE") || truthy("TRANSFORMERS_OFFLINE"),
-            endpoint: get("HF_ENDPOINT")
-                .unwrap_or_else(|| "https://huggingface.co".into())
-                .trim_end_matches('/')
-                .to_string(),
+            endpoint: get("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".into()).trim_end_matches('/').to_string(),
         }
     }
 
     /// `models--org--name` in the cache.
     pub fn repo_dir(&self, repo: &str) -> PathBuf {
-        self.cache
-            .join(format!("models--{}", repo.replace('/', "--")))
+        self.cache.join(format!("models--{}", repo.replace('/', "--")))
     }
 
     /// The cached snapshot of `repo` at `revision`, if it holds a complete
@@ -167,10 +135,7 @@ impl HubEnv {
         let commit = if is_commit {
             revision.to_string()
         } else {
-            std::fs::read_to_string(dir.join("refs").join(revision))
-                .ok()?
-                .trim()
-                .to_string()
+            std::fs::read_to_string(dir.join("refs").join(revision)).ok()?.trim().to_string()
         };
         let snap = dir.join("snapshots").join(commit);
         let complete = snap.join("config.json").is_file()
@@ -197,32 +162,21 @@ impl HubEnv {
             .with_progress(true)
             .build()
             .map_err(|e| fail("client", &e))?;
-        let hub = api.repo(Repo::with_revision(
-            repo.to_string(),
-            RepoType::Model,
-            revision.to_string(),
-        ));
+        let hub = api.repo(Repo::with_revision(repo.to_string(), RepoType::Model, revision.to_string()));
         let info = hub.info().map_err(|e| fail("repository info", &e))?;
         let names: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
         let has = |n: &str| names.iter().any(|s| s == n);
-        let mut wanted: Vec<String> = [
-            "config.json",
-            "tokenizer.json",
-            "tokenizer_config.json",
-            "generation_config.json",
-        ]
-        .into_iter()
-        .filter(|n| has(n))
-        .map(String::from)
-        .collect();
+        let mut wanted: Vec<String> = ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+            .into_iter()
+            .filter(|n| has(n))
+            .map(String::from)
+            .collect();
         if has("model.safetensors.index.json") {
             wanted.push("model.safetensors.index.json".into());
-            let index = hub
-                .get("model.safetensors.index.json")
-                .map_err(|e| fail("weight index", &e))?;
+            let index = hub.get("model.safetensors.index.json").map_err(|e| fail("weight index", &e))?;
             let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
-            let json: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| ModelError::Hub(format!("bad weight index: {e}")))?;
+            let json: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| ModelError::Hub(format!("bad weight index: {e}")))?;
             let mut shards: Vec<String> = json["weight_map"]
                 .as_object()
                 .into_iter()
@@ -242,9 +196,7 @@ impl HubEnv {
         }
         for needed in ["config.json", "tokenizer.json"] {
             if !has(needed) {
-                return Err(ModelError::Hub(format!(
-                    "`{repo}@{revision}` has no {needed}"
-                )));
+                return Err(ModelError::Hub(format!("`{repo}@{revision}` has no {needed}")));
             }
         }
         let mut dir = None;

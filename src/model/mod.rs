@@ -67,15 +67,9 @@ impl ModelError {
     /// An I/O error on `path`.
     pub fn io(path: &Path, source: std::io::Error) -> ModelError {
         if source.kind() == std::io::ErrorKind::NotFound {
-            return ModelError::MissingFile {
-                path: path.to_path_buf(),
-                what: "a model file".into(),
-            };
+            return ModelError::MissingFile { path: path.to_path_buf(), what: "a model file".into() };
         }
-        ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        ModelError::Io { path: path.to_path_buf(), source }
     }
 
     /// The same error, saying which file it came from.
@@ -90,26 +84,16 @@ impl ModelError {
 impl std::fmt::Display for ModelError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ModelError::Io { path, source } => {
-                write!(f, "cannot read `{}`: {source}", path.display())
-            }
-            ModelError::MissingFile { path, what } => {
-                write!(f, "`{}` not found ({what})", path.display())
-            }
+            ModelError::Io { path, source } => write!(f, "cannot read `{}`: {source}", path.display()),
+            ModelError::MissingFile { path, what } => write!(f, "`{}` not found ({what})", path.display()),
             ModelError::Config(m) => write!(f, "bad model config: {m}"),
             ModelError::UnsupportedArch(a) => {
-                write!(
-                    f,
-                    "model architecture `{a}` is not supported (lmt runs: {SUPPORTED})"
-                )
+                write!(f, "model architecture `{a}` is not supported (lmt runs: {SUPPORTED})")
             }
             ModelError::Weights(m) => write!(f, "bad weights: {m}"),
             ModelError::Tokenizer(m) => write!(f, "tokenizer: {m}"),
             ModelError::Hub(m) => write!(f, "{m}"),
-            ModelError::ContextFull { max } => write!(
-                f,
-                "the sequence reached the model's context length ({max} tokens)"
-            ),
+            ModelError::ContextFull { max } => write!(f, "the sequence reached the model's context length ({max} tokens)"),
             ModelError::Runtime(m) => write!(f, "{m}"),
             ModelError::Candle(e) => write!(f, "tensor error: {e}"),
         }
@@ -135,10 +119,7 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> LoadOptions {
-        LoadOptions {
-            device: Device::Cpu,
-            tokenizer: None,
-        }
+        LoadOptions { device: Device::Cpu, tokenizer: None }
     }
 }
 
@@ -148,10 +129,7 @@ impl LoadOptions {
     pub fn best_device() -> LoadOptions {
         #[cfg(feature = "cuda")]
         if let Ok(d) = Device::new_cuda(0) {
-            return LoadOptions {
-                device: d,
-                tokenizer: None,
-            };
+            return LoadOptions { device: d, tokenizer: None };
         }
         LoadOptions::default()
     }
@@ -179,11 +157,7 @@ impl Model {
     /// Loads a model directory or a `.gguf` file.
     pub fn load_path(path: &Path, opts: &LoadOptions) -> Result<Model, ModelError> {
         let decoder = Decoder::load(path, &opts.device)?;
-        let dir = if path.is_dir() {
-            path
-        } else {
-            path.parent().unwrap_or(Path::new("."))
-        };
+        let dir = if path.is_dir() { path } else { path.parent().unwrap_or(Path::new(".")) };
         let tok_file = match &opts.tokenizer {
             Some(t) => t.clone(),
             None => dir.join("tokenizer.json"),
@@ -191,16 +165,11 @@ impl Model {
         if !tok_file.is_file() {
             return Err(ModelError::MissingFile {
                 path: tok_file,
-                what: "the tokenizer (put tokenizer.json beside the weights or pass --tokenizer)"
-                    .into(),
+                what: "the tokenizer (put tokenizer.json beside the weights or pass --tokenizer)".into(),
             });
         }
         let tokenizer = ModelTokenizer::load(&tok_file, &decoder.config)?;
-        Ok(Model {
-            decoder,
-            tokenizer,
-            source: path.to_path_buf(),
-        })
+        Ok(Model { decoder, tokenizer, source: path.to_path_buf() })
     }
 }
 
@@ -212,31 +181,14 @@ impl Decoder {
             let cfg = ModelConfig::from_hf_file(&path.join("config.json"))?;
             let files = safetensors_files(path)?;
             // CPU matmuls are fast in f32 only; GPUs keep half precision.
-            let dtype = if device.is_cpu() {
-                DType::F32
-            } else {
-                DType::BF16
-            };
+            let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
             let weights = weights::load_safetensors(&files, &cfg, device, dtype)?;
-            Ok(Decoder {
-                config: cfg,
-                weights,
-                device: device.clone(),
-                dtype,
-            })
+            Ok(Decoder { config: cfg, weights, device: device.clone(), dtype })
         } else if path.is_file() {
             let (cfg, weights) = weights::load_gguf(path, device)?;
-            Ok(Decoder {
-                config: cfg,
-                weights,
-                device: device.clone(),
-                dtype: DType::F32,
-            })
+            Ok(Decoder { config: cfg, weights, device: device.clone(), dtype: DType::F32 })
         } else {
-            Err(ModelError::MissingFile {
-                path: path.to_path_buf(),
-                what: "a model directory or .gguf file".into(),
-            })
+            Err(ModelError::MissingFile { path: path.to_path_buf(), what: "a model directory or .gguf file".into() })
         }
     }
 }

@@ -27,14 +27,7 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> SamplingParams {
-        SamplingParams {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            seed: 0,
-            top_alternatives: 5,
-        }
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0, top_alternatives: 5 }
     }
 }
 
@@ -84,12 +77,7 @@ impl Sampler {
 
     /// Picks a token from `logits`, allowing only `mask`'s tokens (when
     /// given) and adding `bias` (token, logit offset) first.
-    pub fn sample(
-        &mut self,
-        logits: &[f32],
-        mask: Option<&TokenMask>,
-        bias: &[(u32, f32)],
-    ) -> Result<Sampled, ModelError> {
+    pub fn sample(&mut self, logits: &[f32], mask: Option<&TokenMask>, bias: &[(u32, f32)]) -> Result<Sampled, ModelError> {
         let model_lp = log_softmax(logits);
         let allowed = |i: usize| mask.is_none_or(|m| i < m.len() && m.get(i as u32));
         let mut adj: Vec<f32> = logits.to_vec();
@@ -99,32 +87,21 @@ impl Sampler {
             }
         }
         // Candidates: allowed tokens with a finite logit.
-        let mut cand: Vec<(u32, f32)> = adj
-            .iter()
-            .enumerate()
-            .filter(|&(i, v)| allowed(i) && v.is_finite())
-            .map(|(i, &v)| (i as u32, v))
-            .collect();
+        let mut cand: Vec<(u32, f32)> =
+            adj.iter().enumerate().filter(|&(i, v)| allowed(i) && v.is_finite()).map(|(i, &v)| (i as u32, v)).collect();
         if cand.is_empty() {
-            return Err(ModelError::Runtime(
-                "no token is allowed here: the constraint admits nothing the model can emit".into(),
-            ));
+            return Err(ModelError::Runtime("no token is allowed here: the constraint admits nothing the model can emit".into()));
         }
         let p = &self.params;
         let token = if p.temperature == 0.0 {
-            cand.iter()
-                .fold(cand[0], |best, &c| if c.1 > best.1 { c } else { best })
-                .0
+            cand.iter().fold(cand[0], |best, &c| if c.1 > best.1 { c } else { best }).0
         } else {
             cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             if p.top_k > 0 {
                 cand.truncate(p.top_k);
             }
             let max = cand[0].1;
-            let mut probs: Vec<f64> = cand
-                .iter()
-                .map(|c| (((c.1 - max) / p.temperature) as f64).exp())
-                .collect();
+            let mut probs: Vec<f64> = cand.iter().map(|c| (((c.1 - max) / p.temperature) as f64).exp()).collect();
             let total: f64 = probs.iter().sum();
             probs.iter_mut().for_each(|q| *q /= total);
             let mut keep = probs.len();
@@ -154,11 +131,7 @@ impl Sampler {
             }
             pick
         };
-        Ok(Sampled {
-            token,
-            logprob: model_lp[token as usize],
-            top: top_n(&model_lp, p.top_alternatives),
-        })
+        Ok(Sampled { token, logprob: model_lp[token as usize], top: top_n(&model_lp, p.top_alternatives) })
     }
 }
 

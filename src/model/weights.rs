@@ -90,20 +90,12 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-            ModelError::Config(format!("`{}` is not valid JSON: {e}", index.display()))
-        })?;
-        let files: BTreeSet<&str> = json["weight_map"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(_, v)| v.as_str())
-            .collect();
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| ModelError::Config(format!("`{}` is not valid JSON: {e}", index.display())))?;
+        let files: BTreeSet<&str> =
+            json["weight_map"].as_object().into_iter().flatten().filter_map(|(_, v)| v.as_str()).collect();
         if files.is_empty() {
-            return Err(ModelError::Config(format!(
-                "`{}` has no `weight_map`",
-                index.display()
-            )));
+            return Err(ModelError::Config(format!("`{}` has no `weight_map`", index.display())));
         }
         return files
             .into_iter()
@@ -112,10 +104,7 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
                 if p.is_file() {
                     Ok(p)
                 } else {
-                    Err(ModelError::MissingFile {
-                        path: p,
-                        what: "a weight shard named by the index".into(),
-                    })
+                    Err(ModelError::MissingFile { path: p, what: "a weight shard named by the index".into() })
                 }
             })
             .collect();
@@ -152,18 +141,10 @@ pub(crate) fn load_safetensors(
             .map_err(|e| ModelError::Weights(format!("tensor `{name}`: {e}")))
     };
     let mut bytes = 0usize;
-    let mut linear = |w: Tensor,
-                      b: Option<Tensor>,
-                      rows: usize,
-                      cols: usize,
-                      name: &str|
-     -> Result<Linear, ModelError> {
+    let mut linear = |w: Tensor, b: Option<Tensor>, rows: usize, cols: usize, name: &str| -> Result<Linear, ModelError> {
         check_shape(&w, &[rows, cols], name)?;
         bytes += w.elem_count() * dtype.size_in_bytes();
-        Ok(Linear {
-            w: QMatMul::Tensor(w),
-            b,
-        })
+        Ok(Linear { w: QMatMul::Tensor(w), b })
     };
     let (h, d) = (cfg.hidden_size, cfg.head_dim);
     let (qn, kvn) = (cfg.num_heads * d, cfg.num_kv_heads * d);
@@ -185,42 +166,18 @@ pub(crate) fn load_safetensors(
         } else {
             None
         };
-        let qkv = Proj::Fused(
-            linear(qkv, bias, qn + 2 * kvn, h, &format!("{p} qkv"))?,
-            vec![qn, kvn, kvn],
-        );
-        let o = linear(
-            get(&format!("{p}.self_attn.o_proj.weight"))?,
-            None,
-            h,
-            qn,
-            &format!("{p}.self_attn.o_proj"),
-        )?;
+        let qkv = Proj::Fused(linear(qkv, bias, qn + 2 * kvn, h, &format!("{p} qkv"))?, vec![qn, kvn, kvn]);
+        let o = linear(get(&format!("{p}.self_attn.o_proj.weight"))?, None, h, qn, &format!("{p}.self_attn.o_proj"))?;
         let m = cfg.intermediate_size;
         let gate_up = if cfg.arch == Arch::Phi3 {
             get(&format!("{p}.mlp.gate_up_proj.weight"))?
         } else {
-            cat(vec![
-                get(&format!("{p}.mlp.gate_proj.weight"))?,
-                get(&format!("{p}.mlp.up_proj.weight"))?,
-            ])?
+            cat(vec![get(&format!("{p}.mlp.gate_proj.weight"))?, get(&format!("{p}.mlp.up_proj.weight"))?])?
         };
-        let gate_up = Proj::Fused(
-            linear(gate_up, None, 2 * m, h, &format!("{p} gate/up"))?,
-            vec![m, m],
-        );
-        let down = linear(
-            get(&format!("{p}.mlp.down_proj.weight"))?,
-            None,
-            h,
-            m,
-            &format!("{p}.mlp.down_proj"),
-        )?;
+        let gate_up = Proj::Fused(linear(gate_up, None, 2 * m, h, &format!("{p} gate/up"))?, vec![m, m]);
+        let down = linear(get(&format!("{p}.mlp.down_proj.weight"))?, None, h, m, &format!("{p}.mlp.down_proj"))?;
         let (q_norm, k_norm) = if cfg.qk_norm {
-            (
-                Some(get(&format!("{p}.self_attn.q_norm.weight"))?),
-                Some(get(&format!("{p}.self_attn.k_norm.weight"))?),
-            )
+            (Some(get(&format!("{p}.self_attn.q_norm.weight"))?), Some(get(&format!("{p}.self_attn.k_norm.weight"))?))
         } else {
             (None, None)
         };
@@ -237,67 +194,30 @@ pub(crate) fn load_safetensors(
     }
     // Tied checkpoints sometimes ship a copy of the embeddings as
     // `lm_head.weight`; it is not read.
-    let lm_head = if cfg.tie_word_embeddings {
-        embed.clone()
-    } else {
-        get("lm_head.weight")?
-    };
+    let lm_head = if cfg.tie_word_embeddings { embed.clone() } else { get("lm_head.weight")? };
     let lm_head = linear(lm_head, None, cfg.vocab_size, h, "lm_head.weight")?.w;
-    Ok(Weights {
-        embed,
-        layers,
-        norm: get("model.norm.weight")?,
-        lm_head,
-        bytes,
-    })
+    Ok(Weights { embed, layers, norm: get("model.norm.weight")?, lm_head, bytes })
 }
 
 /// A GGUF file's configuration and weights.
-pub(crate) fn load_gguf(
-    path: &Path,
-    device: &Device,
-) -> Result<(ModelConfig, Weights), ModelError> {
+pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, Weights), ModelError> {
     let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-    let content = gguf_file::Content::read(&mut file).map_err(|e| {
-        ModelError::Weights(format!(
-            "`{}` is not a readable GGUF file: {e}",
-            path.display()
-        ))
-    })?;
+    let content = gguf_file::Content::read(&mut file)
+        .map_err(|e| ModelError::Weights(format!("`{}` is not a readable GGUF file: {e}", path.display())))?;
     let mut cfg = gguf_config(&content)?;
-    let mut r = GgufReader {
-        content: &content,
-        file,
-        device,
-        bytes: 0,
-    };
-    let lin = |t: QTensor, b: Option<Tensor>| -> Result<Linear, ModelError> {
-        Ok(Linear {
-            w: QMatMul::from_qtensor(t)?,
-            b,
-        })
-    };
+    let mut r = GgufReader { content: &content, file, device, bytes: 0 };
+    let lin = |t: QTensor, b: Option<Tensor>| -> Result<Linear, ModelError> { Ok(Linear { w: QMatMul::from_qtensor(t)?, b }) };
     let embed_q = r.q("token_embd.weight")?;
     let embed = embed_q.dequantize(device)?;
-    check_shape(
-        &embed,
-        &[cfg.vocab_size, cfg.hidden_size],
-        "token_embd.weight",
-    )?;
-    let (qn, kvn) = (
-        cfg.num_heads * cfg.head_dim,
-        cfg.num_kv_heads * cfg.head_dim,
-    );
+    check_shape(&embed, &[cfg.vocab_size, cfg.hidden_size], "token_embd.weight")?;
+    let (qn, kvn) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
     let m = cfg.intermediate_size;
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = format!("blk.{i}");
         let qkv = if r.has(&format!("{p}.attn_qkv.weight")) {
             let b = r.bias(&format!("{p}.attn_qkv"))?;
-            Proj::Fused(
-                lin(r.q(&format!("{p}.attn_qkv.weight"))?, b)?,
-                vec![qn, kvn, kvn],
-            )
+            Proj::Fused(lin(r.q(&format!("{p}.attn_qkv.weight"))?, b)?, vec![qn, kvn, kvn])
         } else {
             let mut ws = Vec::new();
             let mut bs = Vec::new();
@@ -308,20 +228,14 @@ pub(crate) fn load_gguf(
             fused_or_split(ws, bs, device)?
         };
         let gate_up = if r.has(&format!("{p}.ffn_gate.weight")) {
-            let ws = vec![
-                r.q(&format!("{p}.ffn_gate.weight"))?,
-                r.q(&format!("{p}.ffn_up.weight"))?,
-            ];
+            let ws = vec![r.q(&format!("{p}.ffn_gate.weight"))?, r.q(&format!("{p}.ffn_up.weight"))?];
             fused_or_split(ws, vec![None, None], device)?
         } else {
             // Phi-3: `ffn_up` holds gate and up side by side.
             Proj::Fused(lin(r.q(&format!("{p}.ffn_up.weight"))?, None)?, vec![m, m])
         };
         let (q_norm, k_norm) = if cfg.qk_norm {
-            (
-                Some(r.dense(&format!("{p}.attn_q_norm.weight"))?),
-                Some(r.dense(&format!("{p}.attn_k_norm.weight"))?),
-            )
+            (Some(r.dense(&format!("{p}.attn_q_norm.weight"))?), Some(r.dense(&format!("{p}.attn_k_norm.weight"))?))
         } else {
             (None, None)
         };
@@ -345,24 +259,11 @@ pub(crate) fn load_gguf(
         embed_q
     };
     if r.has("rope_freqs.weight") {
-        let f = r
-            .dense("rope_freqs.weight")?
-            .flatten_all()?
-            .to_dtype(DType::F32)?
-            .to_vec1::<f32>()?;
+        let f = r.dense("rope_freqs.weight")?.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
         cfg.rope.freq_factors = Some(f);
     }
     let lm_head = QMatMul::from_qtensor(lm_head)?;
-    Ok((
-        cfg,
-        Weights {
-            embed,
-            layers,
-            norm,
-            lm_head,
-            bytes: r.bytes,
-        },
-    ))
+    Ok((cfg, Weights { embed, layers, norm, lm_head, bytes: r.bytes }))
 }
 
 /// Reads tensors from a GGUF file, counting the bytes read.
@@ -396,44 +297,25 @@ impl GgufReader<'_> {
     /// `{prefix}.bias`, if the file has it.
     fn bias(&mut self, prefix: &str) -> Result<Option<Tensor>, ModelError> {
         let name = format!("{prefix}.bias");
-        if self.has(&name) {
-            self.dense(&name).map(Some)
-        } else {
-            Ok(None)
-        }
+        if self.has(&name) { self.dense(&name).map(Some) } else { Ok(None) }
     }
 }
 
 /// One matmul for projections that read the same input: block-quantized
 /// rows are independent runs of bytes, so matrices of one type stack by
 /// concatenating their data. Mixed types (llama.cpp's `_M` mixes) stay apart.
-fn fused_or_split(
-    ws: Vec<QTensor>,
-    bs: Vec<Option<Tensor>>,
-    device: &Device,
-) -> Result<Proj, ModelError> {
+fn fused_or_split(ws: Vec<QTensor>, bs: Vec<Option<Tensor>>, device: &Device) -> Result<Proj, ModelError> {
     let dtype = ws[0].dtype();
-    let dims: Vec<(usize, usize)> = ws
-        .iter()
-        .map(|w| w.shape().dims2())
-        .collect::<Result<_, _>>()?;
+    let dims: Vec<(usize, usize)> = ws.iter().map(|w| w.shape().dims2()).collect::<Result<_, _>>()?;
     let cols = dims[0].1;
-    let same = ws
-        .iter()
-        .zip(&dims)
-        .all(|(w, d)| w.dtype() == dtype && d.1 == cols);
+    let same = ws.iter().zip(&dims).all(|(w, d)| w.dtype() == dtype && d.1 == cols);
     let all_bias = bs.iter().all(Option::is_some);
     let no_bias = bs.iter().all(Option::is_none);
     if !same || !(all_bias || no_bias) {
         let parts = ws
             .into_iter()
             .zip(bs)
-            .map(|(w, b)| {
-                Ok(Linear {
-                    w: QMatMul::from_qtensor(w)?,
-                    b,
-                })
-            })
+            .map(|(w, b)| Ok(Linear { w: QMatMul::from_qtensor(w)?, b }))
             .collect::<Result<_, ModelError>>()?;
         return Ok(Proj::Split(parts));
     }
@@ -444,11 +326,7 @@ fn fused_or_split(
     let rows: Vec<usize> = dims.iter().map(|d| d.0).collect();
     let storage = QStorage::from_data(std::borrow::Cow::Owned(data), device, dtype)?;
     let w = QMatMul::from_qtensor(QTensor::new(storage, (rows.iter().sum::<usize>(), cols))?)?;
-    let b = if all_bias {
-        Some(Tensor::cat(&bs.iter().flatten().collect::<Vec<_>>(), 0)?)
-    } else {
-        None
-    };
+    let b = if all_bias { Some(Tensor::cat(&bs.iter().flatten().collect::<Vec<_>>(), 0)?) } else { None };
     Ok(Proj::Fused(Linear { w, b }, rows))
 }
 
@@ -460,18 +338,11 @@ fn gguf_config(content: &gguf_file::Content) -> Result<ModelConfig, ModelError> 
         .and_then(|v| v.to_string().ok())
         .cloned()
         .ok_or_else(|| ModelError::Config("GGUF metadata has no `general.architecture`".into()))?;
-    let arch = Arch::from_name(&arch_name)
-        .ok_or_else(|| ModelError::UnsupportedArch(arch_name.clone()))?;
+    let arch = Arch::from_name(&arch_name).ok_or_else(|| ModelError::UnsupportedArch(arch_name.clone()))?;
     let key = |k: &str| format!("{arch_name}.{k}");
-    let u = |k: &str| {
-        md.get(&key(k))
-            .and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(u64::from)))
-            .map(|v| v as usize)
-    };
+    let u = |k: &str| md.get(&key(k)).and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(u64::from))).map(|v| v as usize);
     let f = |k: &str| md.get(&key(k)).and_then(|v| v.to_f32().ok());
-    let need = |k: &str| {
-        u(k).ok_or_else(|| ModelError::Config(format!("GGUF metadata has no `{}`", key(k))))
-    };
+    let need = |k: &str| u(k).ok_or_else(|| ModelError::Config(format!("GGUF metadata has no `{}`", key(k))));
     let hidden_size = need("embedding_length")?;
     let num_heads = need("attention.head_count")?;
     let head_dim = u("attention.key_length").unwrap_or(hidden_size / num_heads.max(1));
@@ -505,9 +376,7 @@ fn gguf_config(content: &gguf_file::Content) -> Result<ModelConfig, ModelError> 
         windows: vec![window; num_layers],
         tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
         qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
-        qk_norm: content
-            .tensor_infos
-            .contains_key("blk.0.attn_q_norm.weight"),
+        qk_norm: content.tensor_infos.contains_key("blk.0.attn_q_norm.weight"),
         max_position_embeddings: u("context_length").unwrap_or(4096),
         bos_token_id: tok("tokenizer.ggml.bos_token_id"),
         eos_token_ids: tok("tokenizer.ggml.eos_token_id").into_iter().collect(),
@@ -519,10 +388,7 @@ fn gguf_config(content: &gguf_file::Content) -> Result<ModelConfig, ModelError> 
 /// An error unless `t` has shape `dims`.
 fn check_shape(t: &Tensor, dims: &[usize], name: &str) -> Result<(), ModelError> {
     if t.dims() != dims {
-        return Err(ModelError::Weights(format!(
-            "tensor `{name}` has shape {:?}, the config says {dims:?}",
-            t.dims()
-        )));
+        return Err(ModelError::Weights(format!("tensor `{name}` has shape {:?}, the config says {dims:?}", t.dims())));
     }
     Ok(())
 }

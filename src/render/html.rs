@@ -11,12 +11,7 @@ pub fn html(state: &State, title: &str) -> String {
     let mut body = String::new();
     for n in &state.nodes {
         match n {
-            Node::Text {
-                text,
-                origin,
-                tokens,
-                hidden,
-            } => {
+            Node::Text { text, origin, tokens, hidden } => {
                 let class = match (origin, hidden) {
                     (_, true) => "hidden",
                     (Origin::Generated, _) => "gen",
@@ -66,11 +61,7 @@ pub fn html(state: &State, title: &str) -> String {
                 body.push_str("</span>");
             }
             Node::RoleOpen { role } => {
-                let _ = write!(
-                    body,
-                    "<div class=\"role\"><div class=\"rolename\">{}</div>",
-                    esc(role)
-                );
+                let _ = write!(body, "<div class=\"role\"><div class=\"rolename\">{}</div>", esc(role));
             }
             Node::RoleClose { .. } => body.push_str("</div>"),
             Node::CaptureOpen { name } => {
@@ -82,12 +73,7 @@ pub fn html(state: &State, title: &str) -> String {
     let mut caps = String::new();
     for c in &state.captures {
         let m = &c.value.meta;
-        let choices = m
-            .choices
-            .iter()
-            .map(|ch| format!("{} {:.1}%", esc(&ch.text), ch.probability * 100.0))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let choices = m.choices.iter().map(|ch| format!("{} {:.1}%", esc(&ch.text), ch.probability * 100.0)).collect::<Vec<_>>().join(", ");
         let _ = write!(
             caps,
             "<tr><td>{}</td><td class=\"v\">{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -104,19 +90,10 @@ pub fn html(state: &State, title: &str) -> String {
     let mut rows = String::new();
     if let serde_json::Value::Object(o) = usage {
         for (k, v) in o {
-            let _ = write!(
-                rows,
-                "<tr><td>{}</td><td>{}</td></tr>",
-                esc(&k),
-                esc(&v.to_string())
-            );
+            let _ = write!(rows, "<tr><td>{}</td><td>{}</td></tr>", esc(&k), esc(&v.to_string()));
         }
     }
-    let error = state
-        .error
-        .as_deref()
-        .map(|e| format!("<p class=\"error\">error: {}</p>", esc(e)))
-        .unwrap_or_default();
+    let error = state.error.as_deref().map(|e| format!("<p class=\"error\">error: {}</p>", esc(e))).unwrap_or_default();
     format!(
         r#"<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
@@ -160,8 +137,5 @@ document.getElementById('summary').textContent = `${{n}} generated tokens, ${{lo
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }

@@ -20,10 +20,7 @@ pub fn json(state: &State) -> J {
     for c in &state.captures {
         let entry = capture_json(c);
         if c.list {
-            match captures
-                .entry(c.name.clone())
-                .or_insert_with(|| J::Array(Vec::new()))
-            {
+            match captures.entry(c.name.clone()).or_insert_with(|| J::Array(Vec::new())) {
                 J::Array(a) => a.push(entry),
                 slot => *slot = J::Array(vec![entry]),
             }
@@ -81,19 +78,9 @@ impl Styles {
     /// Colours on a terminal, nothing otherwise.
     pub fn new(color: bool) -> Styles {
         if color {
-            Styles {
-                generated: "\x1b[1;32m",
-                role: "\x1b[1;35m",
-                hidden: "\x1b[2m",
-                reset: "\x1b[0m",
-            }
+            Styles { generated: "\x1b[1;32m", role: "\x1b[1;35m", hidden: "\x1b[2m", reset: "\x1b[0m" }
         } else {
-            Styles {
-                generated: "",
-                role: "",
-                hidden: "",
-                reset: "",
-            }
+            Styles { generated: "", role: "", hidden: "", reset: "" }
         }
     }
 }

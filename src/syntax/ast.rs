@@ -434,15 +434,8 @@ impl Node {
             Node::Role(b) => vec![&b.body],
             Node::Capture(b) => vec![&b.body],
             Node::Hidden(b) => vec![&b.body],
-            Node::If(i) => i
-                .branches
-                .iter()
-                .map(|(_, b)| b.as_slice())
-                .chain(i.else_body.as_deref())
-                .collect(),
-            Node::For(f) => std::iter::once(f.body.as_slice())
-                .chain(f.else_body.as_deref())
-                .collect(),
+            Node::If(i) => i.branches.iter().map(|(_, b)| b.as_slice()).chain(i.else_body.as_deref()).collect(),
+            Node::For(f) => std::iter::once(f.body.as_slice()).chain(f.else_body.as_deref()).collect(),
             Node::Def(d) => vec![&d.body],
             _ => Vec::new(),
         }
@@ -451,10 +444,7 @@ impl Node {
     /// The span of the whole node.
     pub fn span(&self) -> Span {
         match self {
-            Node::Text { span, .. }
-            | Node::Emit { span, .. }
-            | Node::Set { span, .. }
-            | Node::Input { span, .. } => *span,
+            Node::Text { span, .. } | Node::Emit { span, .. } | Node::Set { span, .. } | Node::Input { span, .. } => *span,
             Node::Gen(g) => g.span,
             Node::Select(s) => s.span,
             Node::Role(b) => b.span,
@@ -509,9 +499,7 @@ impl Const {
             Const::None => J::Null,
             Const::Bool(b) => J::Bool(*b),
             Const::Int(n) => J::from(*n),
-            Const::Float(f) => serde_json::Number::from_f64(*f)
-                .map(J::Number)
-                .unwrap_or(J::Null),
+            Const::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
             Const::Str(s) => J::String(s.clone()),
             Const::List(l) => J::Array(l.iter().map(Const::to_json).collect()),
             Const::Map(m) => J::Object(m.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()),
@@ -529,9 +517,7 @@ impl Expr {
             ExprKind::Float(f) => Const::Float(*f),
             ExprKind::Bool(b) => Const::Bool(*b),
             ExprKind::None => Const::None,
-            ExprKind::List(items) => {
-                Const::List(items.iter().map(Expr::to_const).collect::<Option<_>>()?)
-            }
+            ExprKind::List(items) => Const::List(items.iter().map(Expr::to_const).collect::<Option<_>>()?),
             ExprKind::Map(kv) => Const::Map(
                 kv.iter()
                     .map(|(k, v)| Some((k.as_str()?.to_string(), v.to_const()?)))

@@ -9,35 +9,17 @@ use crate::diagnostic::{Code, Diagnostic};
 use crate::span::{FileId, Span};
 
 /// Builds the template tree from flat items.
-pub(crate) fn build(
-    items: Vec<Item>,
-    file: FileId,
-    text_len: usize,
-    diags: &mut Vec<Diagnostic>,
-) -> Template {
-    let mut m = Matcher {
-        file,
-        root: Vec::new(),
-        stack: Vec::new(),
-        diags,
-        ignored: 0,
-    };
+pub(crate) fn build(items: Vec<Item>, file: FileId, text_len: usize, diags: &mut Vec<Diagnostic>) -> Template {
+    let mut m = Matcher { file, root: Vec::new(), stack: Vec::new(), diags, ignored: 0 };
     for item in items {
         m.item(item);
     }
     while let Some(frame) = m.stack.pop() {
         let kw = frame.opener.keyword();
         m.diags.push(
-            Diagnostic::new(
-                Code::UnclosedBlock,
-                file,
-                frame.open,
-                format!("this `{kw}` block is never closed"),
-            )
-            .with_label(format!("`{kw}` opened here"))
-            .with_help(format!(
-                "close it with `{{% end %}}` (or `{{% end {kw} %}}`)"
-            )),
+            Diagnostic::new(Code::UnclosedBlock, file, frame.open, format!("this `{kw}` block is never closed"))
+                .with_label(format!("`{kw}` opened here"))
+                .with_help(format!("close it with `{{% end %}}` (or `{{% end {kw} %}}`)")),
         );
         m.close(frame, Span::at(text_len));
     }
@@ -94,12 +76,8 @@ impl Matcher<'_> {
         if let Item::Open(_, open) = &item {
             if self.stack.len() >= crate::syntax::MAX_NESTING {
                 let limit = crate::syntax::MAX_NESTING;
-                self.err(
-                    Code::TooDeep,
-                    *open,
-                    format!("blocks nest deeper than {limit} here"),
-                )
-                .help = Some("flatten the template: move inner parts into a `{% def %}`".into());
+                self.err(Code::TooDeep, *open, format!("blocks nest deeper than {limit} here"))
+                    .help = Some("flatten the template: move inner parts into a `{% def %}`".into());
                 self.ignored = 1;
                 return;
             }
@@ -111,11 +89,7 @@ impl Matcher<'_> {
                 // forgotten `{% end %}`: close the outer one here instead of
                 // reporting every later role as nested too.
                 if matches!(opener, Opener::Role(_)) {
-                    if let Some(top) = self
-                        .stack
-                        .last()
-                        .filter(|f| matches!(f.opener, Opener::Role(_)))
-                    {
+                    if let Some(top) = self.stack.last().filter(|f| matches!(f.opener, Opener::Role(_))) {
                         let (kw, outer) = (top.opener.keyword(), top.open);
                         let inner = opener.keyword();
                         self.err(Code::NestedRole, open, format!("`{inner}` is opened inside the `{kw}` block"))
@@ -136,15 +110,15 @@ impl Matcher<'_> {
 
     fn open(&mut self, opener: Opener, open: Span) {
         self.stack.push(Frame {
-            opener,
-            open,
-            body: Vec::new(),
-            arms: Vec::new(),
-            part_start: open,
-            part_cond: None,
-            before_else: None,
-            else_span: None,
-        });
+                opener,
+                open,
+                body: Vec::new(),
+                arms: Vec::new(),
+                part_start: open,
+                part_cond: None,
+                before_else: None,
+                else_span: None,
+            });
     }
 
     fn or(&mut self, span: Span) {
@@ -157,17 +131,8 @@ impl Matcher<'_> {
             }
             top => {
                 let inner = top.map(|f| (f.opener.keyword(), f.open));
-                let select = self
-                    .stack
-                    .iter()
-                    .rev()
-                    .find(|f| matches!(f.opener, Opener::Select { .. }))
-                    .map(|f| f.open);
-                let d = self.err(
-                    Code::OrOutsideSelect,
-                    span,
-                    "`or` is not directly inside a `select`",
-                );
+                let select = self.stack.iter().rev().find(|f| matches!(f.opener, Opener::Select { .. })).map(|f| f.open);
+                let d = self.err(Code::OrOutsideSelect, span, "`or` is not directly inside a `select`");
                 match (select, inner) {
                     (Some(sel), Some((kw, open))) => {
                         d.label = format!("the `{kw}` block is still open here");
@@ -181,9 +146,7 @@ impl Matcher<'_> {
                             span: sel,
                             message: "the select".into(),
                         });
-                        d.help = Some(format!(
-                            "close the `{kw}` block with `{{% end %}}` before `{{% or %}}`"
-                        ));
+                        d.help = Some(format!("close the `{kw}` block with `{{% end %}}` before `{{% or %}}`"));
                     }
                     _ => {
                         d.help = Some(
@@ -212,41 +175,27 @@ impl Matcher<'_> {
                     .help = Some("move this `elif` before the `else`".into());
             }
             _ => {
-                self.err(Code::MisplacedElse, span, "`elif` outside an `if` block")
-                    .help = Some("`elif` belongs between `{% if … %}` and its `{% end %}`".into());
+                self.err(Code::MisplacedElse, span, "`elif` outside an `if` block").help =
+                    Some("`elif` belongs between `{% if … %}` and its `{% end %}`".into());
             }
         }
     }
 
     fn else_(&mut self, span: Span) {
         match self.stack.last_mut() {
-            Some(f)
-                if matches!(f.opener, Opener::If(_) | Opener::For { .. })
-                    && f.before_else.is_none() =>
-            {
+            Some(f) if matches!(f.opener, Opener::If(_) | Opener::For { .. }) && f.before_else.is_none() => {
                 f.before_else = Some(std::mem::take(&mut f.body));
                 f.else_span = Some(span);
             }
             Some(f) if matches!(f.opener, Opener::If(_) | Opener::For { .. }) => {
                 let first = f.else_span.unwrap_or(f.open);
-                self.err(
-                    Code::MisplacedElse,
-                    span,
-                    "a second `else` in the same block",
-                )
-                .with_secondary_mut(first, "the first `else` is here")
-                .help = Some("a block has at most one `else`".into());
+                self.err(Code::MisplacedElse, span, "a second `else` in the same block")
+                    .with_secondary_mut(first, "the first `else` is here")
+                    .help = Some("a block has at most one `else`".into());
             }
             _ => {
-                self.err(
-                    Code::MisplacedElse,
-                    span,
-                    "`else` outside an `if` or `for` block",
-                )
-                .help = Some(
-                    "`else` belongs between `{% if … %}` (or `{% for … %}`) and its `{% end %}`"
-                        .into(),
-                );
+                self.err(Code::MisplacedElse, span, "`else` outside an `if` or `for` block").help =
+                    Some("`else` belongs between `{% if … %}` (or `{% for … %}`) and its `{% end %}`".into());
             }
         }
     }
@@ -255,20 +204,12 @@ impl Matcher<'_> {
         let Some(top_kw) = self.stack.last().map(|f| f.opener.keyword()) else {
             let after_select_in = matches!(
                 self.root.last(),
-                Some(Node::Select(Select {
-                    choices: Choices::List(_),
-                    ..
-                }))
+                Some(Node::Select(Select { choices: Choices::List(_), .. }))
             );
-            let d = self.err(
-                Code::StrayEnd,
-                span,
-                "this `end` has no open block to close",
-            );
+            let d = self.err(Code::StrayEnd, span, "this `end` has no open block to close");
             d.label = "nothing to close".into();
             d.help = Some(if after_select_in {
-                "`{% select name in [...] %}` is a single tag with no `{% end %}`: remove this one"
-                    .into()
+                "`{% select name in [...] %}` is a single tag with no `{% end %}`: remove this one".into()
             } else {
                 "remove it, or open the block it was meant to close".into()
             });
@@ -280,11 +221,7 @@ impl Matcher<'_> {
         };
         if let Some(n) = name.as_deref() {
             if n == "grammar" || n == "raw" {
-                let d = self.err(
-                    Code::MismatchedEnd,
-                    span,
-                    format!("`end {n}` but no `{n}` block is open"),
-                );
+                let d = self.err(Code::MismatchedEnd, span, format!("`end {n}` but no `{n}` block is open"));
                 d.help = Some(format!("the innermost open block is `{top_kw}`"));
                 return;
             }
@@ -295,25 +232,17 @@ impl Matcher<'_> {
                     while self.stack.len() > depth + 1 {
                         let inner = self.stack.pop().expect("frame");
                         let kw = inner.opener.keyword();
-                        self.err(
-                            Code::UnclosedBlock,
-                            inner.open,
-                            format!("this `{kw}` block is not closed before `end {n}`"),
-                        )
-                        .with_secondary_mut(span, format!("`end {n}` is here"))
-                        .help = Some(format!("close the `{kw}` with `{{% end %}}` first"));
+                        self.err(Code::UnclosedBlock, inner.open, format!("this `{kw}` block is not closed before `end {n}`"))
+                            .with_secondary_mut(span, format!("`end {n}` is here"))
+                            .help = Some(format!("close the `{kw}` with `{{% end %}}` first"));
                         self.close(inner, span);
                     }
                 } else {
                     let kw = top.opener.keyword();
                     let open = top.open;
-                    self.err(
-                        Code::MismatchedEnd,
-                        span,
-                        format!("`end {n}` closes {} `{kw}` block", article(kw)),
-                    )
-                    .with_secondary_mut(open, format!("`{kw}` opened here"))
-                    .help = Some(format!("write `{{% end %}}` or `{{% end {kw} %}}`"));
+                    self.err(Code::MismatchedEnd, span, format!("`end {n}` closes {} `{kw}` block", article(kw)))
+                        .with_secondary_mut(open, format!("`{kw}` opened here"))
+                        .help = Some(format!("write `{{% end %}}` or `{{% end {kw} %}}`"));
                 }
             }
         }
@@ -328,84 +257,32 @@ impl Matcher<'_> {
             Opener::Select { target, options } => {
                 let last = f.part_start.to(end);
                 f.arms.push((None, f.body, last));
-                let branches = f
-                    .arms
-                    .into_iter()
-                    .map(|(_, body, span)| Branch { body, span })
-                    .collect();
-                Node::Select(Select {
-                    target,
-                    options,
-                    choices: Choices::Branches(branches),
-                    open,
-                    span,
-                })
+                let branches = f.arms.into_iter().map(|(_, body, span)| Branch { body, span }).collect();
+                Node::Select(Select { target, options, choices: Choices::Branches(branches), open, span })
             }
             Opener::If(cond) => {
                 let (body, else_body) = match f.before_else {
                     Some(before) => (before, Some(f.body)),
                     None => (f.body, None),
                 };
-                f.arms
-                    .push((f.part_cond.take(), body, f.part_start.to(end)));
+                f.arms.push((f.part_cond.take(), body, f.part_start.to(end)));
                 let mut arms = f.arms.into_iter();
                 let (_, first_body, _) = arms.next().expect("if arm");
                 let mut branches = vec![(cond, first_body)];
-                branches.extend(arms.map(|(c, b, s)| {
-                    (
-                        c.unwrap_or(Expr {
-                            kind: ExprKind::Error,
-                            span: s,
-                        }),
-                        b,
-                    )
-                }));
-                Node::If(If {
-                    branches,
-                    else_body,
-                    open,
-                    span,
-                })
+                branches.extend(arms.map(|(c, b, s)| (c.unwrap_or(Expr { kind: ExprKind::Error, span: s }), b)));
+                Node::If(If { branches, else_body, open, span })
             }
             Opener::For { vars, iter } => {
                 let (body, else_body) = match f.before_else {
                     Some(before) => (before, Some(f.body)),
                     None => (f.body, None),
                 };
-                Node::For(For {
-                    vars,
-                    iter,
-                    body,
-                    else_body,
-                    open,
-                    span,
-                })
+                Node::For(For { vars, iter, body, else_body, open, span })
             }
-            Opener::Def { name, params } => Node::Def(Def {
-                name,
-                params,
-                body: f.body,
-                open,
-                span,
-            }),
-            Opener::Role(head) => Node::Role(Block {
-                head,
-                body: f.body,
-                open,
-                span,
-            }),
-            Opener::Capture(head) => Node::Capture(Block {
-                head,
-                body: f.body,
-                open,
-                span,
-            }),
-            Opener::Hidden => Node::Hidden(Block {
-                head: (),
-                body: f.body,
-                open,
-                span,
-            }),
+            Opener::Def { name, params } => Node::Def(Def { name, params, body: f.body, open, span }),
+            Opener::Role(head) => Node::Role(Block { head, body: f.body, open, span }),
+            Opener::Capture(head) => Node::Capture(Block { head, body: f.body, open, span }),
+            Opener::Hidden => Node::Hidden(Block { head: (), body: f.body, open, span }),
         };
         self.push_node(node);
     }
@@ -417,11 +294,7 @@ trait SecondaryMut {
 
 impl SecondaryMut for Diagnostic {
     fn with_secondary_mut(&mut self, span: Span, msg: impl Into<String>) -> &mut Self {
-        self.secondary.push(crate::diagnostic::Label {
-            file: self.file,
-            span,
-            message: msg.into(),
-        });
+        self.secondary.push(crate::diagnostic::Label { file: self.file, span, message: msg.into() });
         self
     }
 }

@@ -34,9 +34,7 @@ fn target(t: &Option<Target>) -> String {
 }
 
 fn options(opts: &[GenOption]) -> String {
-    opts.iter()
-        .map(|o| format!(" {}={}", o.name.name, expr(&o.value)))
-        .collect()
+    opts.iter().map(|o| format!(" {}={}", o.name.name, expr(&o.value))).collect()
 }
 
 fn params(ps: &[Param]) -> String {
@@ -53,39 +51,15 @@ fn node(out: &mut String, n: &Node, d: usize) {
     match n {
         Node::Text { value, span } => line(out, d, &format!("Text {:?} {}", value, sp(*span))),
         Node::Emit { expr: e, span } => line(out, d, &format!("Emit {} {}", expr(e), sp(*span))),
-        Node::Gen(g) => line(
-            out,
-            d,
-            &format!(
-                "Gen{}{} {}",
-                target(&g.target),
-                options(&g.options),
-                sp(g.span)
-            ),
-        ),
+        Node::Gen(g) => line(out, d, &format!("Gen{}{} {}", target(&g.target), options(&g.options), sp(g.span))),
         Node::Select(s) => match &s.choices {
             Choices::List(l) => line(
                 out,
                 d,
-                &format!(
-                    "Select{} in {}{} {}",
-                    target(&s.target),
-                    expr(l),
-                    options(&s.options),
-                    sp(s.span)
-                ),
+                &format!("Select{} in {}{} {}", target(&s.target), expr(l), options(&s.options), sp(s.span)),
             ),
             Choices::Branches(bs) => {
-                line(
-                    out,
-                    d,
-                    &format!(
-                        "Select{}{} {}",
-                        target(&s.target),
-                        options(&s.options),
-                        sp(s.span)
-                    ),
-                );
+                line(out, d, &format!("Select{}{} {}", target(&s.target), options(&s.options), sp(s.span)));
                 for b in bs {
                     line(out, d + 1, &format!("Branch {}", sp(b.span)));
                     nodes(out, &b.body, d + 2);
@@ -103,39 +77,20 @@ fn node(out: &mut String, n: &Node, d: usize) {
             nodes(out, &b.body, d + 1);
         }
         Node::Capture(b) => {
-            line(
-                out,
-                d,
-                &format!("Capture{} {}", target(&Some(b.head.clone())), sp(b.span)),
-            );
+            line(out, d, &format!("Capture{} {}", target(&Some(b.head.clone())), sp(b.span)));
             nodes(out, &b.body, d + 1);
         }
         Node::Hidden(b) => {
             line(out, d, &format!("Hidden {}", sp(b.span)));
             nodes(out, &b.body, d + 1);
         }
-        Node::Set {
-            target: t,
-            value,
-            span,
-        } => line(
-            out,
-            d,
-            &format!(
-                "Set{} = {} {}",
-                target(&Some(t.clone())),
-                expr(value),
-                sp(*span)
-            ),
-        ),
+        Node::Set { target: t, value, span } => {
+            line(out, d, &format!("Set{} = {} {}", target(&Some(t.clone())), expr(value), sp(*span)))
+        }
         Node::If(i) => {
             line(out, d, &format!("If {}", sp(i.span)));
             for (k, (c, body)) in i.branches.iter().enumerate() {
-                line(
-                    out,
-                    d + 1,
-                    &format!("{} {}", if k == 0 { "If" } else { "Elif" }, expr(c)),
-                );
+                line(out, d + 1, &format!("{} {}", if k == 0 { "If" } else { "Elif" }, expr(c)));
                 nodes(out, body, d + 2);
             }
             if let Some(e) = &i.else_body {
@@ -145,16 +100,7 @@ fn node(out: &mut String, n: &Node, d: usize) {
         }
         Node::For(f) => {
             let vars: Vec<_> = f.vars.iter().map(|v| v.name.as_str()).collect();
-            line(
-                out,
-                d,
-                &format!(
-                    "For {} in {} {}",
-                    vars.join(", "),
-                    expr(&f.iter),
-                    sp(f.span)
-                ),
-            );
+            line(out, d, &format!("For {} in {} {}", vars.join(", "), expr(&f.iter), sp(f.span)));
             nodes(out, &f.body, d + 1);
             if let Some(e) = &f.else_body {
                 line(out, d + 1, "Else");
@@ -162,27 +108,17 @@ fn node(out: &mut String, n: &Node, d: usize) {
             }
         }
         Node::Def(f) => {
-            line(
-                out,
-                d,
-                &format!("Def {}({}) {}", f.name.name, params(&f.params), sp(f.span)),
-            );
+            line(out, d, &format!("Def {}({}) {}", f.name.name, params(&f.params), sp(f.span)));
             nodes(out, &f.body, d + 1);
         }
-        Node::Import(i) => line(
-            out,
-            d,
-            &format!("Import {:?} as {} {}", i.path, i.alias.name, sp(i.span)),
-        ),
+        Node::Import(i) => line(out, d, &format!("Import {:?} as {} {}", i.path, i.alias.name, sp(i.span))),
         Node::Grammar(g) => {
             line(out, d, &format!("Grammar {} {}", g.name.name, sp(g.span)));
             for r in &g.grammar.rules {
                 line(out, d + 1, &format!("{} ::= {}", r.name, gexpr(&r.body)));
             }
         }
-        Node::Input { params: ps, span } => {
-            line(out, d, &format!("Input {} {}", params(ps), sp(*span)))
-        }
+        Node::Input { params: ps, span } => line(out, d, &format!("Input {} {}", params(ps), sp(*span))),
     }
 }
 
@@ -204,28 +140,14 @@ pub fn expr(e: &Expr) -> String {
         ExprKind::Float(f) => format!("{f:?}"),
         ExprKind::Bool(b) => b.to_string(),
         ExprKind::None => "none".into(),
-        ExprKind::List(items) => format!(
-            "[{}]",
-            items.iter().map(expr).collect::<Vec<_>>().join(", ")
-        ),
+        ExprKind::List(items) => format!("[{}]", items.iter().map(expr).collect::<Vec<_>>().join(", ")),
         ExprKind::Map(kv) => {
-            format!(
-                "{{{}}}",
-                kv.iter()
-                    .map(|(k, v)| format!("{}: {}", expr(k), expr(v)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            format!("{{{}}}", kv.iter().map(|(k, v)| format!("{}: {}", expr(k), expr(v))).collect::<Vec<_>>().join(", "))
         }
         ExprKind::Name(n) => n.clone(),
         ExprKind::Attr(v, a) => format!("{}.{}", expr(v), a.name),
         ExprKind::Index(v, i) => format!("{}[{}]", expr(v), expr(i)),
-        ExprKind::Slice {
-            value,
-            start,
-            stop,
-            step,
-        } => {
+        ExprKind::Slice { value, start, stop, step } => {
             let o = |x: &Option<Box<Expr>>| x.as_deref().map(expr).unwrap_or_default();
             match step {
                 Some(_) => format!("{}[{}:{}:{}]", expr(value), o(start), o(stop), o(step)),
@@ -235,18 +157,9 @@ pub fn expr(e: &Expr) -> String {
         ExprKind::Call(f, a) => format!("{}({})", expr(f), args(a)),
         ExprKind::Filter(v, n, a) if a.is_empty() => format!("({} | {})", expr(v), n.name),
         ExprKind::Filter(v, n, a) => format!("({} | {}({}))", expr(v), n.name, args(a)),
-        ExprKind::Test {
-            value,
-            name,
-            args: a,
-            negated,
-        } => {
+        ExprKind::Test { value, name, args: a, negated } => {
             let not = if *negated { "not " } else { "" };
-            let a = if a.is_empty() {
-                String::new()
-            } else {
-                format!("({})", args(a))
-            };
+            let a = if a.is_empty() { String::new() } else { format!("({})", args(a)) };
             format!("({} is {}{}{})", expr(value), not, name.name, a)
         }
         ExprKind::Unary(op, v) => {
@@ -258,17 +171,8 @@ pub fn expr(e: &Expr) -> String {
             format!("({}{})", o, expr(v))
         }
         ExprKind::Binary(op, a, b) => format!("({} {} {})", expr(a), op.symbol(), expr(b)),
-        ExprKind::Cond {
-            cond,
-            then,
-            otherwise,
-        } => {
-            format!(
-                "({} if {} else {})",
-                expr(then),
-                expr(cond),
-                expr(otherwise)
-            )
+        ExprKind::Cond { cond, then, otherwise } => {
+            format!("({} if {} else {})", expr(then), expr(cond), expr(otherwise))
         }
         ExprKind::Error => "<error>".into(),
     }

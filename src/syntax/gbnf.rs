@@ -97,18 +97,10 @@ pub fn parse(src: &str, base: usize, file: FileId, diags: &mut Vec<Diagnostic>) 
     while pos < src.len() {
         if paren_depth(&src[pos..]) > crate::syntax::MAX_NESTING {
             let end = next_rule_start(src, pos);
-            let message = format!(
-                "this rule nests groups deeper than {}",
-                crate::syntax::MAX_NESTING
-            );
+            let message = format!("this rule nests groups deeper than {}", crate::syntax::MAX_NESTING);
             diags.push(
-                Diagnostic::new(
-                    Code::TooDeep,
-                    file,
-                    Span::new(base + pos, base + end),
-                    message,
-                )
-                .with_help("split the rule into smaller named rules"),
+                Diagnostic::new(Code::TooDeep, file, Span::new(base + pos, base + end), message)
+                    .with_help("split the rule into smaller named rules"),
             );
             pos = skip_blank(src, end);
             continue;
@@ -135,14 +127,9 @@ pub fn parse(src: &str, base: usize, file: FileId, diags: &mut Vec<Diagnostic>) 
                     pest::error::InputLocation::Span((a, _)) => a,
                 };
                 let at = crate::span::floor_char_boundary(src, pos + at);
-                let found: String = src[at..]
-                    .chars()
-                    .next()
-                    .map(|c| c.to_string())
-                    .unwrap_or_default();
+                let found: String = src[at..].chars().next().map(|c| c.to_string()).unwrap_or_default();
                 let line_start = src[..pos].rfind('\n').map(|i| i + 1).unwrap_or(0);
-                let looks_like_rule = src[line_start.max(pos)..].trim_start().split("::=").count()
-                    > 1
+                let looks_like_rule = src[line_start.max(pos)..].trim_start().split("::=").count() > 1
                     && src[pos..].lines().next().is_some_and(|l| l.contains("::="));
                 let (message, help) = if !looks_like_rule {
                     (
@@ -150,10 +137,7 @@ pub fn parse(src: &str, base: usize, file: FileId, diags: &mut Vec<Diagnostic>) 
                         "each rule is `name ::= alternatives`; a rule ends at the end of its line unless inside `( )`",
                     )
                 } else if found.is_empty() || found == "\n" {
-                    (
-                        "this rule ends too early".to_string(),
-                        "finish the rule, or close the open `(`",
-                    )
+                    ("this rule ends too early".to_string(), "finish the rule, or close the open `(`")
                 } else {
                     (
                         format!("unexpected `{}` in this grammar rule", found.escape_default()),
@@ -163,28 +147,16 @@ pub fn parse(src: &str, base: usize, file: FileId, diags: &mut Vec<Diagnostic>) 
                 if let Some(open) = unclosed_paren(&src[pos..at]) {
                     let open = pos + open;
                     diags.push(
-                        Diagnostic::new(
-                            Code::GrammarSyntax,
-                            file,
-                            Span::new(base + open, base + open + 1),
-                            "this `(` is never closed",
-                        )
-                        .with_help(
-                            "close the group with `)`; inside parentheses a rule may span lines",
-                        ),
+                        Diagnostic::new(Code::GrammarSyntax, file, Span::new(base + open, base + open + 1), "this `(` is never closed")
+                            .with_help("close the group with `)`; inside parentheses a rule may span lines"),
                     );
                     pos = skip_blank(src, next_rule_start(src, pos));
                     continue;
                 }
                 let end = at + found.len();
                 diags.push(
-                    Diagnostic::new(
-                        Code::GrammarSyntax,
-                        file,
-                        Span::new(base + at, base + end),
-                        message,
-                    )
-                    .with_help(help),
+                    Diagnostic::new(Code::GrammarSyntax, file, Span::new(base + at, base + end), message)
+                        .with_help(help),
                 );
                 pos = skip_blank(src, next_rule_start(src, pos));
             }
@@ -262,23 +234,15 @@ fn skip_blank(src: &str, mut pos: usize) -> usize {
 /// The start of the next line after `pos` that contains `::=` outside
 /// quotes, or the end of the text.
 fn next_rule_start(src: &str, pos: usize) -> usize {
-    let mut at = src[pos..]
-        .find('\n')
-        .map(|i| pos + i + 1)
-        .unwrap_or(src.len());
+    let mut at = src[pos..].find('\n').map(|i| pos + i + 1).unwrap_or(src.len());
     while at < src.len() {
         let line = src[at..].lines().next().unwrap_or("");
         let head = line.trim_start();
-        let name_len = head
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
-            .unwrap_or(head.len());
+        let name_len = head.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_')).unwrap_or(head.len());
         if name_len > 0 && head[name_len..].trim_start().starts_with("::=") {
             return at;
         }
-        at = src[at..]
-            .find('\n')
-            .map(|i| at + i + 1)
-            .unwrap_or(src.len());
+        at = src[at..].find('\n').map(|i| at + i + 1).unwrap_or(src.len());
     }
     src.len()
 }
@@ -295,12 +259,7 @@ fn build_rule(p: Pair<'_, R>, base: usize, errs: &mut Errors) -> GrammarRule {
     let name = inner.next().expect("rule name");
     let alts = inner.next().expect("alternatives");
     let span = Span::new(span.start as usize, span.end as usize);
-    GrammarRule {
-        name: name.as_str().to_string(),
-        name_span: span_of(&name, base),
-        body: build(alts, base, errs),
-        span,
-    }
+    GrammarRule { name: name.as_str().to_string(), name_span: span_of(&name, base), body: build(alts, base, errs), span }
 }
 
 fn build(p: Pair<'_, R>, base: usize, errs: &mut Errors) -> GExpr {
@@ -326,11 +285,7 @@ fn build(p: Pair<'_, R>, base: usize, errs: &mut Errors) -> GExpr {
             let atom = build(inner.next().expect("atom"), base, errs);
             let Some(q) = inner.next() else { return atom };
             let (min, max) = quantifier(q, base, errs);
-            GKind::Repeat {
-                inner: Box::new(atom),
-                min,
-                max,
-            }
+            GKind::Repeat { inner: Box::new(atom), min, max }
         }
         R::literal => {
             let s = p.as_str();
@@ -381,19 +336,13 @@ fn quantifier(q: Pair<'_, R>, base: usize, errs: &mut Errors) -> (u32, Option<u3
     }
     for n in [Some(min_v), max_v].into_iter().flatten() {
         if n > MAX_REPEAT {
-            errs.push((
-                span,
-                format!("repetition count {n} is above the limit of {MAX_REPEAT}"),
-            ));
+            errs.push((span, format!("repetition count {n} is above the limit of {MAX_REPEAT}")));
             return (0, Some(0));
         }
     }
     if let Some(m) = max_v {
         if m < min_v {
-            errs.push((
-                span,
-                format!("`{text}`: the maximum {m} is below the minimum {min_v}"),
-            ));
+            errs.push((span, format!("`{text}`: the maximum {m} is below the minimum {min_v}")));
         }
     }
     (min_v, max_v)
@@ -409,10 +358,7 @@ fn unescape(s: &str, at: usize, errs: &mut Errors) -> String {
             continue;
         }
         let Some((_, e)) = it.next() else {
-            errs.push((
-                Span::new(at + i, at + i + 1),
-                "a lone `\\` at the end".into(),
-            ));
+            errs.push((Span::new(at + i, at + i + 1), "a lone `\\` at the end".into()));
             break;
         };
         let digits = match e {
@@ -436,10 +382,7 @@ fn unescape(s: &str, at: usize, errs: &mut Errors) -> String {
             'u' => 4,
             'U' => 8,
             other => {
-                errs.push((
-                    Span::new(at + i, at + i + 1 + other.len_utf8()),
-                    format!("unknown escape `\\{other}`"),
-                ));
+                errs.push((Span::new(at + i, at + i + 1 + other.len_utf8()), format!("unknown escape `\\{other}`")));
                 continue;
             }
         };
@@ -453,11 +396,7 @@ fn unescape(s: &str, at: usize, errs: &mut Errors) -> String {
                 _ => break,
             }
         }
-        match u32::from_str_radix(&hex, 16)
-            .ok()
-            .filter(|_| hex.len() == digits)
-            .and_then(char::from_u32)
-        {
+        match u32::from_str_radix(&hex, 16).ok().filter(|_| hex.len() == digits).and_then(char::from_u32) {
             Some(ch) => out.push(ch),
             None => errs.push((
                 Span::new(at + i, at + i + 2 + hex.len()),
@@ -514,10 +453,7 @@ fn class(text: &str, at: usize, errs: &mut Errors) -> GKind {
         if k + 2 < chars.len() && chars[k + 1].0 == '-' && !chars[k + 1].1 {
             let (hi, _, hi_at) = chars[k + 2];
             if hi < lo {
-                errs.push((
-                    Span::new(lo_at, hi_at + hi.len_utf8()),
-                    format!("range `{lo}-{hi}` is reversed"),
-                ));
+                errs.push((Span::new(lo_at, hi_at + hi.len_utf8()), format!("range `{lo}-{hi}` is reversed")));
             }
             ranges.push((lo, hi));
             k += 3;
@@ -527,10 +463,7 @@ fn class(text: &str, at: usize, errs: &mut Errors) -> GKind {
         }
     }
     if ranges.is_empty() && !negated {
-        errs.push((
-            Span::new(at, at + text.len()),
-            "`[]` matches nothing".into(),
-        ));
+        errs.push((Span::new(at, at + text.len()), "`[]` matches nothing".into()));
     }
     GKind::Class { negated, ranges }
 }
@@ -569,10 +502,7 @@ ws ::= | " " | "\n" [ \t]{0,20}
 "#,
         );
         let names: Vec<_> = g.rules.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(
-            names,
-            ["root", "value", "object", "string", "number", "array", "ws"]
-        );
+        assert_eq!(names, ["root", "value", "object", "string", "number", "array", "ws"]);
         let ws = g.rule("ws").unwrap();
         match &ws.body.kind {
             GKind::Alt(alts) => {
@@ -586,35 +516,13 @@ ws ::= | " " | "\n" [ \t]{0,20}
     #[test]
     fn classes_literals_regex_and_repeats() {
         let g = parse_ok("root ::= [^a-c\\-] \"x\\u00e9\" /[0-9]+/ . x{2,} x{,3}\nx ::= \"a\"");
-        let GKind::Seq(items) = &g.rules[0].body.kind else {
-            panic!()
-        };
-        assert_eq!(
-            items[0].kind,
-            GKind::Class {
-                negated: true,
-                ranges: vec![('a', 'c'), ('-', '-')]
-            }
-        );
+        let GKind::Seq(items) = &g.rules[0].body.kind else { panic!() };
+        assert_eq!(items[0].kind, GKind::Class { negated: true, ranges: vec![('a', 'c'), ('-', '-')] });
         assert_eq!(items[1].kind, GKind::Literal("xé".into()));
         assert_eq!(items[2].kind, GKind::Regex("[0-9]+".into()));
         assert_eq!(items[3].kind, GKind::Any);
-        assert!(matches!(
-            items[4].kind,
-            GKind::Repeat {
-                min: 2,
-                max: None,
-                ..
-            }
-        ));
-        assert!(matches!(
-            items[5].kind,
-            GKind::Repeat {
-                min: 0,
-                max: Some(3),
-                ..
-            }
-        ));
+        assert!(matches!(items[4].kind, GKind::Repeat { min: 2, max: None, .. }));
+        assert!(matches!(items[5].kind, GKind::Repeat { min: 0, max: Some(3), .. }));
     }
 
     #[test]
@@ -624,9 +532,6 @@ ws ::= | " " | "\n" [ \t]{0,20}
         let g = parse(src, 0, FileId(0), &mut d);
         assert_eq!(d.len(), 3, "{d:#?}");
         assert!(d.iter().all(|x| x.code == Code::GrammarSyntax));
-        assert_eq!(
-            g.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
-            ["b"]
-        );
+        assert_eq!(g.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["b"]);
     }
 }

@@ -21,13 +21,7 @@ pub fn decode(raw: &str) -> Result<String, EscapeError> {
     for piece in pieces(raw) {
         match piece.value {
             Ok(s) => out.push_str(&s),
-            Err(message) => {
-                return Err(EscapeError {
-                    start: piece.start,
-                    end: piece.end,
-                    message,
-                })
-            }
+            Err(message) => return Err(EscapeError { start: piece.start, end: piece.end, message }),
         }
     }
     Ok(out)
@@ -43,11 +37,7 @@ pub fn source_offset(raw: &str, value_offset: usize) -> usize {
         if value_offset < value_pos + len {
             let inside = value_offset - value_pos;
             // A plain character maps one to one; an escape maps to its start.
-            return if piece.end - piece.start == len {
-                piece.start + inside
-            } else {
-                piece.start
-            };
+            return if piece.end - piece.start == len { piece.start + inside } else { piece.start };
         }
         value_pos += len;
     }
@@ -64,30 +54,18 @@ struct Piece {
 fn pieces(raw: &str) -> Vec<Piece> {
     let is_raw = raw.starts_with('r');
     let open = if is_raw { 2 } else { 1 };
-    let close = if raw.len() > open && (raw.ends_with('"') || raw.ends_with('\'')) {
-        raw.len() - 1
-    } else {
-        raw.len()
-    };
+    let close = if raw.len() > open && (raw.ends_with('"') || raw.ends_with('\'')) { raw.len() - 1 } else { raw.len() };
     let body = &raw[open.min(close)..close];
     let mut out = Vec::new();
     let mut chars = body.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
         let start = open + i;
         if c != '\\' || is_raw {
-            out.push(Piece {
-                start,
-                end: start + c.len_utf8(),
-                value: Ok(c.to_string()),
-            });
+            out.push(Piece { start, end: start + c.len_utf8(), value: Ok(c.to_string()) });
             continue;
         }
         let Some(&(_, e)) = chars.peek() else {
-            out.push(Piece {
-                start,
-                end: start + 1,
-                value: Ok("\\".into()),
-            });
+            out.push(Piece { start, end: start + 1, value: Ok("\\".into()) });
             continue;
         };
         chars.next();
@@ -102,11 +80,7 @@ fn pieces(raw: &str) -> Vec<Piece> {
             _ => None,
         };
         if let Some(ch) = simple {
-            out.push(Piece {
-                start,
-                end: start + 2,
-                value: Ok(ch.to_string()),
-            });
+            out.push(Piece { start, end: start + 2, value: Ok(ch.to_string()) });
             continue;
         }
         match e {
@@ -125,11 +99,7 @@ fn pieces(raw: &str) -> Vec<Piece> {
                     }
                     if !closed {
                         let end = open + chars.peek().map(|p| p.0).unwrap_or(body.len());
-                        out.push(Piece {
-                            start,
-                            end,
-                            value: Err("`\\u{` escape is not closed with `}`".into()),
-                        });
+                        out.push(Piece { start, end, value: Err("`\\u{` escape is not closed with `}`".into()) });
                         continue;
                     }
                     (d, true)
@@ -151,11 +121,7 @@ fn pieces(raw: &str) -> Vec<Piece> {
                     }
                     if d.len() < n {
                         let end = open + chars.peek().map(|p| p.0).unwrap_or(body.len());
-                        out.push(Piece {
-                            start,
-                            end,
-                            value: Err(format!("`\\{e}` needs {n} hex digits")),
-                        });
+                        out.push(Piece { start, end, value: Err(format!("`\\{e}` needs {n} hex digits")) });
                         continue;
                     }
                     (d, false)
@@ -173,11 +139,7 @@ fn pieces(raw: &str) -> Vec<Piece> {
                 // Unknown escape: kept as written (backslash and character).
                 let mut s = String::from('\\');
                 s.push(other);
-                out.push(Piece {
-                    start,
-                    end: start + 1 + other.len_utf8(),
-                    value: Ok(s),
-                });
+                out.push(Piece { start, end: start + 1 + other.len_utf8(), value: Ok(s) });
             }
         }
     }

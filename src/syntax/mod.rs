@@ -36,8 +36,5 @@ pub fn parse(text: &str, file: FileId) -> Parsed {
     let mut diagnostics = Vec::new();
     let items = parser::parse_items(text, file, &mut diagnostics);
     let template = blocks::build(items, file, text.len(), &mut diagnostics);
-    Parsed {
-        template,
-        diagnostics,
-    }
+    Parsed { template, diagnostics }
 }

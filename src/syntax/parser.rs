@@ -44,22 +44,13 @@ pub(crate) enum Item {
 /// What a block-opening tag says.
 #[derive(Debug)]
 pub(crate) enum Opener {
-    Select {
-        target: Option<Target>,
-        options: Vec<GenOption>,
-    },
+    Select { target: Option<Target>, options: Vec<GenOption> },
     Role(RoleName),
     Capture(Target),
     Hidden,
     If(Expr),
-    For {
-        vars: Vec<Ident>,
-        iter: Expr,
-    },
-    Def {
-        name: Ident,
-        params: Vec<Param>,
-    },
+    For { vars: Vec<Ident>, iter: Expr },
+    Def { name: Ident, params: Vec<Param> },
 }
 
 impl Opener {
@@ -82,50 +73,16 @@ impl Opener {
 
 /// Every statement keyword, for "unknown statement" suggestions.
 pub const STATEMENTS: &[&str] = &[
-    "gen",
-    "select",
-    "or",
-    "role",
-    "system",
-    "user",
-    "assistant",
-    "capture",
-    "hidden",
-    "set",
-    "if",
-    "elif",
-    "else",
-    "for",
-    "def",
-    "import",
-    "grammar",
-    "input",
-    "raw",
-    "end",
+    "gen", "select", "or", "role", "system", "user", "assistant", "capture", "hidden", "set", "if", "elif", "else",
+    "for", "def", "import", "grammar", "input", "raw", "end",
 ];
 
-const BLOCK_NAMES: &[&str] = &[
-    "select",
-    "role",
-    "system",
-    "user",
-    "assistant",
-    "capture",
-    "hidden",
-    "if",
-    "for",
-    "def",
-    "grammar",
-];
+const BLOCK_NAMES: &[&str] =
+    &["select", "role", "system", "user", "assistant", "capture", "hidden", "if", "for", "def", "grammar"];
 
 /// Parses `text` into items, reporting problems to `diags`.
 pub(crate) fn parse_items(text: &str, file: FileId, diags: &mut Vec<Diagnostic>) -> Vec<Item> {
-    let b = Builder {
-        text,
-        file,
-        diags: RefCell::new(Vec::new()),
-        depth: std::cell::Cell::new(0),
-    };
+    let b = Builder { text, file, diags: RefCell::new(Vec::new()), depth: std::cell::Cell::new(0) };
     let segs = b.scan();
     let items = b.items(&segs);
     diags.extend(b.diags.into_inner());
@@ -148,21 +105,11 @@ enum SegKind {
     Comment,
     /// `{{ … }}`, with the span of its inside; `closed` is false for an
     /// unterminated tag (already reported).
-    Expr {
-        inner: Span,
-        closed: bool,
-    },
+    Expr { inner: Span, closed: bool },
     /// `{% … %}`.
-    Stmt {
-        inner: Span,
-        closed: bool,
-    },
+    Stmt { inner: Span, closed: bool },
     /// `{% grammar name %}` with its GBNF body and the whole block's span.
-    Grammar {
-        inner: Span,
-        body: Span,
-        block: Span,
-    },
+    Grammar { inner: Span, body: Span, block: Span },
 }
 
 struct Builder<'t> {
@@ -196,31 +143,17 @@ impl<'t> Builder<'t> {
                         let p = pairs.next().expect("comment pair");
                         let (trim_l, trim_r) = trims(&p);
                         let end = pos + p.as_str().len();
-                        segs.push(Seg {
-                            kind: SegKind::Comment,
-                            span: Span::new(pos, end),
-                            trim_l,
-                            trim_r,
-                        });
+                        segs.push(Seg { kind: SegKind::Comment, span: Span::new(pos, end), trim_l, trim_r });
                         pos = end;
                     }
                     Err(_) => {
                         self.error(
-                            self.diag(
-                                Code::UnterminatedComment,
-                                Span::new(pos, pos + 2),
-                                "this comment is never closed",
-                            )
-                            .with_label("comment opened here")
-                            .with_help("close the comment with `#}`"),
+                            self.diag(Code::UnterminatedComment, Span::new(pos, pos + 2), "this comment is never closed")
+                                .with_label("comment opened here")
+                                .with_help("close the comment with `#}`"),
                         );
                         let trim_l = rest.starts_with("{#-");
-                        segs.push(Seg {
-                            kind: SegKind::Comment,
-                            span: Span::new(pos, text.len()),
-                            trim_l,
-                            trim_r: false,
-                        });
+                        segs.push(Seg { kind: SegKind::Comment, span: Span::new(pos, text.len()), trim_l, trim_r: false });
                         pos = text.len();
                     }
                 }
@@ -237,12 +170,7 @@ impl<'t> Builder<'t> {
                 while !text.is_char_boundary(end) {
                     end += 1;
                 }
-                segs.push(Seg {
-                    kind: SegKind::Text,
-                    span: Span::new(pos, end),
-                    trim_l: false,
-                    trim_r: false,
-                });
+                segs.push(Seg { kind: SegKind::Text, span: Span::new(pos, end), trim_l: false, trim_r: false });
                 pos = end;
             }
         }
@@ -255,39 +183,22 @@ impl<'t> Builder<'t> {
         let text = self.text;
         let rest = &text[pos..];
         let is_stmt = rest.starts_with("{%");
-        let rule = if is_stmt {
-            Rule::stmt_tag
-        } else {
-            Rule::expr_tag
-        };
+        let rule = if is_stmt { Rule::stmt_tag } else { Rule::expr_tag };
         let (inner, end, trim_l, trim_r, closed) = match LmtParser::parse(rule, rest) {
             Ok(mut pairs) => {
                 let p = pairs.next().expect("tag pair");
                 let end = pos + p.as_str().len();
                 let (trim_l, trim_r) = trims(&p);
-                let raw = p
-                    .into_inner()
-                    .find(|c| matches!(c.as_rule(), Rule::stmt_raw | Rule::expr_raw));
-                let inner =
-                    raw.map(|r| Span::new(pos + r.as_span().start(), pos + r.as_span().end()));
-                (
-                    inner.unwrap_or(Span::at(pos + 2)),
-                    end,
-                    trim_l,
-                    trim_r,
-                    true,
-                )
+                let raw = p.into_inner().find(|c| matches!(c.as_rule(), Rule::stmt_raw | Rule::expr_raw));
+                let inner = raw.map(|r| Span::new(pos + r.as_span().start(), pos + r.as_span().end()));
+                (inner.unwrap_or(Span::at(pos + 2)), end, trim_l, trim_r, true)
             }
             Err(_) => {
                 // Unterminated: the tag runs to the next tag or the end of its
                 // first line, whichever comes first.
                 let trim_l = rest.get(2..).is_some_and(|r| r.starts_with('-'));
                 let start = pos + 2 + trim_l as usize;
-                let raw_rule = if is_stmt {
-                    Rule::stmt_raw
-                } else {
-                    Rule::expr_raw
-                };
+                let raw_rule = if is_stmt { Rule::stmt_raw } else { Rule::expr_raw };
                 let scanned = LmtParser::parse(raw_rule, &text[start..])
                     .ok()
                     .and_then(|mut p| p.next())
@@ -298,68 +209,35 @@ impl<'t> Builder<'t> {
                 let close = if is_stmt { "%}" } else { "}}" };
                 let open = if is_stmt { "{%" } else { "{{" };
                 self.error(
-                    self.diag(
-                        Code::UnterminatedTag,
-                        Span::new(pos, end),
-                        format!("this `{open}` tag is never closed"),
-                    )
-                    .with_label(format!("expected `{close}` here"))
-                    .with_help(format!("end the tag with `{close}`")),
+                    self.diag(Code::UnterminatedTag, Span::new(pos, end), format!("this `{open}` tag is never closed"))
+                        .with_label(format!("expected `{close}` here"))
+                        .with_help(format!("end the tag with `{close}`")),
                 );
                 (Span::new(start, end), end, trim_l, false, false)
             }
         };
         if !is_stmt {
-            segs.push(Seg {
-                kind: SegKind::Expr { inner, closed },
-                span: Span::new(pos, end),
-                trim_l,
-                trim_r,
-            });
+            segs.push(Seg { kind: SegKind::Expr { inner, closed }, span: Span::new(pos, end), trim_l, trim_r });
             return end;
         }
         let content = &text[inner.range()];
         let head = head_word(content);
         if closed && content.trim() == "raw" {
-            segs.push(Seg {
-                kind: SegKind::Comment,
-                span: Span::new(pos, end),
-                trim_l,
-                trim_r,
-            });
+            segs.push(Seg { kind: SegKind::Comment, span: Span::new(pos, end), trim_l, trim_r });
             let (body_end, close) = self.find_close(end, Rule::raw_close);
             match close {
                 Some((close_end, tl, tr)) => {
-                    segs.push(Seg {
-                        kind: SegKind::Text,
-                        span: Span::new(end, body_end),
-                        trim_l: false,
-                        trim_r: false,
-                    });
-                    segs.push(Seg {
-                        kind: SegKind::Comment,
-                        span: Span::new(body_end, close_end),
-                        trim_l: tl,
-                        trim_r: tr,
-                    });
+                    segs.push(Seg { kind: SegKind::Text, span: Span::new(end, body_end), trim_l: false, trim_r: false });
+                    segs.push(Seg { kind: SegKind::Comment, span: Span::new(body_end, close_end), trim_l: tl, trim_r: tr });
                     return close_end;
                 }
                 None => {
                     self.error(
-                        self.diag(
-                            Code::UnclosedRaw,
-                            Span::new(pos, end),
-                            "this raw block is never closed",
-                        )
-                        .with_label("raw block opened here")
-                        .with_help("close it with `{% endraw %}`"),
+                        self.diag(Code::UnclosedRaw, Span::new(pos, end), "this raw block is never closed")
+                            .with_label("raw block opened here")
+                            .with_help("close it with `{% endraw %}`"),
                     );
-                    segs.push(Seg {
-                        kind: SegKind::Text,
-                        span: Span::new(end, text.len()),
-                        trim_l: false,
-                        trim_r: false,
-                    });
+                    segs.push(Seg { kind: SegKind::Text, span: Span::new(end, text.len()), trim_l: false, trim_r: false });
                     return text.len();
                 }
             }
@@ -370,35 +248,22 @@ impl<'t> Builder<'t> {
                 Some((close_end, _, tr)) => (close_end, tr),
                 None => {
                     self.error(
-                        self.diag(
-                            Code::UnclosedBlock,
-                            Span::new(pos, end),
-                            "this `grammar` block is never closed",
-                        )
-                        .with_label("grammar opened here")
-                        .with_help("close the grammar with `{% end %}`"),
+                        self.diag(Code::UnclosedBlock, Span::new(pos, end), "this `grammar` block is never closed")
+                            .with_label("grammar opened here")
+                            .with_help("close the grammar with `{% end %}`"),
                     );
                     (text.len(), false)
                 }
             };
             segs.push(Seg {
-                kind: SegKind::Grammar {
-                    inner,
-                    body: Span::new(end, body_end),
-                    block: Span::new(pos, block_end),
-                },
+                kind: SegKind::Grammar { inner, body: Span::new(end, body_end), block: Span::new(pos, block_end) },
                 span: Span::new(pos, block_end),
                 trim_l,
                 trim_r: close_tr,
             });
             return block_end;
         }
-        segs.push(Seg {
-            kind: SegKind::Stmt { inner, closed },
-            span: Span::new(pos, end),
-            trim_l,
-            trim_r,
-        });
+        segs.push(Seg { kind: SegKind::Stmt { inner, closed }, span: Span::new(pos, end), trim_l, trim_r });
         end
     }
 
@@ -450,17 +315,11 @@ impl<'t> Builder<'t> {
                                     .with_help("put an expression inside, such as `{{ name }}`"),
                             );
                         }
-                        Expr {
-                            kind: ExprKind::Error,
-                            span: *inner,
-                        }
+                        Expr { kind: ExprKind::Error, span: *inner }
                     } else {
                         self.parse_expr_body(*inner, !closed)
                     };
-                    items.push(Item::Node(Node::Emit {
-                        expr,
-                        span: seg.span,
-                    }));
+                    items.push(Item::Node(Node::Emit { expr, span: seg.span }));
                 }
                 SegKind::Stmt { inner, closed } => {
                     if let Some(item) = self.stmt_item(*inner, seg.span, !closed) {
@@ -468,9 +327,7 @@ impl<'t> Builder<'t> {
                     }
                 }
                 SegKind::Grammar { inner, body, block } => {
-                    items.push(Item::Node(
-                        self.grammar_node(*inner, *body, *block, seg.span),
-                    ));
+                    items.push(Item::Node(self.grammar_node(*inner, *body, *block, seg.span)));
                 }
             }
         }
@@ -482,42 +339,21 @@ impl<'t> Builder<'t> {
         let name = match self.parse_rule(Rule::stmt_body, inner) {
             Ok(p) => {
                 let g = p.into_inner().next().expect("grammar_stmt");
-                let ident = g
-                    .into_inner()
-                    .find(|c| c.as_rule() == Rule::ident)
-                    .expect("grammar name");
+                let ident = g.into_inner().find(|c| c.as_rule() == Rule::ident).expect("grammar name");
                 self.ident(ident, inner.start as usize)
             }
             Err(e) => {
                 self.error(self.pest_error(e, inner, "grammar"));
-                Ident {
-                    name: String::new(),
-                    span: inner,
-                }
+                Ident { name: String::new(), span: inner }
             }
         };
         let mut diags = Vec::new();
-        let grammar = gbnf::parse(
-            &self.text[body.range()],
-            body.start as usize,
-            self.file,
-            &mut diags,
-        );
+        let grammar = gbnf::parse(&self.text[body.range()], body.start as usize, self.file, &mut diags);
         self.diags.borrow_mut().extend(diags);
-        Node::Grammar(GrammarBlock {
-            name,
-            grammar,
-            body,
-            open,
-            span: block,
-        })
+        Node::Grammar(GrammarBlock { name, grammar, body, open, span: block })
     }
 
-    fn parse_rule(
-        &self,
-        rule: Rule,
-        inner: Span,
-    ) -> Result<Pair<'t, Rule>, pest::error::Error<Rule>> {
+    fn parse_rule(&self, rule: Rule, inner: Span) -> Result<Pair<'t, Rule>, pest::error::Error<Rule>> {
         let s = &self.text[inner.range()];
         match LmtParser::parse(rule, s) {
             Ok(mut p) => Ok(p.next().expect("body pair")),
@@ -535,10 +371,7 @@ impl<'t> Builder<'t> {
                 if !quiet {
                     self.error(self.pest_error(e, inner, "{{ }}"));
                 }
-                Expr {
-                    kind: ExprKind::Error,
-                    span: inner,
-                }
+                Expr { kind: ExprKind::Error, span: inner }
             }
         }
     }
@@ -557,31 +390,17 @@ impl<'t> Builder<'t> {
             }
             return None;
         }
-        let known = STATEMENTS.contains(&head)
-            || head
-                .strip_prefix("end")
-                .is_some_and(|b| BLOCK_NAMES.contains(&b));
+        let known = STATEMENTS.contains(&head) || head.strip_prefix("end").is_some_and(|b| BLOCK_NAMES.contains(&b));
         if !known {
             let lead = content.len() - content.trim_start().len();
             // No word: point at the first character, whatever its width.
-            let first = content
-                .trim_start()
-                .chars()
-                .next()
-                .map_or(0, char::len_utf8);
+            let first = content.trim_start().chars().next().map_or(0, char::len_utf8);
             let len = if head.is_empty() { first } else { head.len() };
-            let word_span = Span::new(
-                inner.start as usize + lead,
-                inner.start as usize + lead + len,
-            );
+            let word_span = Span::new(inner.start as usize + lead, inner.start as usize + lead + len);
             if head == "endraw" {
                 self.error(
-                    self.diag(
-                        Code::StrayEnd,
-                        tag,
-                        "`endraw` without a `{% raw %}` before it",
-                    )
-                    .with_help("remove it, or open the raw block with `{% raw %}`"),
+                    self.diag(Code::StrayEnd, tag, "`endraw` without a `{% raw %}` before it")
+                        .with_help("remove it, or open the raw block with `{% raw %}`"),
                 );
                 return None;
             }
@@ -601,29 +420,16 @@ impl<'t> Builder<'t> {
         };
         let base = inner.start as usize;
         let rule = pair.as_rule();
-        let mut parts = pair
-            .into_inner()
-            .filter(|p| !is_keyword(p.as_rule()))
-            .peekable();
+        let mut parts = pair.into_inner().filter(|p| !is_keyword(p.as_rule())).peekable();
         let item = match rule {
             Rule::gen_stmt => {
-                let target = parts
-                    .next_if(|p| p.as_rule() == Rule::gen_target)
-                    .map(|p| self.target(p, base));
+                let target = parts.next_if(|p| p.as_rule() == Rule::gen_target).map(|p| self.target(p, base));
                 let options = parts.map(|p| self.option(p, base)).collect();
-                Item::Node(Node::Gen(Gen {
-                    target,
-                    options,
-                    span: tag,
-                }))
+                Item::Node(Node::Gen(Gen { target, options, span: tag }))
             }
             Rule::select_stmt => {
-                let target = parts
-                    .next_if(|p| p.as_rule() == Rule::gen_target)
-                    .map(|p| self.target(p, base));
-                let list = parts
-                    .next_if(|p| p.as_rule() == Rule::expr)
-                    .map(|p| self.expr(p, base));
+                let target = parts.next_if(|p| p.as_rule() == Rule::gen_target).map(|p| self.target(p, base));
+                let list = parts.next_if(|p| p.as_rule() == Rule::expr).map(|p| self.expr(p, base));
                 let options = parts.map(|p| self.option(p, base)).collect();
                 match list {
                     Some(list) => Item::Node(Node::Select(Select {
@@ -637,10 +443,7 @@ impl<'t> Builder<'t> {
                 }
             }
             Rule::or_stmt => Item::Or(tag),
-            Rule::role_stmt => Item::Open(
-                Opener::Role(RoleName::Expr(self.expr(parts.next()?, base))),
-                tag,
-            ),
+            Rule::role_stmt => Item::Open(Opener::Role(RoleName::Expr(self.expr(parts.next()?, base))), tag),
             Rule::role_short => {
                 let role = match head {
                     "system" => RoleName::System,
@@ -649,18 +452,12 @@ impl<'t> Builder<'t> {
                 };
                 Item::Open(Opener::Role(role), tag)
             }
-            Rule::capture_stmt => {
-                Item::Open(Opener::Capture(self.target(parts.next()?, base)), tag)
-            }
+            Rule::capture_stmt => Item::Open(Opener::Capture(self.target(parts.next()?, base)), tag),
             Rule::hidden_stmt => Item::Open(Opener::Hidden, tag),
             Rule::set_stmt => {
                 let target = self.target(parts.next()?, base);
                 let value = self.expr(parts.next()?, base);
-                Item::Node(Node::Set {
-                    target,
-                    value,
-                    span: tag,
-                })
+                Item::Node(Node::Set { target, value, span: tag })
             }
             Rule::if_stmt => Item::Open(Opener::If(self.expr(parts.next()?, base)), tag),
             Rule::elif_stmt => Item::Elif(self.expr(parts.next()?, base), tag),
@@ -686,12 +483,7 @@ impl<'t> Builder<'t> {
                 let path_span = span_of(&path, base);
                 let path_value = self.string(path, base).unwrap_or_default();
                 let alias = self.ident(parts.next()?, base);
-                Item::Node(Node::Import(Import {
-                    path: path_value,
-                    path_span,
-                    alias,
-                    span: tag,
-                }))
+                Item::Node(Node::Import(Import { path: path_value, path_span, alias, span: tag }))
             }
             Rule::input_stmt => {
                 let params = parts.map(|p| self.param(p, base)).collect();
@@ -720,19 +512,13 @@ impl<'t> Builder<'t> {
     // ------------------------------------------------------------ pieces
 
     fn ident(&self, p: Pair<'_, Rule>, base: usize) -> Ident {
-        Ident {
-            name: p.as_str().to_string(),
-            span: span_of(&p, base),
-        }
+        Ident { name: p.as_str().to_string(), span: span_of(&p, base) }
     }
 
     fn target(&self, p: Pair<'_, Rule>, base: usize) -> Target {
         let mut inner = p.into_inner();
         let name = self.ident(inner.next().expect("target name"), base);
-        Target {
-            name,
-            append: inner.next().is_some(),
-        }
+        Target { name, append: inner.next().is_some() }
     }
 
     fn option(&self, p: Pair<'_, Rule>, base: usize) -> GenOption {
@@ -755,12 +541,8 @@ impl<'t> Builder<'t> {
             Err(e) => {
                 let start = p.as_span().start() + base;
                 self.error(
-                    self.diag(
-                        Code::InvalidEscape,
-                        Span::new(start + e.start, start + e.end),
-                        e.message,
-                    )
-                    .with_help("write a literal backslash as `\\\\`, or use a raw string `r\"…\"`"),
+                    self.diag(Code::InvalidEscape, Span::new(start + e.start, start + e.end), e.message)
+                        .with_help("write a literal backslash as `\\\\`, or use a raw string `r\"…\"`"),
                 );
                 None
             }
@@ -778,17 +560,10 @@ impl<'t> Builder<'t> {
         if depth >= super::MAX_NESTING || width > 2 * super::MAX_NESTING {
             let span = span_of(&p, base);
             self.error(
-                self.diag(
-                    Code::TooDeep,
-                    span,
-                    format!("this expression nests deeper than {}", super::MAX_NESTING),
-                )
-                .with_help("split it into several `{% set %}` steps"),
+                self.diag(Code::TooDeep, span, format!("this expression nests deeper than {}", super::MAX_NESTING))
+                    .with_help("split it into several `{% set %}` steps"),
             );
-            return Expr {
-                kind: ExprKind::Error,
-                span,
-            };
+            return Expr { kind: ExprKind::Error, span };
         }
         self.depth.set(depth + 1);
         let e = self.expr_inner(p, base);
@@ -830,10 +605,7 @@ impl<'t> Builder<'t> {
                     _ => UnaryOp::Pos,
                 };
                 let span = span_of(&op, base).to(rhs.span);
-                Expr {
-                    kind: ExprKind::Unary(kind, Box::new(rhs)),
-                    span,
-                }
+                Expr { kind: ExprKind::Unary(kind, Box::new(rhs)), span }
             })
             .map_infix(|lhs, op, rhs| {
                 let kind = match op.as_rule() {
@@ -857,10 +629,7 @@ impl<'t> Builder<'t> {
                     _ => BinaryOp::Mod,
                 };
                 let span = lhs.span.to(rhs.span);
-                Expr {
-                    kind: ExprKind::Binary(kind, Box::new(lhs), Box::new(rhs)),
-                    span,
-                }
+                Expr { kind: ExprKind::Binary(kind, Box::new(lhs), Box::new(rhs)), span }
             })
             .parse(p.into_inner())
     }
@@ -873,17 +642,13 @@ impl<'t> Builder<'t> {
             let rule = op.as_rule();
             let mut parts = op.into_inner();
             let kind = match rule {
-                Rule::attr => {
-                    ExprKind::Attr(Box::new(e), self.ident(parts.next().expect("attr"), base))
-                }
+                Rule::attr => ExprKind::Attr(Box::new(e), self.ident(parts.next().expect("attr"), base)),
                 Rule::index => {
                     let i = parts.next().expect("index");
                     if i.as_rule() == Rule::slice {
-                        let mut bounds = i.into_inner().map(|part| {
-                            part.into_inner()
-                                .next()
-                                .map(|x| Box::new(self.expr(x, base)))
-                        });
+                        let mut bounds = i
+                            .into_inner()
+                            .map(|part| part.into_inner().next().map(|x| Box::new(self.expr(x, base))));
                         ExprKind::Slice {
                             value: Box::new(e),
                             start: bounds.next().flatten(),
@@ -897,26 +662,15 @@ impl<'t> Builder<'t> {
                 Rule::call_args => ExprKind::Call(Box::new(e), self.args(parts, base)),
                 Rule::filter => {
                     let name = self.ident(parts.next().expect("filter name"), base);
-                    let args = parts
-                        .next()
-                        .map(|a| self.args(a.into_inner(), base))
-                        .unwrap_or_default();
+                    let args = parts.next().map(|a| self.args(a.into_inner(), base)).unwrap_or_default();
                     ExprKind::Filter(Box::new(e), name, args)
                 }
                 Rule::test => {
                     let mut parts = parts.filter(|c| c.as_rule() != Rule::kw_is).peekable();
                     let negated = parts.next_if(|c| c.as_rule() == Rule::negation).is_some();
                     let name = self.ident(parts.next().expect("test name"), base);
-                    let args = parts
-                        .next()
-                        .map(|a| self.args(a.into_inner(), base))
-                        .unwrap_or_default();
-                    ExprKind::Test {
-                        value: Box::new(e),
-                        name,
-                        args,
-                        negated,
-                    }
+                    let args = parts.next().map(|a| self.args(a.into_inner(), base)).unwrap_or_default();
+                    ExprKind::Test { value: Box::new(e), name, args, negated }
                 }
                 other => unreachable!("postfix rule {other:?}"),
             };
@@ -932,15 +686,9 @@ impl<'t> Builder<'t> {
                 if a.as_rule() == Rule::kwarg {
                     let mut kv = a.into_inner();
                     let name = self.ident(kv.next().expect("kwarg name"), base);
-                    Arg {
-                        name: Some(name),
-                        value: self.expr(kv.next().expect("kwarg value"), base),
-                    }
+                    Arg { name: Some(name), value: self.expr(kv.next().expect("kwarg value"), base) }
                 } else {
-                    Arg {
-                        name: None,
-                        value: self.expr(a, base),
-                    }
+                    Arg { name: None, value: self.expr(a, base) }
                 }
             })
             .collect()
@@ -953,14 +701,8 @@ impl<'t> Builder<'t> {
                 Ok(n) => ExprKind::Int(n),
                 Err(_) => {
                     self.error(
-                        self.diag(
-                            Code::InvalidNumber,
-                            span,
-                            "this integer does not fit in 64 bits",
-                        )
-                        .with_help(
-                            "integers range from -9223372036854775808 to 9223372036854775807",
-                        ),
+                        self.diag(Code::InvalidNumber, span, "this integer does not fit in 64 bits")
+                            .with_help("integers range from -9223372036854775808 to 9223372036854775807"),
                     );
                     ExprKind::Error
                 }
@@ -972,10 +714,7 @@ impl<'t> Builder<'t> {
                     ExprKind::Error
                 }
             },
-            Rule::string => self
-                .string(p, base)
-                .map(ExprKind::Str)
-                .unwrap_or(ExprKind::Error),
+            Rule::string => self.string(p, base).map(ExprKind::Str).unwrap_or(ExprKind::Error),
             Rule::bool_true => ExprKind::Bool(true),
             Rule::bool_false => ExprKind::Bool(false),
             Rule::none => ExprKind::None,
@@ -993,10 +732,7 @@ impl<'t> Builder<'t> {
                     .collect(),
             ),
             Rule::bad_string => {
-                let quote = Span::new(
-                    span.start as usize,
-                    span.start as usize + 1 + p.as_str().starts_with('r') as usize,
-                );
+                let quote = Span::new(span.start as usize, span.start as usize + 1 + p.as_str().starts_with('r') as usize);
                 self.error(
                     self.diag(Code::UnterminatedString, quote, "this string is never closed")
                         .with_label("string starts here")
@@ -1018,14 +754,7 @@ impl<'t> Builder<'t> {
         // pest gives up on very deep brackets with a generic error.
         if bracket_depth(content) > super::MAX_NESTING {
             return self
-                .diag(
-                    Code::TooDeep,
-                    inner,
-                    format!(
-                        "brackets nest deeper than {} in this tag",
-                        super::MAX_NESTING
-                    ),
-                )
+                .diag(Code::TooDeep, inner, format!("brackets nest deeper than {} in this tag", super::MAX_NESTING))
                 .with_help("split the expression into several `{% set %}` steps");
         }
         let pos = match e.location {
@@ -1060,10 +789,7 @@ impl<'t> Builder<'t> {
                 }
             }
         }
-        if expected
-            .iter()
-            .any(|e| e == "an expression" || e == "an argument")
-        {
+        if expected.iter().any(|e| e == "an expression" || e == "an argument") {
             // `"`, `[`, `(`… are how an expression starts: already said.
             expected.retain(|e| !EXPR_START_TOKENS.contains(&e.as_str()));
         }
@@ -1081,11 +807,7 @@ impl<'t> Builder<'t> {
         } else {
             format!("unexpected `{found}` in this `{what}` tag")
         };
-        let label = if expected.is_empty() {
-            "not expected here".to_string()
-        } else {
-            format!("expected {}", join_or(&expected))
-        };
+        let label = if expected.is_empty() { "not expected here".to_string() } else { format!("expected {}", join_or(&expected)) };
         let mut d = self.diag(Code::Syntax, span, message).with_label(label);
         if let Some(help) = syntax_help(what, content, pos) {
             d = d.with_help(help);
@@ -1108,9 +830,7 @@ fn parse_with_detail(rule: Rule, s: &str) -> pest::error::Error<Rule> {
         Err(e) => e,
         // Cannot happen (parsing is deterministic); degrade to a plain error.
         Ok(_) => pest::error::Error::new_from_pos(
-            pest::error::ErrorVariant::CustomError {
-                message: "syntax error".into(),
-            },
+            pest::error::ErrorVariant::CustomError { message: "syntax error".into() },
             pest::Position::from_start(s),
         ),
     }
@@ -1119,37 +839,19 @@ fn parse_with_detail(rule: Rule, s: &str) -> pest::error::Error<Rule> {
 /// The item a statement that failed to parse still stands for, so block
 /// matching stays in step.
 fn broken_item(head: &str, inner: Span, tag: Span) -> Option<Item> {
-    let err = || Expr {
-        kind: ExprKind::Error,
-        span: inner,
-    };
-    let placeholder = || Ident {
-        name: String::new(),
-        span: inner,
-    };
+    let err = || Expr { kind: ExprKind::Error, span: inner };
+    let placeholder = || Ident { name: String::new(), span: inner };
     let opener = match head {
-        "select" => Opener::Select {
-            target: None,
-            options: Vec::new(),
-        },
+        "select" => Opener::Select { target: None, options: Vec::new() },
         "role" => Opener::Role(RoleName::Expr(err())),
         "system" => Opener::Role(RoleName::System),
         "user" => Opener::Role(RoleName::User),
         "assistant" => Opener::Role(RoleName::Assistant),
-        "capture" => Opener::Capture(Target {
-            name: placeholder(),
-            append: false,
-        }),
+        "capture" => Opener::Capture(Target { name: placeholder(), append: false }),
         "hidden" => Opener::Hidden,
         "if" => Opener::If(err()),
-        "for" => Opener::For {
-            vars: Vec::new(),
-            iter: err(),
-        },
-        "def" => Opener::Def {
-            name: placeholder(),
-            params: Vec::new(),
-        },
+        "for" => Opener::For { vars: Vec::new(), iter: err() },
+        "def" => Opener::Def { name: placeholder(), params: Vec::new() },
         "elif" => return Some(Item::Elif(err(), tag)),
         "else" => return Some(Item::Else(tag)),
         "or" => return Some(Item::Or(tag)),
@@ -1166,25 +868,19 @@ fn unknown_statement(file: FileId, head: &str, span: Span) -> Diagnostic {
     } else {
         format!("unknown statement `{head}`")
     };
-    let d =
-        Diagnostic::new(Code::UnknownStatement, file, span, message).with_label("not a statement");
+    let d = Diagnostic::new(Code::UnknownStatement, file, span, message).with_label("not a statement");
     let help = match head {
         "elseif" | "elsif" => Some("write `{% elif condition %}`".to_string()),
-        "macro" | "function" | "fn" => {
-            Some("define a function with `{% def name(params) %}…{% end %}`".to_string())
-        }
+        "macro" | "function" | "fn" => Some("define a function with `{% def name(params) %}…{% end %}`".to_string()),
         "let" | "var" => Some("assign with `{% set name = value %}`".to_string()),
         "include" | "from" => Some("use `{% import \"path\" as name %}`".to_string()),
         "generate" | "complete" => Some("generate text with `{% gen name %}`".to_string()),
-        "choose" | "choice" | "choices" | "oneof" => {
-            Some("choose with `{% select name %}a{% or %}b{% end %}`".to_string())
-        }
+        "choose" | "choice" | "choices" | "oneof" => Some("choose with `{% select name %}a{% or %}b{% end %}`".to_string()),
         "endblock" | "endmacro" | "endcall" => Some("close blocks with `{% end %}`".to_string()),
         _ => crate::check::suggest(head, STATEMENTS.iter().copied())
             .map(|s| format!("did you mean `{s}`?"))
             .or_else(|| {
-                (!head.is_empty())
-                    .then(|| format!("to insert the value of `{head}`, write `{{{{ {head} }}}}`"))
+                (!head.is_empty()).then(|| format!("to insert the value of `{head}`, write `{{{{ {head} }}}}`"))
             }),
     };
     match help {
@@ -1197,9 +893,7 @@ fn syntax_help(what: &str, content: &str, pos: usize) -> Option<String> {
     let before = content[..pos].trim_end();
     let rest = &content[pos..];
     if matches!(what, "if" | "elif" | "{{ }}") && rest.starts_with('=') && !rest.starts_with("==") {
-        return Some(
-            "to compare, write `==`; `=` only assigns, in `{% set name = value %}`".into(),
-        );
+        return Some("to compare, write `==`; `=` only assigns, in `{% set name = value %}`".into());
     }
     if let Some(at) = content[..pos].rfind("regex=") {
         let value = content[at + 6..].trim_start();
@@ -1217,10 +911,7 @@ fn syntax_help(what: &str, content: &str, pos: usize) -> Option<String> {
         return Some("write `{% for item in items %}`".into());
     }
     if what == "import" {
-        return Some(
-            "write `{% import \"std/json\" as json %}` (a quoted path, then `as` and a name)"
-                .into(),
-        );
+        return Some("write `{% import \"std/json\" as json %}` (a quoted path, then `as` and a name)".into());
     }
     if what == "def" {
         return Some("write `{% def name(param, other=\"default\") %}`".into());
@@ -1251,41 +942,17 @@ static PRATT: LazyLock<PrattParser<Rule>> = LazyLock::new(|| {
         .op(Op::infix(Rule::op_pow, Assoc::Right))
 });
 
-const EXPR_START_TOKENS: &[&str] = &[
-    "`\"`", "`'`", "`r\"`", "`r'`", "`{`", "`[`", "`(`", "`-`", "`+`",
-];
+const EXPR_START_TOKENS: &[&str] = &["`\"`", "`'`", "`r\"`", "`r'`", "`{`", "`[`", "`(`", "`-`", "`+`"];
 
-const OPERATOR_TOKENS: &[&str] = &[
-    "==", "!=", "<=", ">=", "<", ">", "~", "+", "-", "**", "//", "*", "/", "%", "|", ".", "[", "(",
-];
+const OPERATOR_TOKENS: &[&str] =
+    &["==", "!=", "<=", ">=", "<", ">", "~", "+", "-", "**", "//", "*", "/", "%", "|", ".", "[", "("];
 
 fn is_operator(r: Rule) -> bool {
     use Rule::*;
     matches!(
         r,
-        op_or
-            | op_and
-            | op_not_in
-            | op_in
-            | op_eq
-            | op_ne
-            | op_le
-            | op_ge
-            | op_lt
-            | op_gt
-            | op_concat
-            | op_add
-            | op_sub
-            | op_pow
-            | op_floordiv
-            | op_mul
-            | op_div
-            | op_mod
-            | attr
-            | index
-            | call_args
-            | filter
-            | test
+        op_or | op_and | op_not_in | op_in | op_eq | op_ne | op_le | op_ge | op_lt | op_gt | op_concat | op_add
+            | op_sub | op_pow | op_floordiv | op_mul | op_div | op_mod | attr | index | call_args | filter | test
             | kw_is
     )
 }
@@ -1294,28 +961,9 @@ fn is_keyword(r: Rule) -> bool {
     use Rule::*;
     matches!(
         r,
-        kw_gen
-            | kw_select
-            | kw_or
-            | kw_role
-            | kw_system
-            | kw_user
-            | kw_assistant
-            | kw_capture
-            | kw_hidden
-            | kw_set
-            | kw_if
-            | kw_elif
-            | kw_else
-            | kw_for
-            | kw_in
-            | kw_def
-            | kw_import
-            | kw_as
-            | kw_grammar
-            | kw_input
-            | kw_raw
-            | kw_end
+        kw_gen | kw_select | kw_or | kw_role | kw_system | kw_user | kw_assistant | kw_capture | kw_hidden | kw_set
+            | kw_if | kw_elif | kw_else | kw_for | kw_in | kw_def | kw_import | kw_as | kw_grammar | kw_input
+            | kw_raw | kw_end
     )
 }
 
@@ -1323,9 +971,8 @@ fn is_keyword(r: Rule) -> bool {
 fn describe(r: Rule) -> Option<&'static str> {
     use Rule::*;
     Some(match r {
-        expr | binary | postfix | paren | list | map | float | int | string | raw_string
-        | dq_string | sq_string | bool_true | bool_false | none | bad_string | op_not | op_neg
-        | op_pos | slice | slice_part => "an expression",
+        expr | binary | postfix | paren | list | map | float | int | string | raw_string | dq_string | sq_string
+        | bool_true | bool_false | none | bad_string | op_not | op_neg | op_pos | slice | slice_part => "an expression",
         ident | target | gen_target => "a name",
         option => "an option such as `max_tokens=50`",
         param => "a parameter name",
@@ -1376,12 +1023,9 @@ fn bracket_depth(s: &str) -> usize {
 fn found_token(s: &str) -> (usize, &str) {
     let skip = s.len() - s.trim_start().len();
     let s = &s[skip..];
-    let Some(c) = s.chars().next() else {
-        return (skip, "");
-    };
+    let Some(c) = s.chars().next() else { return (skip, "") };
     let len = if c.is_alphanumeric() || c == '_' {
-        s.find(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .unwrap_or(s.len())
+        s.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(s.len())
     } else {
         c.len_utf8()
     };
@@ -1391,9 +1035,7 @@ fn found_token(s: &str) -> (usize, &str) {
 /// The first word of a tag's inside (`gen`, `endfor`, …).
 fn head_word(content: &str) -> &str {
     let s = content.trim_start();
-    let end = s
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(s.len());
+    let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s.len());
     &s[..end]
 }
 

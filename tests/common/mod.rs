@@ -15,29 +15,20 @@ pub fn shared_data() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!(
-            "SKIPPED: shared test data not found at {} (set LMT_SHARED_DATA)",
-            dir.display()
-        );
+        eprintln!("SKIPPED: shared test data not found at {} (set LMT_SHARED_DATA)", dir.display());
         None
     }
 }
 
 /// The real tokenizers in the shared data: (name, tokenizer directory).
 pub fn real_tokenizers() -> Vec<(String, PathBuf)> {
-    shared_dirs(
-        "tokenizers",
-        &["gpt2", "llama2", "phi3", "llama3"],
-        "tokenizer.json",
-    )
+    shared_dirs("tokenizers", &["gpt2", "llama2", "phi3", "llama3"], "tokenizer.json")
 }
 
 /// `data/<sub>/<name>` for each name whose `marker` file exists; says
 /// loudly which are missing.
 pub fn shared_dirs(sub: &str, names: &[&str], marker: &str) -> Vec<(String, PathBuf)> {
-    let Some(data) = shared_data() else {
-        return Vec::new();
-    };
+    let Some(data) = shared_data() else { return Vec::new() };
     names
         .iter()
         .map(|n| (n.to_string(), data.join(sub).join(n)))
@@ -74,12 +65,8 @@ pub fn trained_byte_level() -> tokenizers::Tokenizer {
         "1. e4 e5 2. Nf3 Nc6 3. Bb5 a6 — chess, 日本語, emoji 😀, café, naïve.",
         "SELECT name FROM users WHERE age > 30; 2024-01-15 12:30:00 user@example.com",
     ];
-    let lines: Vec<String> = (0..20)
-        .flat_map(|_| corpus.iter().map(|s| s.to_string()))
-        .collect();
-    tok.train(&mut trainer, lines.into_iter())
-        .expect("training works");
-    tok.add_tokens([AddedToken::from("<tool>", false)])
-        .expect("added token");
+    let lines: Vec<String> = (0..20).flat_map(|_| corpus.iter().map(|s| s.to_string())).collect();
+    tok.train(&mut trainer, lines.into_iter()).expect("training works");
+    tok.add_tokens([AddedToken::from("<tool>", false)]).expect("added token");
     tok
 }

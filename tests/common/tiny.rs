@@ -128,30 +128,13 @@ impl Spec {
         let (h, m, d) = (self.hidden, self.intermediate, self.head_dim);
         let (qn, kvn) = (self.heads * d, self.kv_heads * d);
         let lin = 1.0 / (h as f32).sqrt();
-        let mut put = |name: String, shape: &[usize], scale: f32, offset: f32| {
-            t.push((name, shape.to_vec(), scale, offset))
-        };
-        put(
-            "model.embed_tokens.weight".into(),
-            &[self.vocab, h],
-            0.5,
-            0.0,
-        );
+        let mut put = |name: String, shape: &[usize], scale: f32, offset: f32| t.push((name, shape.to_vec(), scale, offset));
+        put("model.embed_tokens.weight".into(), &[self.vocab, h], 0.5, 0.0);
         for i in 0..self.layers {
             let p = format!("model.layers.{i}");
             if self.arch == "phi3" {
-                put(
-                    format!("{p}.self_attn.qkv_proj.weight"),
-                    &[qn + 2 * kvn, h],
-                    lin,
-                    0.0,
-                );
-                put(
-                    format!("{p}.mlp.gate_up_proj.weight"),
-                    &[2 * m, h],
-                    lin,
-                    0.0,
-                );
+                put(format!("{p}.self_attn.qkv_proj.weight"), &[qn + 2 * kvn, h], lin, 0.0);
+                put(format!("{p}.mlp.gate_up_proj.weight"), &[2 * m, h], lin, 0.0);
             } else {
                 put(format!("{p}.self_attn.q_proj.weight"), &[qn, h], lin, 0.0);
                 put(format!("{p}.self_attn.k_proj.weight"), &[kvn, h], lin, 0.0);
@@ -168,25 +151,10 @@ impl Spec {
                 put(format!("{p}.self_attn.q_norm.weight"), &[d], 0.2, 1.0);
                 put(format!("{p}.self_attn.k_norm.weight"), &[d], 0.2, 1.0);
             }
-            put(
-                format!("{p}.self_attn.o_proj.weight"),
-                &[h, qn],
-                1.0 / (qn as f32).sqrt(),
-                0.0,
-            );
-            put(
-                format!("{p}.mlp.down_proj.weight"),
-                &[h, m],
-                1.0 / (m as f32).sqrt(),
-                0.0,
-            );
+            put(format!("{p}.self_attn.o_proj.weight"), &[h, qn], 1.0 / (qn as f32).sqrt(), 0.0);
+            put(format!("{p}.mlp.down_proj.weight"), &[h, m], 1.0 / (m as f32).sqrt(), 0.0);
             put(format!("{p}.input_layernorm.weight"), &[h], 0.2, 1.0);
-            put(
-                format!("{p}.post_attention_layernorm.weight"),
-                &[h],
-                0.2,
-                1.0,
-            );
+            put(format!("{p}.post_attention_layernorm.weight"), &[h], 0.2, 1.0);
         }
         put("model.norm.weight".into(), &[h], 0.2, 1.0);
         if !self.tied {
@@ -198,20 +166,13 @@ impl Spec {
     /// Random weights under Hugging Face names.
     pub fn hf_tensors(&self) -> HashMap<String, Tensor> {
         let mut rng = Rng(self.seed);
-        self.hf_layout()
-            .into_iter()
-            .map(|(name, shape, scale, offset)| (name, rng.tensor(&shape, scale, offset)))
-            .collect()
+        self.hf_layout().into_iter().map(|(name, shape, scale, offset)| (name, rng.tensor(&shape, scale, offset))).collect()
     }
 
     /// Writes a Hugging Face model directory (no tokenizer) under `dir`.
     pub fn write_hf(&self, dir: &Path) -> PathBuf {
         std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(
-            dir.join("config.json"),
-            serde_json::to_string_pretty(&self.config_json()).unwrap(),
-        )
-        .unwrap();
+        std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&self.config_json()).unwrap()).unwrap();
         candle_core::safetensors::save(&self.hf_tensors(), dir.join("model.safetensors")).unwrap();
         dir.to_path_buf()
     }
@@ -226,12 +187,7 @@ impl Spec {
         let mut rng = Rng(self.seed);
         let permute = |t: &Tensor, heads: usize| {
             let (rows, cols) = t.dims2().unwrap();
-            t.reshape((heads, 2, rows / heads / 2, cols))
-                .unwrap()
-                .transpose(1, 2)
-                .unwrap()
-                .reshape((rows, cols))
-                .unwrap()
+            t.reshape((heads, 2, rows / heads / 2, cols)).unwrap().transpose(1, 2).unwrap().reshape((rows, cols)).unwrap()
         };
         let mut tensors: Vec<(String, QTensor)> = Vec::new();
         for (name, shape, scale, offset) in self.hf_layout() {
@@ -244,11 +200,7 @@ impl Spec {
                 t
             };
             let gguf_name = gguf_name(&name);
-            let dtype = if shape.len() == 1 || shape[shape.len() - 1] % ty.block_size() != 0 {
-                GgmlDType::F32
-            } else {
-                ty
-            };
+            let dtype = if shape.len() == 1 || shape[shape.len() - 1] % ty.block_size() != 0 { GgmlDType::F32 } else { ty };
             tensors.push((gguf_name, QTensor::quantize(&t, dtype).unwrap()));
         }
         self.write_gguf_tensors(path, &tensors);
@@ -258,39 +210,17 @@ impl Spec {
     pub fn write_gguf_tensors(&self, path: &Path, tensors: &[(String, QTensor)]) {
         use gguf_file::Value as V;
         // llama.cpp files Mistral under `llama`.
-        let a = if self.arch == "mistral" {
-            "llama"
-        } else {
-            self.arch
-        };
+        let a = if self.arch == "mistral" { "llama" } else { self.arch };
         let md: Vec<(String, V)> = vec![
             ("general.architecture".into(), V::String(a.into())),
             (format!("{a}.embedding_length"), V::U32(self.hidden as u32)),
-            (
-                format!("{a}.feed_forward_length"),
-                V::U32(self.intermediate as u32),
-            ),
+            (format!("{a}.feed_forward_length"), V::U32(self.intermediate as u32)),
             (format!("{a}.block_count"), V::U32(self.layers as u32)),
-            (
-                format!("{a}.attention.head_count"),
-                V::U32(self.heads as u32),
-            ),
-            (
-                format!("{a}.attention.head_count_kv"),
-                V::U32(self.kv_heads as u32),
-            ),
-            (
-                format!("{a}.attention.key_length"),
-                V::U32(self.head_dim as u32),
-            ),
-            (
-                format!("{a}.attention.layer_norm_rms_epsilon"),
-                V::F32(1e-5),
-            ),
-            (
-                format!("{a}.rope.dimension_count"),
-                V::U32(self.head_dim as u32),
-            ),
+            (format!("{a}.attention.head_count"), V::U32(self.heads as u32)),
+            (format!("{a}.attention.head_count_kv"), V::U32(self.kv_heads as u32)),
+            (format!("{a}.attention.key_length"), V::U32(self.head_dim as u32)),
+            (format!("{a}.attention.layer_norm_rms_epsilon"), V::F32(1e-5)),
+            (format!("{a}.rope.dimension_count"), V::U32(self.head_dim as u32)),
             (format!("{a}.rope.freq_base"), V::F32(10000.0)),
             (format!("{a}.context_length"), V::U32(512)),
             ("tokenizer.ggml.bos_token_id".into(), V::U32(1)),
@@ -354,9 +284,7 @@ impl Rng {
     pub fn tensor(&mut self, shape: &[usize], scale: f32, offset: f32) -> Tensor {
         let n: usize = shape.iter().product();
         let k = scale * 3f32.sqrt();
-        let v: Vec<f32> = (0..n)
-            .map(|_| offset + (self.next_f32() * 2.0 - 1.0) * k)
-            .collect();
+        let v: Vec<f32> = (0..n).map(|_| offset + (self.next_f32() * 2.0 - 1.0) * k).collect();
         Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
     }
 }
@@ -381,8 +309,7 @@ impl Drop for TempDir {
 pub fn temp_dir(name: &str) -> TempDir {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("{name}-{}-{n}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     TempDir(dir)
