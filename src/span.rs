@@ -32,7 +32,6 @@ impl Span {
         Span { start: self.start.min(other.start), end: self.end.max(other.end) }
     }
 
-
     /// The span as a `Range<usize>` for slicing.
     pub fn range(self) -> std::ops::Range<usize> {
         self.start as usize..self.end as usize
@@ -93,7 +92,15 @@ impl SourceMap {
         &self.files[id.0 as usize]
     }
 
+    /// How many files it holds.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
 
+    /// True when it holds no file.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
 
     /// All files with their ids.
     pub fn iter(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
@@ -136,7 +143,6 @@ impl LineIndex {
     pub fn line_start(&self, line: usize) -> usize {
         self.starts[line.min(self.starts.len() - 1)] as usize
     }
-
 
     /// 1-based line and character column of `offset` in `text`. Offsets past
     /// the end or inside a character are clamped to a character boundary.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::check::{self, ModuleInfo};
+use crate::check::{self, ModuleInfo, Prelude};
 use crate::diagnostic::{self, Code, Diagnostic};
 use crate::span::{FileId, SourceFile, SourceMap, Span};
 use crate::syntax::{self, ast};
@@ -84,9 +84,19 @@ impl Workspace {
         Self::load(SourceFile::new(name, path, text.to_string()), loader)
     }
 
+    /// Loads a REPL entry: like [`Workspace::load_text`], with the names
+    /// earlier entries defined visible to the checker.
+    pub fn load_entry(name: &str, text: &str, path: Option<PathBuf>, loader: &dyn Loader, prelude: &Prelude) -> Workspace {
+        Self::load_with(SourceFile::new(name, path, text.to_string()), loader, Some(prelude))
+    }
+
     fn load(file: SourceFile, loader: &dyn Loader) -> Workspace {
+        Self::load_with(file, loader, None)
+    }
+
+    fn load_with(file: SourceFile, loader: &dyn Loader, prelude: Option<&Prelude>) -> Workspace {
         let mut ws = Workspace::default();
-        let mut l = Load { ws: &mut ws, loader, done: HashMap::new(), parsed: HashMap::new() };
+        let mut l = Load { ws: &mut ws, loader, done: HashMap::new(), parsed: HashMap::new(), prelude };
         let root = l.ws.sources.add(file);
         l.module(root, &mut Vec::new());
         let mut modules: Vec<Module> = std::mem::take(&mut l.parsed).into_values().collect();
@@ -111,8 +121,7 @@ impl Workspace {
     /// Imported modules may define things but not generate: their top-level
     /// code runs when imported, with no place in the prompt.
     fn side_effects(&mut self) {
-        let imported: std::collections::BTreeSet<FileId> =
-            self.modules.iter().flat_map(|m| m.imports.iter().map(|(_, f)| *f)).collect();
+        let imported: std::collections::BTreeSet<FileId> = self.modules.iter().flat_map(|m| m.imports.iter().map(|(_, f)| *f)).collect();
         for f in imported {
             if f == self.root {
                 continue;
@@ -149,6 +158,8 @@ struct Load<'w> {
     /// Files already loaded, by key (canonical path or `std/name`).
     done: HashMap<String, FileId>,
     parsed: HashMap<FileId, Module>,
+    /// For the root file (the first one loaded): names defined before it.
+    prelude: Option<&'w Prelude>,
 }
 
 /// Where an import path leads.
@@ -185,11 +196,8 @@ impl Load<'_> {
             let id = match self.done.get(&target.key) {
                 Some(&id) => {
                     if let Some(pos) = stack.iter().position(|f| *f == id) {
-                        let chain: Vec<String> = stack[pos..]
-                            .iter()
-                            .chain(std::iter::once(&id))
-                            .map(|f| self.ws.sources.get(*f).name.clone())
-                            .collect();
+                        let chain: Vec<String> =
+                            stack[pos..].iter().chain(std::iter::once(&id)).map(|f| self.ws.sources.get(*f).name.clone()).collect();
                         self.ws.diagnostics.push(
                             Diagnostic::new(Code::ImportCycle, file, imp.path_span, format!("import cycle: {}", chain.join(" → ")))
                                 .with_help("move what both files need into a third module that imports neither"),
@@ -200,8 +208,13 @@ impl Load<'_> {
                 }
                 None if stack.len() >= MAX_IMPORT_DEPTH => {
                     self.ws.diagnostics.push(
-                        Diagnostic::new(Code::ImportCycle, file, imp.path_span, format!("imports nest deeper than {MAX_IMPORT_DEPTH} files"))
-                            .with_help("flatten the chain of imports"),
+                        Diagnostic::new(
+                            Code::ImportCycle,
+                            file,
+                            imp.path_span,
+                            format!("imports nest deeper than {MAX_IMPORT_DEPTH} files"),
+                        )
+                        .with_help("flatten the chain of imports"),
                     );
                     continue;
                 }
@@ -217,7 +230,8 @@ impl Load<'_> {
             }
         }
         stack.pop();
-        let ctx = check::Ctx { file, text: &src.text, base_dir, loader: self.loader, imports: &infos };
+        let prelude = self.prelude.filter(|_| file == FileId(0));
+        let ctx = check::Ctx { file, text: &src.text, base_dir, loader: self.loader, imports: &infos, prelude };
         self.ws.diagnostics.extend(check::check_template(&template, &ctx));
         let info = check::module_info(&src.name, &template);
         self.parsed.insert(file, Module { file, template, info, imports });

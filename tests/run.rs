@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::tiny::{temp_dir, Spec, TempDir};
+use common::tiny::{temp_dir, TempDir};
 use lmt::interp::value::FinishReason;
 use lmt::interp::{self, Event, Outcome, RunOptions};
 use lmt::model::{LoadOptions, Model};
@@ -15,9 +15,6 @@ use lmt::state::{Node, Origin, TokenKind};
 use lmt::workspace::{FsLoader, Workspace};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// A ChatML template (as Qwen's) for the fallback model.
-const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 /// The models to run on: the shared tiny models, or one built here.
 fn models() -> &'static [(String, PathBuf)] {
@@ -32,15 +29,7 @@ fn models() -> &'static [(String, PathBuf)] {
             }
             eprintln!("NOTE: running on a model with a tokenizer trained here instead of the shared tiny models");
             let dir = temp_dir("run-fallback-model");
-            let mut tok = common::trained_byte_level();
-            tok.add_special_tokens([tokenizers::AddedToken::from("<|im_start|>", true), tokenizers::AddedToken::from("<|im_end|>", true)])
-                .unwrap();
-            let mut spec = Spec::small("qwen2");
-            spec.vocab = tok.get_vocab_size(true);
-            spec.write_hf(&dir);
-            tok.save(dir.join("tokenizer.json"), false).unwrap();
-            let cfg = serde_json::json!({"eos_token": "</s>", "chat_template": CHATML});
-            std::fs::write(dir.join("tokenizer_config.json"), cfg.to_string()).unwrap();
+            common::write_trained_chat_model(&dir);
             let path = dir.to_path_buf();
             (vec![("trained".to_string(), path)], Some(dir))
         })

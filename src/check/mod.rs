@@ -34,6 +34,18 @@ pub struct Ctx<'a> {
     /// What each import path (as written) resolved to. Missing: the import
     /// failed and was reported already.
     pub imports: &'a HashMap<String, ModuleInfo>,
+    /// Names defined before this text (earlier REPL entries).
+    pub prelude: Option<&'a Prelude>,
+}
+
+/// Names an earlier REPL entry defined, visible in the next one as if
+/// defined above it.
+#[derive(Debug, Clone, Default)]
+pub struct Prelude {
+    /// Each name and what it is.
+    pub names: BTreeMap<String, Export>,
+    /// What the modules among them export, by name.
+    pub modules: HashMap<String, ModuleInfo>,
 }
 
 /// What a module defines at its top level, as seen by its importers.
@@ -111,9 +123,21 @@ fn sigs(params: &[Param]) -> Vec<ParamSig> {
 /// they come from the parser).
 pub fn check_template(t: &Template, ctx: &Ctx<'_>) -> Vec<Diagnostic> {
     let mut c = Checker { ctx, out: Vec::new(), scopes: Vec::new(), role_depth: 0, loop_depth: 0, entry_rules: Vec::new(), grammars: Vec::new(), names: Vec::new(), ids: HashMap::new() };
-    let module = c.collect(&t.body, true);
-    c.scopes.push(module);
+    let mut module = c.collect(&t.body, true);
     let mut flow = Flow::default();
+    for (name, export) in ctx.prelude.iter().flat_map(|p| &p.names) {
+        let kind = match export {
+            Export::Def(params) => BindKind::Def(params.clone()),
+            Export::Grammar { rules, .. } => BindKind::Grammar { rules: rules.clone() },
+            Export::Value => BindKind::Value,
+            Export::Module => BindKind::Module(ctx.prelude.and_then(|p| p.modules.get(name)).cloned()),
+        };
+        // This text's own definition of a name wins; it is defined from the start otherwise.
+        module.entry(name.clone()).or_insert(Binding { span: Span::default(), kind });
+        let id = c.id(name);
+        flow.define(id);
+    }
+    c.scopes.push(module);
     c.walk(&t.body, &mut flow);
     for g in std::mem::take(&mut c.grammars) {
         grammar::unused_rules(g, &c.entry_rules, ctx.file, &mut c.out);

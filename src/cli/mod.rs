@@ -4,6 +4,7 @@
 
 pub mod complete;
 pub mod matching;
+pub mod repl;
 pub mod report;
 pub mod run;
 
@@ -34,6 +35,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a template on a model.
     Run(run::RunArgs),
+    /// An interactive session on one live model state (entries, `:undo`, `:vars`…).
+    Repl(repl::ReplArgs),
     /// Check templates for errors without loading a model.
     Check(CheckArgs),
     /// Check a text against a constraint token by token, with no model.
@@ -92,6 +95,7 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Run(args) => run::run(&args),
+        Command::Repl(args) => repl::run(&args),
         Command::Check(args) => check(&args),
         Command::Match(args) => matching::run(&args),
         Command::Complete(args) => complete::run(&args),

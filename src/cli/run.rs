@@ -27,6 +27,26 @@ pub const EXIT_CANCELLED: i32 = 130;
 pub struct RunArgs {
     /// The template.
     pub file: PathBuf,
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Inputs and sampling.
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Print one JSON document (text, messages, captures, tokens, usage, finish_reason) instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML report here.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
+    /// No progress, warnings or summary on standard error.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Which model to load (`lmt run`, `lmt repl`).
+#[derive(Debug, clap::Args)]
+pub struct ModelArgs {
     /// A model directory, a .gguf file, or a hub id `org/name[@revision]`
     /// (default: $LMT_MODEL, else the default model).
     #[arg(long, short)]
@@ -34,6 +54,11 @@ pub struct RunArgs {
     /// A tokenizer.json to use instead of the one beside the weights.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+}
+
+/// Input values and sampling defaults (`lmt run`, `lmt repl`).
+#[derive(Debug, clap::Args)]
+pub struct InputArgs {
     /// An input value, `NAME=VALUE` (VALUE is read as JSON when it parses, else as a string). Repeatable.
     #[arg(long = "var", value_name = "NAME=VALUE")]
     pub vars: Vec<String>,
@@ -46,15 +71,6 @@ pub struct RunArgs {
     /// Default sampling temperature for `gen` (0: greedy).
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
-    /// Print one JSON document (text, messages, captures, tokens, usage, finish_reason) instead of streaming text.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write a self-contained HTML report here.
-    #[arg(long, value_name = "OUT.html")]
-    pub html: Option<PathBuf>,
-    /// No progress, warnings or summary on standard error.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 /// Runs `lmt run` and returns the exit code.
@@ -77,7 +93,7 @@ pub fn run(args: &RunArgs) -> i32 {
         return EXIT_TEMPLATE_ERROR;
     }
     let program = crate::ir::compile(&ws);
-    let vars = match read_vars(args) {
+    let vars = match read_vars(&args.input) {
         Ok(v) => v,
         Err(msg) => {
             eprintln!("error: {msg}");
@@ -96,18 +112,14 @@ pub fn run(args: &RunArgs) -> i32 {
         eprint!("{}", report::render(&d, &ws.sources, color, width));
         return EXIT_MODEL_ERROR;
     }
-    let model = match load_model(args) {
+    let model = match load_model(&args.model, args.quiet) {
         Ok(m) => m,
         Err(msg) => {
             eprintln!("error: {msg}");
             return EXIT_MODEL_ERROR;
         }
     };
-    let cancel = Arc::new(AtomicBool::new(false));
-    // A second Ctrl-C ends the process at once.
-    let _ = signal_hook::flag::register_conditional_shutdown(signal_hook::consts::SIGINT, EXIT_CANCELLED, cancel.clone());
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone());
-    let opts = RunOptions { vars, seed: args.seed, temperature: args.temperature, limits: Default::default(), cancel: Some(cancel) };
+    let opts = args.input.run_options(vars, cancel_on_ctrl_c());
     let stream = !args.json;
     let styles = Styles::new(stream && std::io::stdout().is_terminal() && report::use_color(true));
     let stdout = std::io::stdout();
@@ -116,24 +128,7 @@ pub fn run(args: &RunArgs) -> i32 {
         if !stream {
             return;
         }
-        let _ = match e {
-            Event::Text { text, origin, hidden } => {
-                let style = match (origin, hidden) {
-                    (_, true) => styles.hidden,
-                    (Origin::Generated, _) => styles.generated,
-                    _ => "",
-                };
-                if style.is_empty() {
-                    write!(out, "{text}")
-                } else {
-                    write!(out, "{style}{text}{}", styles.reset)
-                }
-            }
-            Event::RoleOpen(role) => writeln!(out, "{}[{role}]{}", styles.role, styles.reset),
-            Event::RoleClose(_) => writeln!(out),
-            _ => Ok(()),
-        };
-        let _ = out.flush();
+        let _ = write_event(&mut out, &styles, &e);
     };
     let outcome = interp::run(&program, &ws.sources, &model, &opts, &mut on_event);
     let state = &outcome.state;
@@ -176,6 +171,45 @@ pub fn run(args: &RunArgs) -> i32 {
     0
 }
 
+impl InputArgs {
+    /// How to run, with the input values `vars` and the cancel flag.
+    pub(super) fn run_options(&self, vars: IndexMap<String, Value>, cancel: Arc<AtomicBool>) -> RunOptions {
+        RunOptions { vars, seed: self.seed, temperature: self.temperature, limits: Default::default(), cancel: Some(cancel) }
+    }
+}
+
+/// A flag Ctrl-C sets (the run stops at the next token); a second Ctrl-C
+/// while it is still set ends the process at once.
+pub(super) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register_conditional_shutdown(signal_hook::consts::SIGINT, EXIT_CANCELLED, cancel.clone());
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone());
+    cancel
+}
+
+/// Streams an event to the terminal: text (generated and hidden text
+/// styled) and role headers.
+pub(super) fn write_event(out: &mut dyn Write, styles: &Styles, e: &Event<'_>) -> std::io::Result<()> {
+    match e {
+        Event::Text { text, origin, hidden } => {
+            let style = match (origin, hidden) {
+                (_, true) => styles.hidden,
+                (Origin::Generated, _) => styles.generated,
+                _ => "",
+            };
+            if style.is_empty() {
+                write!(out, "{text}")?;
+            } else {
+                write!(out, "{style}{text}{}", styles.reset)?;
+            }
+        }
+        Event::RoleOpen(role) => writeln!(out, "{}[{role}]{}", styles.role, styles.reset)?,
+        Event::RoleClose(_) => writeln!(out)?,
+        _ => return Ok(()),
+    }
+    out.flush()
+}
+
 /// A required input that was not given, as a diagnostic at its declaration.
 fn missing_input(d: &interp::InputDecl) -> Diagnostic {
     let name = &d.name;
@@ -186,7 +220,8 @@ fn missing_input(d: &interp::InputDecl) -> Diagnostic {
         ))
 }
 
-fn read_vars(args: &RunArgs) -> Result<IndexMap<String, Value>, String> {
+/// The `--vars` file and `--var` values.
+pub(super) fn read_vars(args: &InputArgs) -> Result<IndexMap<String, Value>, String> {
     let mut vars = IndexMap::new();
     if let Some(path) = &args.vars_file {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
@@ -206,12 +241,13 @@ fn read_vars(args: &RunArgs) -> Result<IndexMap<String, Value>, String> {
     Ok(vars)
 }
 
-fn load_model(args: &RunArgs) -> Result<Model, String> {
+/// Loads the model with a spinner, and says what loaded unless `quiet`.
+pub(super) fn load_model(args: &ModelArgs, quiet: bool) -> Result<Model, String> {
     let spec_text = model_spec(args.model.as_deref());
     let spec = ModelSpec::parse(&spec_text).map_err(|e| e.to_string())?;
     let mut opts = LoadOptions::best_device();
     opts.tokenizer = args.tokenizer.clone();
-    let bar = if args.quiet {
+    let bar = if quiet {
         indicatif::ProgressBar::hidden()
     } else {
         let b = indicatif::ProgressBar::new_spinner();
@@ -227,7 +263,7 @@ fn load_model(args: &RunArgs) -> Result<Model, String> {
     let model = Model::load(&spec, &opts).map_err(|e| e.to_string());
     bar.finish_and_clear();
     let model = model?;
-    if !args.quiet {
+    if !quiet {
         let c = &model.decoder.config;
         eprintln!("loaded {} ({}, {} layers) in {:.1?}", spec_text, c.arch.name(), c.num_layers, t0.elapsed());
     }

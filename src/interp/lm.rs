@@ -99,6 +99,21 @@ pub struct Lm<'m> {
 #[derive(Debug, Clone, Copy)]
 pub struct Mark(usize);
 
+/// A point between REPL entries to return to ([`Lm::restore`]).
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// The token ids then.
+    ids: Vec<u32>,
+    /// The last tokens then, in full (what later text may re-tokenize).
+    tail: Vec<Token>,
+    transcript: String,
+    messages: usize,
+}
+
+/// Tokens a checkpoint keeps in full: later entries re-tokenize at most a
+/// few at the boundary; older ones are rebuilt from their ids.
+const CHECKPOINT_TAIL: usize = 16;
+
 /// An error of the model side: a message.
 pub type LmResult<T> = Result<T, String>;
 
@@ -236,6 +251,43 @@ impl<'m> Lm<'m> {
     pub fn rewind(&mut self, m: Mark) -> LmResult<()> {
         self.pending.clear();
         self.truncate(m.0)
+    }
+
+    /// Decides pending text and records the whole state to [`Lm::restore`] later.
+    pub fn checkpoint(&mut self) -> LmResult<Checkpoint> {
+        self.decide()?;
+        let tail = self.seq[self.seq.len().saturating_sub(CHECKPOINT_TAIL)..].to_vec();
+        Ok(Checkpoint {
+            ids: self.seq.iter().map(|t| t.id).collect(),
+            tail,
+            transcript: self.transcript.clone(),
+            messages: self.messages.len(),
+        })
+    }
+
+    /// Returns to `cp`: the cache keeps the longest prefix the sequence
+    /// shares with it (later text may have re-tokenized its last tokens) and
+    /// feeds the rest again, so the cache holds exactly the old sequence.
+    pub fn restore(&mut self, cp: &Checkpoint) -> LmResult<()> {
+        self.pending.clear();
+        self.turn_content_at = None;
+        let common = self.seq.iter().zip(&cp.ids).take_while(|(t, &id)| t.id == id).count();
+        self.truncate(common)?;
+        let tail_from = cp.ids.len() - cp.tail.len();
+        for (i, &id) in cp.ids.iter().enumerate().skip(common) {
+            let t = match i.checked_sub(tail_from) {
+                Some(j) => cp.tail[j].clone(),
+                None => self.token(id, Origin::Template, TokenKind::Prompt, None, Vec::new()),
+            };
+            self.seq.push(t);
+        }
+        self.transcript = cp.transcript.clone();
+        self.messages.truncate(cp.messages);
+        if self.kv.len() < self.seq.len() {
+            self.feed()?;
+        }
+        self.sync_usage();
+        Ok(())
     }
 
     /// The decided token sequence.

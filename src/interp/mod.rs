@@ -9,6 +9,7 @@
 pub mod lm;
 pub mod ops;
 mod options;
+pub mod session;
 pub mod value;
 
 use std::collections::HashMap;
@@ -125,8 +126,8 @@ pub fn inputs(program: &Program) -> Vec<InputDecl> {
 
 /// Runs `program` on `model`, calling `on_event` as things happen.
 pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOptions, on_event: &mut dyn FnMut(Event<'_>)) -> Outcome {
-    let lm = match Lm::new(model, opts.limits.clone()) {
-        Ok(lm) => lm,
+    let mut core = match Core::new(model, opts, program.modules.len()) {
+        Ok(core) => core,
         Err(message) => {
             let m = &program.modules[program.entry];
             let state = State { finish_reason: FinishReason::Error, error: Some(message.clone()), ..State::default() };
@@ -134,51 +135,24 @@ pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOpti
             return Outcome { state, error: Some(RunError { message, file: m.file, span: Span::default() }) };
         }
     };
-    let mut vm = Vm {
-        program,
-        sources,
-        opts,
-        lm,
-        state: State::default(),
-        globals: vec![HashMap::new(); program.modules.len()],
-        imported: vec![false; program.modules.len()],
-        defaults: HashMap::new(),
-        stack: Vec::new(),
-        frames: vec![Frame { module: program.entry, pc: 0, locals: None, loops: Vec::new(), kind: FrameKind::Entry, quiet: false }],
-        captures: Vec::new(),
-        role: None,
-        hidden: Vec::new(),
-        cache: options::ConstraintCache::default(),
-        draws: 0,
-        on_event,
-    };
+    let mut vm = Vm::new(program, sources, opts, &mut core, program.entry, on_event);
     let result = vm.exec();
     let error = match result {
         Ok(()) => {
-            let ended_in_turn = matches!(vm.state.nodes.last(), Some(Node::RoleClose { .. }));
-            let closed = if ended_in_turn && !vm.cancelled() { vm.lm.close_conversation() } else { Ok(()) };
-            if let Err(message) = closed.and_then(|_| vm.lm.finish()) {
-                vm.state.finish_reason = FinishReason::Error;
+            let ended_in_turn = matches!(vm.core.state.nodes.last(), Some(Node::RoleClose { .. }));
+            let closed = if ended_in_turn && !vm.cancelled() { vm.core.lm.close_conversation() } else { Ok(()) };
+            if let Err(message) = closed.and_then(|_| vm.core.lm.finish()) {
                 Some(vm.error_here(message))
             } else {
                 None
             }
         }
-        Err(e) => {
-            vm.state.finish_reason = FinishReason::Error;
-            Some(e)
-        }
+        Err(e) => Some(e),
     };
-    if vm.cancelled() && error.is_none() {
-        vm.state.finish_reason = FinishReason::Cancelled;
-    }
-    vm.lm.sync_usage();
-    vm.state.error = error.as_ref().map(|e| e.message.clone());
-    vm.state.tokens = vm.lm.tokens().to_vec();
-    vm.state.messages = vm.lm.messages.clone();
-    vm.state.usage = vm.lm.usage.clone();
-    (vm.on_event)(Event::Done(&vm.state));
-    Outcome { state: vm.state, error }
+    let cancelled = vm.cancelled();
+    core.end(error.as_ref(), cancelled);
+    on_event(Event::Done(&core.state));
+    Outcome { state: core.state, error }
 }
 
 /// Deepest call nesting (a `def` calling itself is bounded).
@@ -218,27 +192,104 @@ struct CaptureFrame {
     choices: Option<Meta>,
 }
 
+/// What outlives one execution of code: the model state, the record and
+/// the variables. [`run`] makes one for a program; a REPL
+/// [`session::Session`] keeps one across its entries.
+struct Core<'m> {
+    lm: Lm<'m>,
+    state: State,
+    /// Top-level variables of each module, by its own symbols.
+    globals: Vec<HashMap<Sym, Value>>,
+    imported: Vec<bool>,
+    defaults: HashMap<(usize, u32), Vec<Value>>,
+    cache: options::ConstraintCache,
+    /// Random draws so far (each gen/select without a seed gets the next).
+    draws: u64,
+    /// Which modules are REPL entries: their top levels share one
+    /// namespace, [`Core::shared`], by name.
+    entries: Vec<bool>,
+    shared: HashMap<String, Value>,
+}
+
+impl<'m> Core<'m> {
+    fn new(model: &'m Model, opts: &RunOptions, modules: usize) -> Result<Core<'m>, String> {
+        let mut core = Core {
+            lm: Lm::new(model, opts.limits.clone())?,
+            state: State::default(),
+            globals: Vec::new(),
+            imported: Vec::new(),
+            defaults: HashMap::new(),
+            cache: options::ConstraintCache::default(),
+            draws: 0,
+            entries: Vec::new(),
+            shared: HashMap::new(),
+        };
+        core.grow(modules);
+        Ok(core)
+    }
+
+    /// Makes room for modules up to `n`.
+    fn grow(&mut self, n: usize) {
+        self.globals.resize_with(n, HashMap::new);
+        self.imported.resize(n, false);
+        self.entries.resize(n, false);
+    }
+
+    /// Copies the model side's record into the state after an execution.
+    fn end(&mut self, error: Option<&RunError>, cancelled: bool) {
+        self.state.finish_reason = match (error, cancelled) {
+            (Some(_), _) => FinishReason::Error,
+            (None, true) => FinishReason::Cancelled,
+            (None, false) => FinishReason::Done,
+        };
+        self.lm.sync_usage();
+        self.state.error = error.map(|e| e.message.clone());
+        self.state.tokens = self.lm.tokens().to_vec();
+        self.state.messages = self.lm.messages.clone();
+        self.state.usage = self.lm.usage.clone();
+    }
+}
+
 struct Vm<'a, 'm> {
     program: &'a Program,
     sources: &'a SourceMap,
     opts: &'a RunOptions,
-    lm: Lm<'m>,
-    state: State,
-    globals: Vec<HashMap<Sym, Value>>,
-    imported: Vec<bool>,
-    defaults: HashMap<(usize, u32), Vec<Value>>,
+    core: &'a mut Core<'m>,
     stack: Vec<Value>,
     frames: Vec<Frame>,
     captures: Vec<CaptureFrame>,
     role: Option<(String, String)>,
     hidden: Vec<lm::Mark>,
-    cache: options::ConstraintCache,
-    /// Random draws so far (each gen/select without a seed gets the next).
-    draws: u64,
     on_event: &'a mut dyn FnMut(Event<'_>),
 }
 
 type Res<T> = Result<T, RunError>;
+
+impl<'a, 'm> Vm<'a, 'm> {
+    /// A machine that runs `module`'s top level on `core`.
+    fn new(
+        program: &'a Program,
+        sources: &'a SourceMap,
+        opts: &'a RunOptions,
+        core: &'a mut Core<'m>,
+        module: usize,
+        on_event: &'a mut dyn FnMut(Event<'_>),
+    ) -> Self {
+        let entry = Frame { module, pc: 0, locals: None, loops: Vec::new(), kind: FrameKind::Entry, quiet: false };
+        Vm {
+            program,
+            sources,
+            opts,
+            core,
+            stack: Vec::new(),
+            frames: vec![entry],
+            captures: Vec::new(),
+            role: None,
+            hidden: Vec::new(),
+            on_event,
+        }
+    }
+}
 
 impl Vm<'_, '_> {
     fn frame(&self) -> &Frame {
@@ -254,6 +305,23 @@ impl Vm<'_, '_> {
         let m = &self.program.modules[f.module];
         let pc = f.pc.saturating_sub(1).min(m.spans.len().saturating_sub(1));
         RunError { message: message.into(), file: m.file, span: m.spans.get(pc).copied().unwrap_or_default() }
+    }
+
+    /// Closes what a stopped execution left open, so that a REPL's next
+    /// entry starts at the top level: hidden text is rewound, an open turn
+    /// is closed with what it holds, unfinished captures are dropped.
+    fn unwind(&mut self) -> Result<(), String> {
+        self.captures.clear();
+        if let Some(&m) = self.hidden.first() {
+            self.hidden.clear();
+            self.core.lm.rewind(m)?;
+        }
+        if let Some((role, content)) = self.role.take() {
+            self.core.lm.role_end(&role, &content)?;
+            self.core.state.nodes.push(Node::RoleClose { role: role.clone() });
+            (self.on_event)(Event::RoleClose(&role));
+        }
+        Ok(())
     }
 
     fn cancelled(&self) -> bool {
@@ -446,30 +514,32 @@ impl Vm<'_, '_> {
                 let v = self.pop();
                 let role =
                     v.as_str().ok_or_else(|| Step::Err(format!("a role name must be a string, not a {}", v.type_name())))?.to_string();
-                self.lm.role_begin(&role).map_err(Step::Err)?;
-                self.state.nodes.push(Node::RoleOpen { role: role.clone() });
+                self.core.lm.role_begin(&role).map_err(Step::Err)?;
+                self.core.state.nodes.push(Node::RoleOpen { role: role.clone() });
                 (self.on_event)(Event::RoleOpen(&role));
                 self.role = Some((role, String::new()));
             }
             Instr::RoleEnd => {
                 if let Some((role, content)) = self.role.take() {
-                    self.lm.role_end(&role, &content).map_err(Step::Err)?;
-                    self.state.nodes.push(Node::RoleClose { role: role.clone() });
+                    self.core.lm.role_end(&role, &content).map_err(Step::Err)?;
+                    self.core.state.nodes.push(Node::RoleClose { role: role.clone() });
                     (self.on_event)(Event::RoleClose(&role));
                 }
             }
-            Instr::CaptureBegin => self.captures.push(CaptureFrame { text: String::new(), node: self.state.nodes.len(), choices: None }),
+            Instr::CaptureBegin => {
+                self.captures.push(CaptureFrame { text: String::new(), node: self.core.state.nodes.len(), choices: None })
+            }
             Instr::CaptureEnd(t) => {
                 let c = self.captures.pop().ok_or_else(|| Step::Err("internal: no capture".into()))?;
                 self.finish_capture(t, c, Meta::default())?;
             }
             Instr::HiddenBegin => {
-                let m = self.lm.mark().map_err(Step::Err)?;
+                let m = self.core.lm.mark().map_err(Step::Err)?;
                 self.hidden.push(m);
             }
             Instr::HiddenEnd => {
                 if let Some(m) = self.hidden.pop() {
-                    self.lm.rewind(m).map_err(Step::Err)?;
+                    self.core.lm.rewind(m).map_err(Step::Err)?;
                 }
             }
             Instr::DefineFunction(id) => {
@@ -477,7 +547,7 @@ impl Vm<'_, '_> {
                 let (name, n) = (f.name, f.defaults as usize);
                 let d = self.pop_n(n);
                 let module = self.frame().module;
-                self.defaults.insert((module, id), d);
+                self.core.defaults.insert((module, id), d);
                 self.store(Store { name, append: false }, Value::Func { module, id })?;
             }
             Instr::Return => {
@@ -488,13 +558,13 @@ impl Vm<'_, '_> {
             Instr::DefineGrammar(_) => {}
             Instr::Import { module, alias } => {
                 let target = self.module().imports[module as usize];
-                if self.imported[target] {
+                if self.core.imported[target] {
                     self.store(Store { name: alias, append: false }, Value::Module(target))?;
                 } else {
                     if self.frames.len() >= MAX_FRAMES {
                         return Err(Step::Err("imports nest too deeply".into()));
                     }
-                    self.imported[target] = true;
+                    self.core.imported[target] = true;
                     self.frames.push(Frame {
                         module: target,
                         pc: 0,
@@ -558,7 +628,17 @@ impl Vm<'_, '_> {
         if let Some(v) = f.locals.as_ref().and_then(|l| l.get(&s)) {
             return Some(v.clone());
         }
-        if let Some(v) = self.globals[f.module].get(&s) {
+        if self.core.entries[f.module] {
+            if let Some(v) = self.core.shared.get(name) {
+                return Some(v.clone());
+            }
+            // A grammar block of this entry or, the latest first, an earlier one.
+            let found =
+                (0..=f.module).rev().filter(|&m| self.core.entries[m]).find_map(|m| grammar_named(&self.program.modules[m], m, name));
+            if found.is_some() {
+                return found;
+            }
+        } else if let Some(v) = self.core.globals[f.module].get(&s) {
             return Some(v.clone());
         }
         grammar_named(&self.program.modules[f.module], f.module, name)
@@ -567,23 +647,14 @@ impl Vm<'_, '_> {
 
     fn store(&mut self, t: Store, v: Value) -> Result<(), Step> {
         let f = self.frames.last_mut().expect("frame");
-        let scope = match &mut f.locals {
-            Some(l) => l,
-            None => &mut self.globals[f.module],
-        };
-        if t.append {
-            let list = match scope.get(&t.name) {
-                None | Some(Value::Undefined) => Vec::new(),
-                Some(Value::List(l)) => l.to_vec(),
-                Some(other) => return Err(Step::Err(format!("cannot append to a {}", other.type_name()))),
-            };
-            let mut list = list;
-            list.push(v);
-            scope.insert(t.name, Value::list(list));
-        } else {
-            scope.insert(t.name, v);
+        match &mut f.locals {
+            Some(l) => put(l, t.name, v, t.append),
+            None if self.core.entries[f.module] => {
+                let name = self.program.modules[f.module].names[t.name as usize].clone();
+                put(&mut self.core.shared, name, v, t.append)
+            }
+            None => put(&mut self.core.globals[f.module], t.name, v, t.append),
         }
-        Ok(())
     }
 
     fn attr(&self, v: &Value, name: &str) -> Result<Value, Step> {
@@ -594,7 +665,7 @@ impl Vm<'_, '_> {
                     .names
                     .iter()
                     .position(|n| n == name)
-                    .and_then(|s| self.globals[*m].get(&(s as Sym)).cloned())
+                    .and_then(|s| self.core.globals[*m].get(&(s as Sym)).cloned())
                     .or_else(|| grammar_named(module, *m, name))
                     .ok_or_else(|| Step::Err(format!("module `{}` defines no `{name}`", module.name)))
             }
@@ -639,7 +710,7 @@ impl Vm<'_, '_> {
                         .ok_or_else(|| Step::Err(format!("`{fname}` has no parameter `{k}`")))?;
                     locals.insert(*p, v);
                 }
-                let defaults = self.defaults.get(&(module, id)).cloned().unwrap_or_default();
+                let defaults = self.core.defaults.get(&(module, id)).cloned().unwrap_or_default();
                 let first_default = f.params.len() - defaults.len();
                 for (i, &p) in f.params.iter().enumerate() {
                     if let std::collections::hash_map::Entry::Vacant(slot) = locals.entry(p) {
@@ -668,9 +739,9 @@ impl Vm<'_, '_> {
         if text.is_empty() || self.frame().quiet {
             return;
         }
-        self.lm.push_text(text, origin);
+        self.core.lm.push_text(text, origin);
         let hidden = !self.hidden.is_empty();
-        self.state.push_text(text, origin, hidden);
+        self.core.state.push_text(text, origin, hidden);
         (self.on_event)(Event::Text { text, origin, hidden });
         self.account(text);
     }
@@ -689,8 +760,8 @@ impl Vm<'_, '_> {
 
     fn finish_capture(&mut self, t: Store, c: CaptureFrame, meta: Meta) -> Result<(), Step> {
         let name = self.name(t.name).to_string();
-        self.state.nodes.insert(c.node, Node::CaptureOpen { name: name.clone() });
-        self.state.nodes.push(Node::CaptureClose { name: name.clone() });
+        self.core.state.nodes.insert(c.node, Node::CaptureOpen { name: name.clone() });
+        self.core.state.nodes.push(Node::CaptureClose { name: name.clone() });
         let value = Captured { text: c.text, meta };
         self.record_capture(t, name, value)
     }
@@ -698,14 +769,14 @@ impl Vm<'_, '_> {
     fn record_capture(&mut self, t: Store, name: String, value: Captured) -> Result<(), Step> {
         let rec = CaptureRecord { name, list: t.append, value: value.clone() };
         (self.on_event)(Event::Capture(&rec));
-        self.state.captures.push(rec);
+        self.core.state.captures.push(rec);
         self.store(t, Value::Captured(Arc::new(value)))
     }
 
     /// A seed for the next random draw: the option's, or one derived from the run's.
     fn next_seed(&mut self, given: Option<u64>) -> u64 {
-        self.draws += 1;
-        given.unwrap_or_else(|| self.opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(self.draws))
+        self.core.draws += 1;
+        given.unwrap_or_else(|| self.opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(self.core.draws))
     }
 }
 
@@ -731,6 +802,22 @@ impl Sink for GenSink<'_> {
     fn cancelled(&self) -> bool {
         self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
     }
+}
+
+/// Assigns `key` in `scope`, or appends to the list there.
+fn put<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, v: Value, append: bool) -> Result<(), Step> {
+    if !append {
+        scope.insert(key, v);
+        return Ok(());
+    }
+    let mut list = match scope.get(&key) {
+        None | Some(Value::Undefined) => Vec::new(),
+        Some(Value::List(l)) => l.to_vec(),
+        Some(other) => return Err(Step::Err(format!("cannot append to a {}", other.type_name()))),
+    };
+    list.push(v);
+    scope.insert(key, Value::list(list));
+    Ok(())
 }
 
 /// The grammar block called `name` in module `m`, as a value.

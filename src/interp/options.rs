@@ -52,16 +52,16 @@ impl Vm<'_, '_> {
     /// Generates with `spec` into the prompt and stores the value; a
     /// select's scores (`choices`) become its metadata.
     fn generate(&mut self, target: Option<Store>, spec: &GenSpec, choices: Option<(Vec<Choice>, f64)>) -> Result<(), Step> {
-        let node = self.state.nodes.len();
+        let node = self.core.state.nodes.len();
         let hidden = !self.hidden.is_empty();
         let quiet = self.frame().quiet;
         let mut sink = GenSink { on_event: &mut *self.on_event, cancel: self.opts.cancel.as_deref(), hidden };
-        let g = self.lm.generate(spec, &mut sink).map_err(Step::Err)?;
+        let g = self.core.lm.generate(spec, &mut sink).map_err(Step::Err)?;
         if !quiet {
-            self.state.nodes.push(Node::Text { text: g.text.clone(), origin: Origin::Generated, tokens: g.tokens, hidden });
+            self.core.state.nodes.push(Node::Text { text: g.text.clone(), origin: Origin::Generated, tokens: g.tokens, hidden });
             self.account(&g.text);
         }
-        self.state.logprob += g.meta.logprob;
+        self.core.state.logprob += g.meta.logprob;
         let mut meta = g.meta;
         if let Some((c, score)) = choices {
             meta.choices = c;
@@ -84,7 +84,7 @@ impl Vm<'_, '_> {
         let mut constraint = None;
         if let Some(v) = o.get("regex") {
             let p = v.as_str().ok_or_else(|| Step::Err("`regex` must be a string".into()))?.to_string();
-            constraint = Some(self.cache.get(format!("regex:{p}"), || Constraint::regex(&p, &limits)).map_err(Step::Err)?);
+            constraint = Some(self.core.cache.get(format!("regex:{p}"), || Constraint::regex(&p, &limits)).map_err(Step::Err)?);
         }
         if let Some(v) = o.get("grammar") {
             let Value::Grammar { module, id, rule } = v else {
@@ -94,7 +94,7 @@ impl Vm<'_, '_> {
             let start = rule.as_deref().map(str::to_string).or_else(|| g.start.clone()).unwrap_or_else(|| "root".into());
             let key = format!("grammar:{module}:{id}:{start}");
             let grammar = g.grammar.clone();
-            constraint = Some(self.cache.get(key, || Constraint::grammar(&grammar, &start, &limits)).map_err(Step::Err)?);
+            constraint = Some(self.core.cache.get(key, || Constraint::grammar(&grammar, &start, &limits)).map_err(Step::Err)?);
         }
         if let Some(v) = o.get("json") {
             let schema = match v {
@@ -105,7 +105,8 @@ impl Vm<'_, '_> {
                 },
             };
             let key = format!("json:{schema}");
-            constraint = Some(self.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Compact, &limits)).map_err(Step::Err)?);
+            constraint =
+                Some(self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Compact, &limits)).map_err(Step::Err)?);
         }
         let bias = match o.get("bias") {
             None => None,
@@ -192,7 +193,7 @@ impl Vm<'_, '_> {
             return self.generate(target, &spec, Some((choices, best)));
         }
         let k = self.pick(&o, &scores)?;
-        let node = self.state.nodes.len();
+        let node = self.core.state.nodes.len();
         self.emit(&options[k], Origin::Generated);
         if let Some(t) = target {
             let meta = Meta { logprob: scores[k], choices, ..Meta::default() };
@@ -235,7 +236,7 @@ impl Vm<'_, '_> {
         };
         let k = self.pick(&o, &scores)?;
         let meta = Meta { logprob: scores[k], choices, ..Meta::default() };
-        self.captures.push(CaptureFrame { text: String::new(), node: self.state.nodes.len(), choices: Some(meta) });
+        self.captures.push(CaptureFrame { text: String::new(), node: self.core.state.nodes.len(), choices: Some(meta) });
         self.emit(&branches[k].0, Origin::Generated);
         self.jump(entries[k] + branches[k].1 as u32);
         Ok(())
@@ -253,7 +254,7 @@ impl Vm<'_, '_> {
 
     /// Scores literal options; returns the distribution and each option's score.
     fn score_literals(&mut self, options: &[String], follow: &str, mode: &str) -> Result<(Vec<Choice>, Vec<f64>), Step> {
-        let raw = self.lm.score(options, follow).map_err(Step::Err)?;
+        let raw = self.core.lm.score(options, follow).map_err(Step::Err)?;
         let scores: Vec<f64> = raw.iter().map(|&(sum, n)| if mode == "mean" { sum / n.max(1) as f64 } else { sum }).collect();
         Ok((Lm::choices(options, &scores), scores))
     }
@@ -264,13 +265,13 @@ impl Vm<'_, '_> {
     /// the literal options.
     fn score_mixed(&mut self, branches: &[(String, usize, bool)], mode: &str) -> Result<(Vec<Choice>, Vec<f64>), Step> {
         let texts: Vec<String> = branches.iter().filter(|b| !b.0.is_empty()).map(|b| b.0.clone()).collect();
-        let raw = if texts.is_empty() { Vec::new() } else { self.lm.score(&texts, "").map_err(Step::Err)? };
+        let raw = if texts.is_empty() { Vec::new() } else { self.core.lm.score(&texts, "").map_err(Step::Err)? };
         let off = if branches.iter().any(|b| b.0.is_empty()) {
             let literals: Vec<String> = branches.iter().filter(|b| b.2).map(|b| b.0.clone()).collect();
             if literals.is_empty() {
                 0.0
             } else {
-                self.lm.off_literals_logprob(&literals).map_err(Step::Err)?
+                self.core.lm.off_literals_logprob(&literals).map_err(Step::Err)?
             }
         } else {
             0.0

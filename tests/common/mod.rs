@@ -70,3 +70,21 @@ pub fn trained_byte_level() -> tokenizers::Tokenizer {
     tok.add_tokens([AddedToken::from("<tool>", false)]).expect("added token");
     tok
 }
+
+/// A ChatML template (as Qwen's) for models built with [`write_trained_chat_model`].
+pub const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// Writes a tiny random Qwen2 model into `dir` in the Hugging Face layout,
+/// with a tokenizer trained here (ChatML markers added as special tokens)
+/// and a ChatML chat template: a chat model that needs no shared data.
+pub fn write_trained_chat_model(dir: &std::path::Path) {
+    let mut tok = trained_byte_level();
+    tok.add_special_tokens([tokenizers::AddedToken::from("<|im_start|>", true), tokenizers::AddedToken::from("<|im_end|>", true)])
+        .expect("special tokens");
+    let mut spec = tiny::Spec::small("qwen2");
+    spec.vocab = tok.get_vocab_size(true);
+    spec.write_hf(dir);
+    tok.save(dir.join("tokenizer.json"), false).expect("tokenizer written");
+    let cfg = serde_json::json!({"eos_token": "</s>", "chat_template": CHATML});
+    std::fs::write(dir.join("tokenizer_config.json"), cfg.to_string()).expect("tokenizer_config written");
+}
