@@ -1,44 +1,52 @@
-//! The stdlib's regexes and grammars, run through the engine with inputs
-//! that must match and inputs that must not.
+//! The stdlib's regexes and grammars, checked through `lmt match` (the real
+//! tokenizer path and the masks generation uses) with inputs that must
+//! match and inputs that must not.
 
-use lmt::engine::{Constraint, Limits};
-use lmt::syntax::ast::{ExprKind, Node};
-use lmt::workspace::{FsLoader, Workspace};
+mod common;
 
-fn module(name: &str) -> Workspace {
-    let ws = Workspace::load_text("t.lmt", &format!("{{% import \"{name}\" as m %}}"), None, &FsLoader::default());
-    assert!(ws.diagnostics.is_empty(), "{:?}", ws.diagnostics);
-    ws
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::tiny::{temp_dir, TempDir};
+
+/// A tokenizer trained here, saved once for the `lmt match` runs.
+fn tokenizer() -> &'static PathBuf {
+    static TOK: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    &TOK.get_or_init(|| {
+        let dir = temp_dir("stdlib-tokenizer");
+        let path = dir.join("tokenizer.json");
+        common::trained_byte_level().save(&path, false).unwrap();
+        (dir, path)
+    })
+    .1
 }
 
-fn accepts(c: &Constraint, text: &str) -> bool {
-    let mut m = c.matcher(&Limits::default());
-    m.feed(text.as_bytes()).unwrap() && m.is_accepting()
-}
-
-/// The constraint of `{% set name = "regex" %}` or `{% grammar name %}` in a stdlib module.
-fn constraint(ws: &Workspace, name: &str, rule: Option<&str>) -> Constraint {
-    let m = ws.modules.iter().find(|m| ws.sources.get(m.file).name.starts_with("std/")).unwrap();
-    for n in &m.template.body {
-        match n {
-            Node::Set { target, value, .. } if target.name.name == name => {
-                if let ExprKind::Str(r) = &value.kind {
-                    return Constraint::regex(r, &Limits::default()).unwrap();
-                }
-            }
-            Node::Grammar(g) if g.name.name == name => {
-                let start = rule.map(str::to_string).unwrap_or_else(|| lmt::check::start_rule(name, &g.grammar).unwrap());
-                return Constraint::grammar(&g.grammar, &start, &Limits::default()).unwrap();
-            }
-            _ => {}
+/// `lmt match` with `constraint` (e.g. `["--grammar", "std/json#json"]`) on `text`.
+fn accepts(constraint: &[&str], text: &str) -> bool {
+    let out = Command::new(env!("CARGO_BIN_EXE_lmt"))
+        .arg("match")
+        .arg("--tokenizer")
+        .arg(tokenizer())
+        .args(constraint)
+        .arg(format!("--text={text}"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    match out.status.code() {
+        Some(0) => true,
+        Some(1) => {
+            let doc: serde_json::Value = serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+            assert_eq!(doc["accepted"], false, "{report}");
+            false
         }
+        other => panic!("lmt match {constraint:?} --text {text:?}: exit {other:?}: {}", String::from_utf8_lossy(&out.stderr)),
     }
-    panic!("no {name}");
 }
 
 #[test]
 fn regexes() {
-    let ws = module("std/regex");
     let cases: &[(&str, &[&str], &[&str])] = &[
         ("integer", &["0", "-7", "2024"], &["", "01", "-", "1.5", "+3"]),
         ("number", &["0", "-1.25", "3e8", "6.02E-23"], &["1.", ".5", "01", "1e"]),
@@ -53,31 +61,29 @@ fn regexes() {
         ("line", &["", "anything at all"], &["two\nlines"]),
     ];
     for (name, good, bad) in cases {
-        let c = constraint(&ws, name, None);
+        let c = format!("std/regex#{name}");
         for g in *good {
-            assert!(accepts(&c, g), "std/regex {name} should accept {g:?}");
+            assert!(accepts(&["--regex-from", &c], g), "std/regex {name} should accept {g:?}");
         }
         for b in *bad {
-            assert!(!accepts(&c, b), "std/regex {name} should refuse {b:?}");
+            assert!(!accepts(&["--regex-from", &c], b), "std/regex {name} should refuse {b:?}");
         }
     }
 }
 
 #[test]
 fn grammars() {
-    let json = module("std/json");
-    let value = constraint(&json, "json", None);
+    let value = ["--grammar", "std/json#json"];
     for ok in ["{}", "[1, -2.5e3, true, null]", "{\"a\": {\"b\": [\"c\"]}}", "\"\\u00e9\""] {
         assert!(accepts(&value, ok), "std/json {ok}");
     }
     for bad in ["{", "[1,]", "01", "{'a': 1}", "nul"] {
         assert!(!accepts(&value, bad), "std/json {bad}");
     }
-    let object = constraint(&json, "json", Some("object"));
+    let object = ["--grammar", "std/json#json.object"];
     assert!(accepts(&object, "{\"k\": 1}") && !accepts(&object, "[1]"));
 
-    let chess = module("std/chess");
-    let san = constraint(&chess, "san", None);
+    let san = ["--grammar", "std/chess#san"];
     for ok in ["e4", "Nf3", "exd5", "O-O", "O-O-O", "Qh4#", "e8=Q+", "Nbd7", "R1a3"] {
         assert!(accepts(&san, ok), "std/chess {ok}");
     }
@@ -85,10 +91,35 @@ fn grammars() {
         assert!(!accepts(&san, bad), "std/chess {bad}");
     }
 
-    let chat = module("std/chat");
-    let call = constraint(&chat, "tool_call", None);
+    let call = ["--grammar", "std/chat#tool_call"];
     assert!(accepts(&call, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}"));
     assert!(accepts(&call, "{\"name\": \"now\", \"arguments\": {}}"));
     assert!(!accepts(&call, "{\"name\": \"9bad\", \"arguments\": {}}"));
     assert!(!accepts(&call, "{\"arguments\": {}, \"name\": \"x\"}"));
+}
+
+#[test]
+fn every_stdlib_regex_and_grammar_is_tested() {
+    let src = std::fs::read_to_string(file!()).unwrap();
+    for name in lmt::stdlib::names() {
+        let text = lmt::stdlib::get(name).unwrap();
+        let ws = lmt::workspace::Workspace::load_text(name, text, None, &lmt::workspace::FsLoader::default());
+        for node in &ws.module(ws.root).template.body {
+            let tested = match node {
+                lmt::syntax::ast::Node::Grammar(g) => format!("\"{name}#{}", g.name.name),
+                lmt::syntax::ast::Node::Set { target, .. } => format!("(\"{}\", &[", target.name.name),
+                _ => continue,
+            };
+            assert!(src.contains(&tested), "{name}: no test has `{tested}`");
+        }
+    }
+    // And `lmt match` names a missing module clearly.
+    let out = Command::new(env!("CARGO_BIN_EXE_lmt"))
+        .args(["match", "--tokenizer"])
+        .arg(tokenizer())
+        .args(["--grammar", "std/jsno#json", "--text", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no stdlib module `std/jsno`"));
 }

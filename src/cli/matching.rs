@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::engine::{Constraint, Limits, Matcher, TokenMask, Vocab, Whitespace};
+use crate::syntax::ast::{ExprKind, Node};
 use crate::tokenizer::TextEncoder;
+use crate::workspace::{FsLoader, Workspace};
 
 /// Arguments of `lmt match`.
 #[derive(Debug, clap::Args)]
@@ -20,9 +22,12 @@ pub struct MatchArgs {
     /// The value must be one of these comma-separated options.
     #[arg(long, value_delimiter = ',')]
     pub choices: Option<Vec<String>>,
-    /// A grammar block, as `FILE.lmt#NAME` (or `FILE.lmt#NAME.rule`).
+    /// A grammar block, as `FILE.lmt#NAME` (or `FILE.lmt#NAME.rule`); FILE may be a stdlib module, `std/json`.
     #[arg(long)]
     pub grammar: Option<String>,
+    /// A regex a template sets with `{% set NAME = "…" %}`, as `FILE.lmt#NAME`, e.g. `std/regex#date`.
+    #[arg(long = "regex-from", value_name = "FILE.lmt#NAME")]
+    pub regex_from: Option<String>,
     /// A JSON Schema file.
     #[arg(long = "json-schema")]
     pub json_schema: Option<PathBuf>,
@@ -86,9 +91,10 @@ struct Outcome {
 
 /// The constraint the arguments name.
 fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
-    let given = [args.regex.is_some(), args.choices.is_some(), args.grammar.is_some(), args.json_schema.is_some()];
+    let given =
+        [args.regex.is_some(), args.regex_from.is_some(), args.choices.is_some(), args.grammar.is_some(), args.json_schema.is_some()];
     if given.iter().filter(|g| **g).count() != 1 {
-        return Err("give exactly one constraint: --regex, --choices, --grammar or --json-schema".into());
+        return Err("give exactly one constraint: --regex, --regex-from, --choices, --grammar or --json-schema".into());
     }
     if let Some(r) = &args.regex {
         return Constraint::regex(r, limits).map_err(|e| e.to_string());
@@ -101,13 +107,22 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
         let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
         return Constraint::json_schema(&schema, Whitespace::Flexible(20), limits).map_err(|e| e.to_string());
     }
+    if let Some(spec) = &args.regex_from {
+        let (file, name) = spec.split_once('#').ok_or("--regex-from takes FILE.lmt#NAME")?;
+        let ws = load_module(file)?;
+        let regex = ws.module(ws.root).template.body.iter().find_map(|n| match n {
+            Node::Set { target, value, .. } if target.name.name == name && !target.append => match &value.kind {
+                ExprKind::Str(r) => Some(r.clone()),
+                _ => None,
+            },
+            _ => None,
+        });
+        let regex = regex.ok_or_else(|| format!("`{file}` sets no `{name}` to a string at its top level"))?;
+        return Constraint::regex(&regex, limits).map_err(|e| e.to_string());
+    }
     let spec = args.grammar.as_deref().unwrap_or_default();
     let (file, name) = spec.split_once('#').ok_or("--grammar takes FILE.lmt#NAME")?;
-    let ws = crate::workspace::Workspace::load_file(Path::new(file), &crate::workspace::FsLoader::default())
-        .map_err(|e| format!("cannot read `{file}`: {e}"))?;
-    if ws.has_errors() {
-        return Err(format!("`{file}` has errors; `lmt check {file}` shows them"));
-    }
+    let ws = load_module(file)?;
     let (block, rule) = name.split_once('.').map_or((name, None), |(b, r)| (b, Some(r)));
     let g = ws
         .module(ws.root)
@@ -115,7 +130,7 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
         .body
         .iter()
         .find_map(|n| match n {
-            crate::syntax::ast::Node::Grammar(g) if g.name.name == block => Some(g),
+            Node::Grammar(g) if g.name.name == block => Some(g),
             _ => None,
         })
         .ok_or_else(|| format!("`{file}` has no `{{% grammar {block} %}}`"))?;
@@ -124,6 +139,25 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
         None => crate::check::start_rule(block, &g.grammar).ok_or_else(|| format!("grammar `{block}` has no start rule"))?,
     };
     Constraint::grammar(&g.grammar, &start, limits).map_err(|e| e.to_string())
+}
+
+/// A template file, or a stdlib module (`std/NAME`), loaded and checked.
+fn load_module(file: &str) -> Result<Workspace, String> {
+    let loader = FsLoader::default();
+    let ws = match file.strip_prefix("std/") {
+        Some(_) => {
+            let name = file.trim_end_matches(".lmt");
+            let text = crate::stdlib::get(name).ok_or_else(|| {
+                format!("there is no stdlib module `{name}` (they are: {})", crate::stdlib::names().collect::<Vec<_>>().join(", "))
+            })?;
+            Workspace::load_text(name, text, None, &loader)
+        }
+        None => Workspace::load_file(Path::new(file), &loader).map_err(|e| format!("cannot read `{file}`: {e}"))?,
+    };
+    if ws.has_errors() {
+        return Err(format!("`{file}` has errors; `lmt check {file}` shows them"));
+    }
+    Ok(ws)
 }
 
 /// How a text fared: accepted, or refused at a token.
@@ -187,7 +221,8 @@ fn check(args: &MatchArgs) -> Result<Outcome, String> {
         Walk::Refused { token_index, byte_offset, expected } => {
             let id = ids[token_index];
             let shown = String::from_utf8_lossy(vocab.bytes(id)).into_owned();
-            let bad = String::from_utf8_lossy(&text.as_bytes()[byte_offset.min(text.len())..(byte_offset + 1).min(text.len())]).into_owned();
+            let bad =
+                String::from_utf8_lossy(&text.as_bytes()[byte_offset.min(text.len())..(byte_offset + 1).min(text.len())]).into_owned();
             let before = String::from_utf8_lossy(&text.as_bytes()[..byte_offset.min(text.len())]).into_owned();
             Outcome {
                 accepted: false,
