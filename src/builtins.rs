@@ -73,13 +73,16 @@ pub const TESTS: &[Builtin] = &[
 ];
 
 /// Functions that are not filters.
-pub const FUNCTIONS: &[Builtin] = &[b(
-    "range",
-    1,
-    3,
-    &["start", "stop", "step"],
-    "`range(stop)` or `range(start, stop[, step])`: a list of integers.",
-)];
+pub const FUNCTIONS: &[Builtin] = &[
+    b("range", 1, 3, &["start", "stop", "step"], "`range(stop)` or `range(start, stop[, step])`: a list of integers."),
+    b(
+        "usage",
+        0,
+        0,
+        &[],
+        "The run's token counts so far, as a map: `prompt_tokens`, `generated_tokens`, `forced_tokens`, `sequence_tokens`, `forward_passes`, `forward_tokens`, `reused_tokens`, `rewound_tokens`, `scored_tokens`.",
+    ),
+];
 
 /// The filter with this name.
 pub fn filter(name: &str) -> Option<&'static Builtin> {

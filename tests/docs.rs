@@ -53,6 +53,7 @@ fn options_filters_and_tests_match_the_tables() {
     assert_eq!(first_column(section(&doc, "`select` options")), names(&mut SELECT_OPTIONS.iter().map(|o| o.name)));
     assert_eq!(first_column(section(&doc, "Filters")), names(&mut lmt::builtins::FILTERS.iter().map(|f| f.name)));
     assert_eq!(first_column(section(&doc, "Tests")), names(&mut lmt::builtins::TESTS.iter().map(|f| f.name)));
+    assert_eq!(first_column(section(&doc, "Functions")), names(&mut lmt::builtins::FUNCTIONS.iter().map(|f| f.name)));
 }
 
 #[test]

@@ -99,7 +99,7 @@ fn every_example_runs_and_its_constraints_hold() {
             let vars = if stem == "chat" { vec![("question", lmt::interp::value::Value::str("What is a KV cache?"))] } else { vec![] };
             let (o, events) = run_ws(&model, &ws, &vars);
             let ctx = format!("{name} {stem}");
-            if stem == "chat" && !has_template {
+            if (stem == "chat" || stem == "agent") && !has_template {
                 let e = o.error.expect("role blocks need a chat template");
                 assert!(e.message.contains("no chat template"), "{ctx}: {}", e.message);
                 continue;
@@ -171,6 +171,13 @@ fn every_example_runs_and_its_constraints_hold() {
                 }
                 "usage" => {
                     assert!(o.state.text().contains("(finish: "), "{ctx}");
+                    let so_far = fancy_regex::Regex::new(r"So far: (\d+) prompt tokens, (\d+) generated").unwrap();
+                    let text = o.state.text();
+                    let m = so_far.captures(&text).unwrap().unwrap_or_else(|| panic!("{ctx}: {text}"));
+                    let prompt: u64 = m[1].parse().unwrap();
+                    let generated: u64 = m[2].parse().unwrap();
+                    assert!(prompt > 0 && prompt < o.state.usage.prompt_tokens, "{ctx}: {prompt} of {:?}", o.state.usage);
+                    assert_eq!(generated, o.state.usage.generated_tokens, "{ctx}: nothing is generated after it");
                     assert!(matches!(finish("colour"), Some(FinishReason::Stop | FinishReason::Eos | FinishReason::MaxTokens)), "{ctx}");
                 }
                 "capture" => {
@@ -194,6 +201,56 @@ fn every_example_runs_and_its_constraints_hold() {
                         }
                     }
                     assert!(["helpful", "confusing"].contains(&value("feeling").as_str()), "{ctx}");
+                }
+                "dialogue" => {
+                    for n in ["answer", "second"] {
+                        let c = capture(&o, n);
+                        assert!(!c.text.contains("\nUser:"), "{ctx}: {:?}", c.text);
+                        if c.meta.finish_reason == Some(FinishReason::Stop) {
+                            assert_eq!(c.meta.stop.as_deref(), Some("\nUser:"), "{ctx}");
+                        }
+                    }
+                    // The cache holds the kept text: no stop text left behind in it.
+                    let text = o.state.text();
+                    assert!(text.contains("\nUser: And the second tallest?\nAssistant:"), "{ctx}");
+                    let fed = String::from_utf8_lossy(&model.tokenizer.vocab.decode(&o.state.token_ids())).into_owned();
+                    assert_eq!(fed.matches("User:").count(), text.matches("User:").count(), "{ctx}: {fed:?}");
+                }
+                "speakers" => {
+                    let speakers: Vec<_> = o.state.captures.iter().filter(|c| c.name == "speaker").collect();
+                    assert_eq!(speakers.len(), 3, "{ctx}");
+                    for s in speakers {
+                        let choices = &s.value.meta.choices;
+                        assert_eq!(choices.len(), 2, "{ctx}");
+                        assert!((choices.iter().map(|c| c.probability).sum::<f64>() - 1.0).abs() < 1e-9, "{ctx}");
+                        assert_eq!(choices[0].text, s.value.text, "{ctx}: the most likely speaker speaks");
+                    }
+                    assert_eq!(o.state.captures.iter().filter(|c| c.name == "line").count(), 3, "{ctx}");
+                    assert!(o.state.text().contains("(who won each turn, with its probability: "), "{ctx}");
+                }
+                "agent" => {
+                    let call = fancy_regex::Regex::new(
+                        r#"^(\{"name": "weather", "arguments": \{"city": "(Paris|Oslo|Lima)"\}\}|\{"name": "answer", "arguments": \{"text": "[A-Za-z0-9 .,%-]{1,60}"\}\})$"#,
+                    )
+                    .unwrap();
+                    let calls: Vec<_> = o.state.captures.iter().filter(|c| c.name == "calls").collect();
+                    assert!((1..=3).contains(&calls.len()), "{ctx}");
+                    for (i, c) in calls.iter().enumerate() {
+                        assert!(call.is_match(&c.value.text).unwrap(), "{ctx}: {:?}", c.value.text);
+                        let is_answer = c.value.text.contains("\"answer\"");
+                        assert!(!is_answer || i + 1 == calls.len(), "{ctx}: the loop ends at an answer");
+                    }
+                    // Each weather call got its result back as the next user turn.
+                    let msgs = &o.state.messages;
+                    assert_eq!((msgs[0].role.as_str(), msgs[1].role.as_str()), ("system", "user"), "{ctx}");
+                    for pair in msgs[2..].chunks(2) {
+                        assert_eq!(pair[0].role, "assistant", "{ctx}");
+                        if let Some(result) = pair.get(1) {
+                            let city = &pair[0].content["{\"name\": \"weather\", \"arguments\": {\"city\": \"".len()..];
+                            let city = city.trim_end_matches("\"}}");
+                            assert!(result.content.starts_with(&format!("weather({city}) = ")), "{ctx}: {result:?}");
+                        }
+                    }
                 }
                 other => panic!("an example without checks: {other}"),
             }
@@ -354,9 +411,10 @@ fn role_blocks_produce_the_chat_template_goldens() {
             let mut src = String::new();
             let mut vars = Vec::new();
             let names: Vec<String> = (0..messages.len()).map(|i| format!("m{i}")).collect();
-            src.push_str(&format!("{{% input {} %}}", names.join(", ")));
+            // Laid out as people write it: the line breaks between turns are not part of the prompt.
+            src.push_str(&format!("{{% input {} %}}\n", names.join(", ")));
             for (i, m) in messages.iter().enumerate() {
-                src.push_str(&format!("{{% role \"{}\" %}}{{{{ m{i} }}}}{{% end %}}", m["role"].as_str().unwrap()));
+                src.push_str(&format!("{{% role \"{}\" %}}{{{{ m{i} }}}}{{% end %}}\n\n", m["role"].as_str().unwrap()));
                 vars.push((names[i].as_str(), lmt::interp::value::Value::str(m["content"].as_str().unwrap())));
             }
             let gen_prompt = g["add_generation_prompt"] == true;

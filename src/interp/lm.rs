@@ -161,6 +161,22 @@ impl<'m> Lm<'m> {
         }
     }
 
+    /// Drops the white-space-only template text at the end of what is
+    /// pending when it is exactly `text` (none of it decided yet).
+    pub fn drop_pending_whitespace(&mut self, text: &str) -> bool {
+        let keep = self
+            .pending
+            .iter()
+            .rposition(|p| !matches!(p, Piece::Text(t, Origin::Template) if t.trim().is_empty()))
+            .map_or(0, |i| i + 1);
+        let tail: String = self.pending[keep..].iter().map(|p| if let Piece::Text(t, _) = p { t.as_str() } else { "" }).collect();
+        if tail != text {
+            return false;
+        }
+        self.pending.truncate(keep);
+        true
+    }
+
     /// Opens a chat turn: queues the template's text up to the content.
     pub fn role_begin(&mut self, role: &str) -> LmResult<()> {
         let r = self.render_with(&[message(role, "")])?;
@@ -304,6 +320,13 @@ impl<'m> Lm<'m> {
         }
         self.sync_usage();
         Ok(())
+    }
+
+    /// The usage so far, with pending text decided (so its tokens count).
+    pub fn usage_now(&mut self) -> LmResult<Usage> {
+        self.decide()?;
+        self.sync_usage();
+        Ok(self.usage.clone())
     }
 
     /// Copies the decoder's counters into the usage.

@@ -139,6 +139,9 @@ pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOpti
     let result = vm.exec();
     let error = match result {
         Ok(()) => {
+            if vm.core.state.nodes.iter().rev().find(|n| !is_layout(n)).is_some_and(|n| matches!(n, Node::RoleClose { .. })) {
+                vm.drop_layout_whitespace();
+            }
             let ended_in_turn = matches!(vm.core.state.nodes.last(), Some(Node::RoleClose { .. }));
             let closed = if ended_in_turn && !vm.cancelled() { vm.core.lm.close_conversation() } else { Ok(()) };
             if let Err(message) = closed.and_then(|_| vm.core.lm.finish()) {
@@ -322,6 +325,25 @@ impl Vm<'_, '_> {
             (self.on_event)(Event::RoleClose(&role));
         }
         Ok(())
+    }
+
+    /// Drops the white space the template wrote since the last turn (line
+    /// breaks between role blocks): a chat prompt is the chat template's
+    /// rendering of the messages, so layout between turns is not part of it.
+    /// Only text not yet fed to the model can go.
+    fn drop_layout_whitespace(&mut self) {
+        let nodes = &mut self.core.state.nodes;
+        let layout = nodes.iter().rev().take_while(|n| is_layout(n)).count();
+        let text: String = nodes[nodes.len() - layout..]
+            .iter()
+            .map(|n| match n {
+                Node::Text { text, .. } => text.as_str(),
+                _ => "",
+            })
+            .collect();
+        if layout > 0 && self.core.lm.drop_pending_whitespace(&text) {
+            nodes.truncate(nodes.len() - layout);
+        }
     }
 
     fn cancelled(&self) -> bool {
@@ -514,6 +536,9 @@ impl Vm<'_, '_> {
                 let v = self.pop();
                 let role =
                     v.as_str().ok_or_else(|| Step::Err(format!("a role name must be a string, not a {}", v.type_name())))?.to_string();
+                if self.role.is_none() {
+                    self.drop_layout_whitespace();
+                }
                 self.core.lm.role_begin(&role).map_err(Step::Err)?;
                 self.core.state.nodes.push(Node::RoleOpen { role: role.clone() });
                 (self.on_event)(Event::RoleOpen(&role));
@@ -687,6 +712,22 @@ impl Vm<'_, '_> {
         let kw = self.kwargs(kwargs);
         let pos = self.pop_n(args);
         match self.pop() {
+            // The one builtin that reads the run: its counters so far.
+            Value::Builtin("usage") => {
+                let u = self.core.lm.usage_now().map_err(Step::Err)?;
+                let counts = [
+                    ("prompt_tokens", u.prompt_tokens),
+                    ("generated_tokens", u.generated_tokens),
+                    ("forced_tokens", u.forced_tokens),
+                    ("sequence_tokens", u.sequence_tokens),
+                    ("forward_passes", u.forward_passes),
+                    ("forward_tokens", u.forward_tokens),
+                    ("reused_tokens", u.reused_tokens),
+                    ("rewound_tokens", u.rewound_tokens),
+                    ("scored_tokens", u.scored_tokens),
+                ];
+                self.stack.push(ops::map(counts.iter().map(|(k, v)| (k.to_string(), Value::Int(*v as i64))).collect()));
+            }
             Value::Builtin(name) => {
                 let r = ops::call_builtin(name, &Args { pos: &pos, kw: &kw }).map_err(Step::Err)?;
                 self.stack.push(r);
@@ -802,6 +843,11 @@ impl Sink for GenSink<'_> {
     fn cancelled(&self) -> bool {
         self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
     }
+}
+
+/// White-space-only template text outside any capture or role.
+fn is_layout(n: &Node) -> bool {
+    matches!(n, Node::Text { text, origin: Origin::Template, hidden: false, .. } if text.trim().is_empty())
 }
 
 /// Assigns `key` in `scope`, or appends to the list there.
