@@ -76,3 +76,26 @@ fn ci_runs_the_readme_test_command() {
     assert!(readme.contains("```sh\ncargo test\n```"), "README shows the test command");
     assert!(ci.lines().any(|l| l.trim() == "cargo test --locked"), ".ci/run runs it");
 }
+
+#[test]
+fn every_template_in_the_guide_and_the_readme_checks_clean() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut checked = 0;
+    for doc in ["docs/guide.md", "README.md"] {
+        let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
+        for (i, block) in text.split("```lmt\n").skip(1).enumerate() {
+            let template = &block[..block.find("```").unwrap()];
+            // As if in `examples/`, where the schema files and libraries are.
+            let path = std::path::PathBuf::from(format!("{root}/examples/{doc}-{i}.lmt"));
+            let ws = lmt::workspace::Workspace::load_text("t.lmt", template, Some(path), &lmt::workspace::FsLoader::default());
+            assert!(ws.diagnostics.is_empty(), "{doc}, template {i}:\n{template}\n{:?}", ws.diagnostics);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 11, "only {checked} templates found");
+    // The README's example is the example file it names.
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let shown = readme.split("```lmt\n").nth(1).and_then(|b| b.split("```").next()).unwrap();
+    let trip = std::fs::read_to_string(format!("{root}/examples/trip.lmt")).unwrap();
+    assert!(trip.ends_with(shown), "README's template is examples/trip.lmt");
+}

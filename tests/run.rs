@@ -99,7 +99,7 @@ fn every_example_runs_and_its_constraints_hold() {
             let vars = if stem == "chat" { vec![("question", lmt::interp::value::Value::str("What is a KV cache?"))] } else { vec![] };
             let (o, events) = run_ws(&model, &ws, &vars);
             let ctx = format!("{name} {stem}");
-            if (stem == "chat" || stem == "agent") && !has_template {
+            if ["chat", "agent", "trip"].contains(&stem.as_str()) && !has_template {
                 let e = o.error.expect("role blocks need a chat template");
                 assert!(e.message.contains("no chat template"), "{ctx}: {}", e.message);
                 continue;
@@ -201,6 +201,16 @@ fn every_example_runs_and_its_constraints_hold() {
                         }
                     }
                     assert!(["helpful", "confusing"].contains(&value("feeling").as_str()), "{ctx}");
+                }
+                "trip" => {
+                    let plan: serde_json::Value = serde_json::from_str(&value("plan")).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    assert!(["Paris", "Oslo", "Lima"].contains(&plan["city"].as_str().unwrap_or_default()), "{ctx}: {plan}");
+                    assert!(plan["days"].as_i64().is_some_and(|d| (1..=14).contains(&d)), "{ctx}: {plan}");
+                    assert_eq!(plan.as_object().map(|o| o.len()), Some(2), "{ctx}: {plan}");
+                    assert!(date.is_match(&value("date")).unwrap(), "{ctx}: {}", value("date"));
+                    assert!(["yes", "no"].contains(&value("umbrella").as_str()), "{ctx}");
+                    let roles: Vec<&str> = o.state.messages.iter().map(|m| m.role.as_str()).collect();
+                    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"], "{ctx}");
                 }
                 "dialogue" => {
                     for n in ["answer", "second"] {
