@@ -227,6 +227,11 @@ A line\\
     let (code, out) = repl(&dir, script, &[file.to_str().unwrap(), "--var", "name=Ada"]);
     assert_eq!(code, 0, "{out}");
     insta::assert_snapshot!("multi_line", transcript(script, code, &out));
+    // Input that ends inside an entry is reported, not dropped.
+    let (code, out) = repl(&dir, "Kept.\n{% user %}never closed\n", &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("Kept.\nerror: the input ended inside an unfinished entry"), "{out}");
+    assert!(out.contains("{% user %}never closed"), "{out}");
 }
 
 #[test]

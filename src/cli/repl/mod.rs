@@ -92,7 +92,13 @@ pub fn run(args: &ReplArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
-    rl.set_helper(Some(ReplHelper::new(color && interactive)));
+    // On a terminal the helper's validator joins the lines of an entry in
+    // the editor; piped lines are joined here, so that input ending inside
+    // an entry is reported rather than dropped.
+    if interactive {
+        rl.set_helper(Some(ReplHelper::new(color)));
+    }
+    let mut unfinished = String::new();
     let history = history_path().filter(|_| interactive && !args.no_history);
     if let Some(h) = &history {
         let _ = rl.load_history(h);
@@ -108,14 +114,28 @@ pub fn run(args: &ReplArgs) -> i32 {
             h.vars = repl.session.vars().into_iter().map(|(k, _)| k.to_string()).collect();
         }
         match rl.readline("lmt> ") {
-            Ok(input) => {
+            Ok(line) => {
+                let input = if interactive { line } else { std::mem::take(&mut unfinished) + &line };
+                if !interactive && editor::is_incomplete(&input) {
+                    unfinished = input + "\n";
+                    continue;
+                }
                 if repl.handle(&input) == Next::Quit {
                     break;
                 }
             }
             // Ctrl-C at the prompt drops the line being typed.
             Err(ReadlineError::Interrupted) => continue,
-            Err(ReadlineError::Eof) => break,
+            Err(ReadlineError::Eof) => {
+                if !unfinished.is_empty() {
+                    eprintln!(
+                        "error: the input ended inside an unfinished entry (an open block, tag, comment or string, or a final `\\`):"
+                    );
+                    eprintln!("{}", unfinished.trim_end());
+                    repl.failures += 1;
+                }
+                break;
+            }
             Err(e) => {
                 eprintln!("error: cannot read the next line: {e}");
                 repl.failures += 1;
