@@ -203,12 +203,13 @@ impl State {
         self.tokens.iter().map(|t| t.id).collect()
     }
 
-    /// Appends text, merging with the previous text node of the same kind.
-    pub fn push_text(&mut self, text: &str, origin: Origin, hidden: bool) {
+    /// Appends text, merging with the previous text node of the same kind
+    /// when `merge` (not across a boundary such as a capture's start).
+    pub fn push_text(&mut self, text: &str, origin: Origin, hidden: bool, merge: bool) {
         if text.is_empty() {
             return;
         }
-        if origin != Origin::Generated {
+        if merge && origin != Origin::Generated {
             if let Some(Node::Text { text: t, origin: o, tokens, hidden: h }) = self.nodes.last_mut() {
                 if *o == origin && *h == hidden && tokens.is_empty() {
                     t.push_str(text);

@@ -530,3 +530,23 @@ fn runtime_errors_point_at_the_source_and_keep_the_partial_state() {
     let (o, _) = run_text(&model, "{% input topic %}About {{ topic }}", &[]);
     assert!(o.error.unwrap().message.contains("`topic` was not given"));
 }
+
+#[test]
+fn the_record_nests_a_capture_around_exactly_its_text() {
+    let (name, dir) = &models()[0];
+    let model = load(dir);
+    let (o, _) = run_text(&model, "Hello{% capture x %} world{% end %}!", &[]);
+    assert!(o.error.is_none(), "{name}: {:?}", o.error);
+    let shape: Vec<String> = o
+        .state
+        .nodes
+        .iter()
+        .map(|n| match n {
+            Node::Text { text, .. } => format!("text {text:?}"),
+            Node::CaptureOpen { name } => format!("open {name}"),
+            Node::CaptureClose { name } => format!("close {name}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(shape, ["text \"Hello\"", "open x", "text \" world\"", "close x", "text \"!\""], "{name}");
+}

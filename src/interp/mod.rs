@@ -782,7 +782,10 @@ impl Vm<'_, '_> {
         }
         self.core.lm.push_text(text, origin);
         let hidden = !self.hidden.is_empty();
-        self.core.state.push_text(text, origin, hidden);
+        // Text right after a capture opened is inside it: a node of its own.
+        let len = self.core.state.nodes.len();
+        let merge = !self.captures.iter().any(|c| c.node == len);
+        self.core.state.push_text(text, origin, hidden, merge);
         (self.on_event)(Event::Text { text, origin, hidden });
         self.account(text);
     }
