@@ -250,3 +250,9 @@ impl JsonDiagnostic {
         }
     }
 }
+
+/// `word` with its indefinite article, for messages: "an integer", "a string".
+pub fn with_article(word: &str) -> String {
+    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {word}")
+}

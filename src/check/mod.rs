@@ -487,7 +487,7 @@ impl<'a> Checker<'a> {
                     if let Some(c) = e.to_const() {
                         if !matches!(c, Const::Str(_)) {
                             self.push(
-                                Diagnostic::new(Code::OptionType, self.file(), e.span, format!("a role name must be a string, not a {}", c.type_name()))
+                                Diagnostic::new(Code::OptionType, self.file(), e.span, format!("a role name must be a string, not {}", crate::diagnostic::with_article(c.type_name())))
                                     .with_help("write `{% role \"tool\" %}`"),
                             );
                         }
@@ -626,7 +626,7 @@ impl<'a> Checker<'a> {
         let Some(c) = list.to_const() else { return };
         let Const::List(items) = c else {
             self.push(
-                Diagnostic::new(Code::OptionType, file, list.span, format!("`select … in` takes a list of strings, not a {}", c.type_name()))
+                Diagnostic::new(Code::OptionType, file, list.span, format!("`select … in` takes a list of strings, not {}", crate::diagnostic::with_article(c.type_name())))
                     .with_help("write `{% select answer in [\"yes\", \"no\"] %}`"),
             );
             return;
@@ -654,7 +654,7 @@ impl<'a> Checker<'a> {
                     }
                 }
                 other => self.push(
-                    Diagnostic::new(Code::OptionType, file, e.span, format!("select options must be strings, not a {}", other.type_name()))
+                    Diagnostic::new(Code::OptionType, file, e.span, format!("select options must be strings, not {}", crate::diagnostic::with_article(other.type_name())))
                         .with_help("quote the option, or convert it with `| string`"),
                 ),
             }

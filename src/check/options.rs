@@ -158,7 +158,7 @@ fn unknown_option(file: FileId, what: &str, name: &str, span: Span, specs: &[Opt
 }
 
 fn type_error(file: FileId, spec: &OptionSpec, span: Span, found: &str) -> Diagnostic {
-    Diagnostic::new(Code::OptionType, file, span, format!("`{}` takes a {}, not {}", spec.name, spec.ty, found))
+    Diagnostic::new(Code::OptionType, file, span, format!("`{}` takes {}, not {}", spec.name, crate::diagnostic::with_article(spec.ty), found))
         .with_label(format!("expected {}", spec.ty))
 }
 

@@ -164,11 +164,8 @@ impl<'m> Lm<'m> {
     /// Drops the white-space-only template text at the end of what is
     /// pending when it is exactly `text` (none of it decided yet).
     pub fn drop_pending_whitespace(&mut self, text: &str) -> bool {
-        let keep = self
-            .pending
-            .iter()
-            .rposition(|p| !matches!(p, Piece::Text(t, Origin::Template) if t.trim().is_empty()))
-            .map_or(0, |i| i + 1);
+        let keep =
+            self.pending.iter().rposition(|p| !matches!(p, Piece::Text(t, Origin::Template) if t.trim().is_empty())).map_or(0, |i| i + 1);
         let tail: String = self.pending[keep..].iter().map(|p| if let Piece::Text(t, _) = p { t.as_str() } else { "" }).collect();
         if tail != text {
             return false;

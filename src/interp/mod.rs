@@ -496,7 +496,7 @@ impl Vm<'_, '_> {
                     Value::Map(m) => m.keys().map(|k| Value::str(k.as_str())).collect(),
                     _ => match v.as_str() {
                         Some(s) => s.chars().map(|c| Value::str(c.to_string())).collect(),
-                        None => return Err(Step::Err(format!("cannot loop over a {}", v.type_name()))),
+                        None => return Err(Step::Err(format!("cannot loop over {}", v.a_type()))),
                     },
                 };
                 self.frames.last_mut().expect("frame").loops.push(LoopState { items: Arc::new(items), next: 0 });
@@ -534,8 +534,7 @@ impl Vm<'_, '_> {
             Instr::SelectEnd { target } => self.select_end(target)?,
             Instr::RoleBegin => {
                 let v = self.pop();
-                let role =
-                    v.as_str().ok_or_else(|| Step::Err(format!("a role name must be a string, not a {}", v.type_name())))?.to_string();
+                let role = v.as_str().ok_or_else(|| Step::Err(format!("a role name must be a string, not {}", v.a_type())))?.to_string();
                 if self.role.is_none() {
                     self.drop_layout_whitespace();
                 }
@@ -770,7 +769,7 @@ impl Vm<'_, '_> {
                     quiet,
                 });
             }
-            other => return Err(Step::Err(format!("a {} cannot be called", other.type_name()))),
+            other => return Err(Step::Err(format!("{} cannot be called", other.a_type()))),
         }
         Ok(())
     }
@@ -862,7 +861,7 @@ fn put<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, v: Value,
     let mut list = match scope.get(&key) {
         None | Some(Value::Undefined) => Vec::new(),
         Some(Value::List(l)) => l.to_vec(),
-        Some(other) => return Err(Step::Err(format!("cannot append to a {}", other.type_name()))),
+        Some(other) => return Err(Step::Err(format!("cannot append to {}", other.a_type()))),
     };
     list.push(v);
     scope.insert(key, Value::list(list));
@@ -878,6 +877,6 @@ fn grammar_named(module: &CodeModule, m: usize, name: &str) -> Option<Value> {
 fn describe_len(v: &Value) -> String {
     match v {
         Value::List(l) => format!("a list of {}", l.len()),
-        other => format!("a {}", other.type_name()),
+        other => other.a_type(),
     }
 }

@@ -22,11 +22,11 @@ pub fn unary(op: UnaryOp, v: &Value) -> OpResult {
         UnaryOp::Neg => match v {
             Value::Int(i) => i.checked_neg().map(Value::Int).ok_or_else(|| "integer overflow".to_string()),
             Value::Float(f) => Ok(Value::Float(-f)),
-            _ => Err(format!("cannot negate a {}", v.type_name())),
+            _ => Err(format!("cannot negate {}", v.a_type())),
         },
         UnaryOp::Pos => match v {
             Value::Int(_) | Value::Float(_) => Ok(v.clone()),
-            _ => Err(format!("unary `+` needs a number, not a {}", v.type_name())),
+            _ => Err(format!("unary `+` needs a number, not {}", v.a_type())),
         },
     }
 }
@@ -34,7 +34,7 @@ pub fn unary(op: UnaryOp, v: &Value) -> OpResult {
 /// Applies a binary operator (not `and`/`or`, which short-circuit in code).
 pub fn binary(op: BinaryOp, a: &Value, b: &Value) -> OpResult {
     use BinaryOp::*;
-    let mismatch = || format!("cannot apply `{}` to a {} and a {}", op.symbol(), a.type_name(), b.type_name());
+    let mismatch = || format!("cannot apply `{}` to {} and {}", op.symbol(), a.a_type(), b.a_type());
     match op {
         Eq => Ok(Value::Bool(a.equals(b))),
         Ne => Ok(Value::Bool(!a.equals(b))),
@@ -134,7 +134,7 @@ pub fn attr(v: &Value, name: &str) -> OpResult {
         Value::Str(_) if META_ATTRS.contains(&name) => {
             Err(format!("`.{name}` exists only on values the model produced (gen, select, capture)"))
         }
-        _ => Err(format!("a {} has no attribute `{name}`", v.type_name())),
+        _ => Err(format!("{} has no attribute `{name}`", v.a_type())),
     }
 }
 
@@ -142,7 +142,7 @@ pub fn attr(v: &Value, name: &str) -> OpResult {
 pub fn index(v: &Value, i: &Value) -> OpResult {
     let at = |len: usize| -> Result<usize, String> {
         let Value::Int(n) = i else {
-            return Err(format!("an index must be an integer, not a {}", i.type_name()));
+            return Err(format!("an index must be an integer, not {}", i.a_type()));
         };
         let k = if *n < 0 { len as i64 + n } else { *n };
         usize::try_from(k).ok().filter(|&k| k < len).ok_or_else(|| format!("index {n} is out of range for length {len}"))
@@ -158,7 +158,7 @@ pub fn index(v: &Value, i: &Value) -> OpResult {
                 let chars: Vec<char> = s.chars().collect();
                 Ok(Value::str(chars[at(chars.len())?].to_string()))
             }
-            None => Err(format!("cannot index a {}", v.type_name())),
+            None => Err(format!("cannot index {}", v.a_type())),
         },
     }
 }
@@ -169,7 +169,7 @@ pub fn slice(v: &Value, start: Option<&Value>, stop: Option<&Value>, step: Optio
         match x {
             None | Some(Value::None) => Ok(None),
             Some(Value::Int(i)) => Ok(Some(*i)),
-            Some(o) => Err(format!("slice bounds must be integers, not a {}", o.type_name())),
+            Some(o) => Err(format!("slice bounds must be integers, not {}", o.a_type())),
         }
     };
     let step = int(step)?.unwrap_or(1);
@@ -202,7 +202,7 @@ pub fn slice(v: &Value, start: Option<&Value>, stop: Option<&Value>, step: Optio
                 let chars: Vec<char> = s.chars().collect();
                 Ok(Value::str(pick(chars.len())?.into_iter().map(|i| chars[i]).collect::<String>()))
             }
-            None => Err(format!("cannot slice a {}", v.type_name())),
+            None => Err(format!("cannot slice {}", v.a_type())),
         },
     }
 }
@@ -224,10 +224,10 @@ impl Args<'_> {
 
 /// Applies filter `name` to `v`.
 pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
-    let s = || v.as_str().ok_or_else(|| format!("`{name}` needs a string, not a {}", v.type_name()));
+    let s = || v.as_str().ok_or_else(|| format!("`{name}` needs a string, not {}", v.a_type()));
     let list = || match v {
         Value::List(l) => Ok(l.clone()),
-        _ => Err(format!("`{name}` needs a list, not a {}", v.type_name())),
+        _ => Err(format!("`{name}` needs a list, not {}", v.a_type())),
     };
     let str_arg = |i: usize, p: &str| -> Result<Option<String>, String> {
         match args.get(i, p) {
@@ -324,14 +324,14 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
             };
             let x = to_float(v)
                 .filter(|_| matches!(v, Value::Int(_) | Value::Float(_)))
-                .ok_or_else(|| format!("`round` needs a number, not a {}", v.type_name()))?;
+                .ok_or_else(|| format!("`round` needs a number, not {}", v.a_type()))?;
             let m = 10f64.powi(p);
             Value::Float((x * m).round() / m)
         }
         "abs" => match v {
             Value::Int(i) => Value::Int(i.checked_abs().ok_or("integer overflow")?),
             Value::Float(f) => Value::Float(f.abs()),
-            _ => return Err(format!("`abs` needs a number, not a {}", v.type_name())),
+            _ => return Err(format!("`abs` needs a number, not {}", v.a_type())),
         },
         "tojson" => {
             let j = v.to_json();
@@ -417,7 +417,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
         }
         "items" | "keys" | "values" => {
             let Value::Map(m) = v else {
-                return Err(format!("`{name}` needs a map, not a {}", v.type_name()));
+                return Err(format!("`{name}` needs a map, not {}", v.a_type()));
             };
             Value::list(
                 m.iter()
@@ -437,7 +437,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
 pub fn test(name: &str, v: &Value, args: &[Value]) -> Result<bool, String> {
     let int = || match v {
         Value::Int(i) => Ok(*i),
-        _ => Err(format!("`{name}` needs an integer, not a {}", v.type_name())),
+        _ => Err(format!("`{name}` needs an integer, not {}", v.a_type())),
     };
     Ok(match name {
         "defined" => !matches!(v, Value::Undefined),
@@ -469,7 +469,7 @@ pub fn call_builtin(name: &str, args: &Args<'_>) -> OpResult {
             .iter()
             .map(|a| match a {
                 Value::Int(i) => Ok(*i),
-                o => Err(format!("`range` needs integers, not a {}", o.type_name())),
+                o => Err(format!("`range` needs integers, not {}", o.a_type())),
             })
             .collect::<Result<_, _>>()?;
         let (start, stop, step) = match ints.as_slice() {
@@ -522,7 +522,7 @@ fn to_float(v: &Value) -> Option<f64> {
 fn describe(v: &Value) -> String {
     match v.as_str() {
         Some(s) => format!("the string {}", preview(s)),
-        None => format!("a {}", v.type_name()),
+        None => v.a_type(),
     }
 }
 

@@ -88,7 +88,7 @@ impl Vm<'_, '_> {
         }
         if let Some(v) = o.get("grammar") {
             let Value::Grammar { module, id, rule } = v else {
-                return Err(Step::Err(format!("`grammar` must name a `{{% grammar %}}` block, not a {}", v.type_name())));
+                return Err(Step::Err(format!("`grammar` must name a `{{% grammar %}}` block, not {}", v.a_type())));
             };
             let g = &self.program.modules[*module].grammars[*id as usize];
             let start = rule.as_deref().map(str::to_string).or_else(|| g.start.clone()).unwrap_or_else(|| "root".into());
@@ -101,7 +101,7 @@ impl Vm<'_, '_> {
                 Value::Map(_) | Value::Bool(true) => v.to_json(),
                 _ => match v.as_str() {
                     Some(path) => self.read_schema(path)?,
-                    None => return Err(Step::Err(format!("`json` must be a schema map or a path, not a {}", v.type_name()))),
+                    None => return Err(Step::Err(format!("`json` must be a schema map or a path, not {}", v.a_type()))),
                 },
             };
             let key = format!("json:{schema}");
@@ -118,7 +118,7 @@ impl Vm<'_, '_> {
                 }
                 Some(Bias::new(&pairs, &limits).map_err(|e| Step::Err(e.to_string()))?)
             }
-            Some(v) => return Err(Step::Err(format!("`bias` must be a map of regex to number, not a {}", v.type_name()))),
+            Some(v) => return Err(Step::Err(format!("`bias` must be a map of regex to number, not {}", v.a_type()))),
         };
         let heal = o.get("heal").is_none_or(Value::is_true);
         Ok(GenSpec {
@@ -169,7 +169,7 @@ impl Vm<'_, '_> {
         let list = self.pop();
         let options: Vec<String> = match &list {
             Value::List(l) => l.iter().map(Value::to_string).collect(),
-            other => return Err(Step::Err(format!("`select … in` needs a list, not a {}", other.type_name()))),
+            other => return Err(Step::Err(format!("`select … in` needs a list, not {}", other.a_type()))),
         };
         if options.is_empty() {
             return Err(Step::Err("`select … in` got an empty list: there is nothing to choose".into()));

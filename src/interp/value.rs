@@ -155,6 +155,11 @@ impl Value {
         }
     }
 
+    /// The type with its article, for messages: "an integer", "a string".
+    pub fn a_type(&self) -> String {
+        crate::diagnostic::with_article(self.type_name())
+    }
+
     /// The string, for string values.
     pub fn as_str(&self) -> Option<&str> {
         match self {
