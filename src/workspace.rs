@@ -238,19 +238,9 @@ impl Load<'_> {
     }
 
     fn resolve(&self, path: &str, base: Option<&Path>) -> Result<Resolved, (String, String)> {
-        if let Some(rest) = path.strip_prefix("std/") {
-            let name = format!("std/{}", rest.trim_end_matches(".lmt"));
-            return match crate::stdlib::get(&name) {
-                Some(text) => Ok(Resolved { key: name.clone(), name, path: None, text: text.to_string() }),
-                None => {
-                    let names: Vec<&str> = crate::stdlib::names().collect();
-                    let help = match check::suggest(&name, names.iter().copied()) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => format!("stdlib modules are: {}", names.join(", ")),
-                    };
-                    Err((format!("there is no stdlib module `{name}`"), help))
-                }
-            };
+        if path.starts_with("std/") {
+            let (name, text) = crate::stdlib::resolve(path)?;
+            return Ok(Resolved { key: name.clone(), name, path: None, text: text.to_string() });
         }
         if path.is_empty() {
             return Err(("the import path is empty".into(), "write a path such as `./lib.lmt` or `std/json`".into()));

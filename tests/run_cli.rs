@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use common::tiny::{temp_dir, Spec};
+use common::tiny::temp_dir;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -16,11 +16,7 @@ fn model(dir: &std::path::Path) -> PathBuf {
     if let Some(m) = common::shared_dirs("tiny_models", &["llama3-tiny"], "model.safetensors").pop() {
         return m.1;
     }
-    let tok = common::trained_byte_level();
-    let mut spec = Spec::small("qwen2");
-    spec.vocab = tok.get_vocab_size(true);
-    spec.write_hf(dir);
-    tok.save(dir.join("tokenizer.json"), false).unwrap();
+    common::write_trained_chat_model(dir);
     dir.to_path_buf()
 }
 

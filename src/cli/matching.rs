@@ -144,15 +144,11 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
 /// A template file, or a stdlib module (`std/NAME`), loaded and checked.
 fn load_module(file: &str) -> Result<Workspace, String> {
     let loader = FsLoader::default();
-    let ws = match file.strip_prefix("std/") {
-        Some(_) => {
-            let name = file.trim_end_matches(".lmt");
-            let text = crate::stdlib::get(name).ok_or_else(|| {
-                format!("there is no stdlib module `{name}` (they are: {})", crate::stdlib::names().collect::<Vec<_>>().join(", "))
-            })?;
-            Workspace::load_text(name, text, None, &loader)
-        }
-        None => Workspace::load_file(Path::new(file), &loader).map_err(|e| format!("cannot read `{file}`: {e}"))?,
+    let ws = if file.starts_with("std/") {
+        let (name, text) = crate::stdlib::resolve(file).map_err(|(msg, help)| format!("{msg} ({help})"))?;
+        Workspace::load_text(&name, text, None, &loader)
+    } else {
+        Workspace::load_file(Path::new(file), &loader).map_err(|e| format!("cannot read `{file}`: {e}"))?
     };
     if ws.has_errors() {
         return Err(format!("`{file}` has errors; `lmt check {file}` shows them"));

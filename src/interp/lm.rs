@@ -299,7 +299,6 @@ impl<'m> Lm<'m> {
         if self.kv.len() < self.seq.len() {
             self.feed()?;
         }
-        self.sync_usage();
         Ok(())
     }
 

@@ -238,15 +238,20 @@ impl<'m> Core<'m> {
         self.entries.resize(n, false);
     }
 
-    /// Copies the model side's record into the state after an execution.
+    /// Records how an execution ended, with the model side's record.
     fn end(&mut self, error: Option<&RunError>, cancelled: bool) {
         self.state.finish_reason = match (error, cancelled) {
             (Some(_), _) => FinishReason::Error,
             (None, true) => FinishReason::Cancelled,
             (None, false) => FinishReason::Done,
         };
-        self.lm.sync_usage();
         self.state.error = error.map(|e| e.message.clone());
+        self.sync();
+    }
+
+    /// Copies the model side's record (tokens, turns, usage) into the state.
+    fn sync(&mut self) {
+        self.lm.sync_usage();
         self.state.tokens = self.lm.tokens().to_vec();
         self.state.messages = self.lm.messages.clone();
         self.state.usage = self.lm.usage.clone();

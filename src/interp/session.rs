@@ -49,6 +49,8 @@ struct Snapshot {
     last_node: Option<Node>,
     captures: usize,
     logprob: f64,
+    finish_reason: FinishReason,
+    error: Option<String>,
     shared: HashMap<String, Value>,
     imported: Vec<bool>,
     draws: u64,
@@ -111,12 +113,12 @@ impl<'m> Session<'m> {
         }
         state.captures.truncate(s.captures);
         state.logprob = s.logprob;
+        state.finish_reason = s.finish_reason;
+        state.error = s.error.clone();
         self.core.shared = s.shared.clone();
         self.core.imported = s.imported.clone();
         self.core.draws = s.draws;
-        let previous = self.entries.last().map_or(FinishReason::Done, |e| e.finish_reason);
-        self.core.end(None, false);
-        self.core.state.finish_reason = previous;
+        self.core.sync();
         Ok(Some(entry))
     }
 
@@ -194,6 +196,8 @@ impl<'m> Session<'m> {
             last_node: state.nodes.last().cloned(),
             captures: state.captures.len(),
             logprob: state.logprob,
+            finish_reason: state.finish_reason,
+            error: state.error.clone(),
             shared: self.core.shared.clone(),
             imported: self.core.imported.clone(),
             draws: self.core.draws,

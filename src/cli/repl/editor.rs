@@ -31,6 +31,11 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (":quit", "leave (Ctrl-D too)"),
 ];
 
+/// The commands' names, without their arguments (`:save`).
+pub fn command_names() -> impl Iterator<Item = &'static str> {
+    COMMANDS.iter().map(|(c, _)| c.split(' ').next().unwrap_or(c))
+}
+
 /// True when `input` is an entry that goes on: it ends inside an open
 /// block, tag, comment or string, or its last line ends with `\`.
 pub fn is_incomplete(input: &str) -> bool {
@@ -50,8 +55,7 @@ pub fn complete(line: &str, pos: usize, vars: &[String]) -> (usize, Vec<String>)
     let before = &line[..pos];
     let command = before.trim_start();
     if command.starts_with(':') && !command.contains(' ') {
-        let names = COMMANDS.iter().map(|(c, _)| c.split(' ').next().unwrap_or(c));
-        return (before.len() - command.len(), starting_with(command, names));
+        return (before.len() - command.len(), starting_with(command, command_names()));
     }
     let start = before.rfind(|c: char| !is_ident_char(c)).map_or(0, |i| i + 1);
     let word = &before[start..];

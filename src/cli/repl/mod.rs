@@ -254,8 +254,8 @@ impl Repl<'_> {
             }
             ":quit" | ":q" | ":exit" => return Next::Quit,
             other => {
-                let names = COMMANDS.iter().map(|(c, _)| c.split(' ').next().unwrap_or(c));
-                let hint = crate::check::suggest(other, names).map(|s| format!("did you mean `{s}`? ")).unwrap_or_default();
+                let hint =
+                    crate::check::suggest(other, editor::command_names()).map(|s| format!("did you mean `{s}`? ")).unwrap_or_default();
                 self.fail(&format!("unknown command `{other}`; {hint}`:help` lists the commands"))
             }
         };
