@@ -103,10 +103,10 @@ fn a_finished_value_is_complete() {
 #[test]
 fn unsupported_keywords_are_named_errors() {
     for (schema, keyword) in [
-        (json!({"oneOf": [{"type": "string"}, {"type": "integer"}]}), "oneOf"),
+        (json!({"oneOf": [{"type": "number"}, {"type": "integer"}]}), "oneOf"),
         (json!({"not": {"type": "string"}}), "not"),
         (json!({"type": "array", "uniqueItems": true}), "uniqueItems"),
-        (json!({"type": "number", "maximum": 2.5}), "maximum"),
+        (json!({"type": "number", "minimum": 1e30}), "minimum"),
         (json!({"type": "integer", "multipleOf": 3}), "multipleOf"),
     ] {
         match Constraint::json_schema(&schema, Whitespace::Compact, &Limits::default()) {
@@ -116,6 +116,24 @@ fn unsupported_keywords_are_named_errors() {
     }
     // Keywords JSON Schema does not define are annotations.
     assert!(Constraint::json_schema(&json!({"type": "string", "x-whatever": 1, "readonly": true}), Whitespace::Compact, &Limits::default()).is_ok());
+}
+
+#[test]
+fn one_of_with_disjoint_branches_and_decimal_bounds() {
+    let c = compile(json!({
+        "oneOf": [
+            {"type": "string", "maxLength": 2},
+            {"type": "number", "exclusiveMinimum": -1.5, "maximum": 2.25},
+            {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+            {"type": "object", "properties": {"kind": {"const": "b"}}, "required": ["kind"], "additionalProperties": false}
+        ]
+    }));
+    for ok in ["\"ab\"", "-1.25", "2.25", "0", "-0.5", r#"{"kind":"a","x":3}"#, r#"{"kind":"b"}"#] {
+        assert!(accepts(&c, ok), "{ok}");
+    }
+    for bad in ["\"abc\"", "-1.5", "2.26", "3", r#"{"kind":"c"}"#, r#"{"kind":"b","x":1}"#, "null"] {
+        assert!(!accepts(&c, bad), "{bad}");
+    }
 }
 
 #[test]

@@ -299,8 +299,9 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
     let mut reasons: std::collections::BTreeMap<String, (usize, String)> = Default::default();
     let (mut valid_ok, mut valid_n, mut invalid_ok, mut invalid_n) = (0, 0, 0, 0);
     let mut failures: Vec<String> = Vec::new();
-    // The slowest masks: (µs, file, token index).
+    // The slowest masks (µs, file, token index) and compiles (ms, file).
     let mut slowest: Vec<(f64, String, usize)> = Vec::new();
+    let mut slowest_compiles: Vec<(f64, String, usize)> = Vec::new();
     for f in &files {
         let doc: serde_json::Value = match std::fs::read_to_string(f).ok().and_then(|t| serde_json::from_str(&t).ok()) {
             Some(d) => d,
@@ -320,7 +321,9 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
                 continue;
             }
         };
+        let name = f.file_name().unwrap_or_default().to_string_lossy().into_owned();
         compile_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        keep_slowest(&mut slowest_compiles, (t0.elapsed().as_secs_f64() * 1e3, name.clone(), 0));
         compiled += 1;
         for t in doc["tests"].as_array().into_iter().flatten() {
             let valid = t["valid"].as_bool().unwrap_or(false);
@@ -330,11 +333,7 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             let before = mask_us.len();
             let result = walk(&mut m, &vocab, &ids, &mut mask_us);
             for (k, &us) in mask_us[before..].iter().enumerate() {
-                if slowest.len() < 5 || us > slowest[slowest.len() - 1].0 {
-                    slowest.push((us, f.file_name().unwrap_or_default().to_string_lossy().into_owned(), k));
-                    slowest.sort_by(|a, b| b.0.total_cmp(&a.0));
-                    slowest.truncate(5);
-                }
+                keep_slowest(&mut slowest, (us, name.clone(), k));
             }
             let accepted = match result {
                 Ok(Walk::Accepted { .. }) => true,
@@ -397,6 +396,10 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             text.push_str(&format!("  {n:4}  {r}\n        e.g. {example}\n"));
         }
     }
+    text.push_str("slowest compiles:\n");
+    for (ms, file, _) in &slowest_compiles {
+        text.push_str(&format!("  {ms:10.1} ms  {file}\n"));
+    }
     text.push_str("slowest masks:\n");
     for (us, file, k) in &slowest {
         text.push_str(&format!("  {us:10.1} µs  {file} token {k}\n"));
@@ -405,6 +408,15 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
         text.push_str(&format!("  {f}\n"));
     }
     Ok((summary, text))
+}
+
+/// Keeps the five largest entries of `top`, largest first.
+fn keep_slowest(top: &mut Vec<(f64, String, usize)>, entry: (f64, String, usize)) {
+    if top.len() < 5 || entry.0 > top[top.len() - 1].0 {
+        top.push(entry);
+        top.sort_by(|a, b| b.0.total_cmp(&a.0));
+        top.truncate(5);
+    }
 }
 
 fn round(x: f64) -> f64 {

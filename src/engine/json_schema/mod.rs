@@ -2,10 +2,14 @@
 //!
 //! Exact where it claims support; anything it cannot enforce is an error
 //! naming the keyword (never silently ignored): `oneOf` (exclusivity),
-//! `not`, `uniqueItems: true`, `multipleOf`, non-integer bounds other than
-//! `minimum: 0`, unknown `format`s, remote `$ref`s. Properties are generated
-//! in the schema's order; additional properties (allowed by default, as the
-//! spec says) come after the known ones.
+//! `not`, `uniqueItems: true`, `multipleOf`, unknown `format`s, remote
+//! `$ref`s; `oneOf` is taken as `anyOf` where its branches are provably
+//! disjoint ([`disjoint`]). Properties are generated in the schema's order;
+//! additional properties (allowed by default, as the spec says) come after
+//! the known ones.
+
+mod disjoint;
+mod numbers;
 
 use std::collections::HashMap;
 
@@ -13,6 +17,7 @@ use regex_syntax::hir::{self, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKi
 use serde_json::Value;
 
 use super::EngineError;
+use numbers::{integer_regex, number_regex, NUMBER};
 use crate::syntax::gbnf::{GExpr, GKind, Grammar, GrammarRule};
 
 /// White space the generated JSON may contain between tokens.
@@ -60,8 +65,6 @@ fn reference(name: &str) -> GExpr {
 }
 
 const STRING_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))"#;
-const INTEGER: &str = "-?(?:0|[1-9][0-9]*)";
-const NUMBER: &str = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?";
 
 /// Objects with at most this many listed properties accept them in any
 /// order (one grammar state per subset written); larger ones keep the
@@ -70,7 +73,7 @@ const ANY_ORDER_MAX: usize = 8;
 
 /// Validation keywords the engine cannot enforce, with the reason.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("oneOf", "exactly-one-of cannot be enforced while generating"),
+    ("oneOf", "its branches may overlap, and exactly-one-of cannot be enforced while generating"),
     ("not", "negation cannot be enforced while generating"),
     ("if", "conditional schemas are not supported"),
     ("then", "conditional schemas are not supported"),
@@ -180,6 +183,11 @@ impl<'s> Conv<'s> {
                 if k == "multipleOf" && obj.get(k).and_then(Value::as_f64) == Some(1.0) && obj.get("type").and_then(Value::as_str) == Some("integer") {
                     continue;
                 }
+                // Branches no value can satisfy two of: `oneOf` is `anyOf`.
+                let one_of_is_any_of = |b: &Vec<Value>| disjoint::pairwise_disjoint(self.root, b);
+                if k == "oneOf" && !obj.contains_key("anyOf") && obj.get(k).and_then(Value::as_array).is_some_and(one_of_is_any_of) {
+                    continue;
+                }
                 return Err(unsupported(k, why));
             }
         }
@@ -216,9 +224,9 @@ impl<'s> Conv<'s> {
             let merged = merge_all_of(obj, &resolved)?;
             return self.schema(&merged);
         }
-        if let Some(any) = obj.get("anyOf") {
+        if let Some(any) = obj.get("anyOf").or_else(|| obj.get("oneOf")) {
             let list = any.as_array().ok_or_else(|| unsupported("anyOf", "must be a list"))?;
-            let base: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| *k != "anyOf").map(|(k, v)| (k.clone(), v.clone())).collect();
+            let base: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| *k != "anyOf" && *k != "oneOf").map(|(k, v)| (k.clone(), v.clone())).collect();
             let mut alts = Vec::new();
             for sub in list {
                 // Keywords beside anyOf apply to every branch.
@@ -688,150 +696,6 @@ fn format_regex(f: &str) -> Option<&'static str> {
     })
 }
 
-/// An integer regex honouring integer bounds (exact).
-fn integer_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineError> {
-    // Bounds in i128 (exact for 64-bit integers, saturating for floats), so
-    // `+ 1` and negation cannot overflow.
-    let exact = |v: &Value, up: bool| -> Option<i128> {
-        v.as_i64()
-            .map(i128::from)
-            .or_else(|| v.as_u64().map(i128::from))
-            .or_else(|| v.as_f64().map(|f| (if up { f.ceil() } else { f.floor() }) as i128))
-    };
-    let mut lo = obj.get("minimum").and_then(|v| exact(v, true));
-    let mut hi = obj.get("maximum").and_then(|v| exact(v, false));
-    match obj.get("exclusiveMinimum") {
-        Some(Value::Bool(true)) => lo = lo.map(|x| x.saturating_add(1)),
-        Some(v) if v.is_number() => lo = exact(v, false).map(|x| x.saturating_add(1)),
-        _ => {}
-    }
-    match obj.get("exclusiveMaximum") {
-        Some(Value::Bool(true)) => hi = hi.map(|x| x.saturating_sub(1)),
-        Some(v) if v.is_number() => hi = exact(v, true).map(|x| x.saturating_sub(1)),
-        _ => {}
-    }
-    if let (Some(a), Some(b)) = (lo, hi) {
-        if a > b {
-            return Err(EngineError::Unsatisfiable(format!("no integer lies between {a} and {b}")));
-        }
-    }
-    let (min, max) = (i128::from(i64::MIN), i128::from(i64::MAX));
-    if lo.is_some_and(|l| l > max) || hi.is_some_and(|h| h < min) {
-        return Err(unsupported("minimum", "integer bounds beyond 64 bits are not supported"));
-    }
-    // A bound far past the 64-bit range (`-1e300`) is taken as none.
-    let lo = lo.filter(|&l| l >= min).map(|l| l as i64);
-    let hi = hi.filter(|&h| h <= max).map(|h| h as i64);
-    if lo.is_none() && hi.is_none() {
-        return Ok(INTEGER.into());
-    }
-    Ok(int_range(lo, hi))
-}
-
-fn number_regex(obj: &serde_json::Map<String, Value>) -> Result<String, EngineError> {
-    for k in ["maximum", "exclusiveMinimum", "exclusiveMaximum"] {
-        if obj.get(k).is_some_and(|v| !matches!(v, Value::Bool(false))) {
-            return Err(unsupported(k, "bounds on non-integer numbers are not supported"));
-        }
-    }
-    match obj.get("minimum").and_then(Value::as_f64) {
-        None => Ok(NUMBER.into()),
-        Some(0.0) => Ok("(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?".into()),
-        Some(_) => Err(unsupported("minimum", "on non-integer numbers only `0` is supported")),
-    }
-}
-
-/// Regex for the integers in `[lo, hi]` (either end open).
-fn int_range(lo: Option<i64>, hi: Option<i64>) -> String {
-    let mut parts = Vec::new();
-    // Negative part: -(|hi'|..=|lo|).
-    if lo.is_none_or(|l| l < 0) {
-        let neg_hi = hi.map(|h| h.min(-1));
-        if neg_hi.is_none_or(|h| h <= -1) {
-            let a = neg_hi.map(|h| h.unsigned_abs()).unwrap_or(1);
-            let b = lo.map(|l| l.unsigned_abs());
-            parts.push(format!("-(?:{})", nonneg_range(a, b)));
-        }
-    }
-    // Non-negative part.
-    if hi.is_none_or(|h| h >= 0) {
-        let a = lo.map(|l| l.max(0) as u64).unwrap_or(0);
-        let b = hi.map(|h| h as u64);
-        parts.push(nonneg_range(a, b));
-    }
-    format!("(?:{})", parts.join("|"))
-}
-
-/// Regex for the non-negative integers in `[a, b]` (b open when `None`), no leading zeros.
-fn nonneg_range(a: u64, b: Option<u64>) -> String {
-    match b {
-        Some(b) => bounded(a, b),
-        None => {
-            let digits = a.to_string().len();
-            let top = 10u64.saturating_pow(digits as u32).saturating_sub(1);
-            format!("{}|[1-9][0-9]{{{},}}", bounded(a, top.max(a)), digits)
-        }
-    }
-}
-
-fn bounded(a: u64, b: u64) -> String {
-    // Split by number of digits, then by common prefix.
-    let mut alts = Vec::new();
-    let mut lo = a;
-    while lo <= b {
-        let digits = lo.to_string().len() as u32;
-        let top = 10u64.saturating_pow(digits).saturating_sub(1).min(b);
-        same_len(&lo.to_string(), &top.to_string(), &mut alts);
-        if top == u64::MAX || top >= b {
-            break;
-        }
-        lo = top + 1;
-    }
-    alts.join("|")
-}
-
-/// Numbers between two equal-length decimal strings.
-fn same_len(lo: &str, hi: &str, out: &mut Vec<String>) {
-    if lo == hi {
-        out.push(lo.to_string());
-        return;
-    }
-    let (l, h) = (lo.as_bytes(), hi.as_bytes());
-    let common = l.iter().zip(h).take_while(|(x, y)| x == y).count();
-    let prefix = &lo[..common];
-    let rest = lo.len() - common - 1;
-    let (ld, hd) = (l[common], h[common]);
-    let lo_tail = &lo[common + 1..];
-    let hi_tail = &hi[common + 1..];
-    let all_zero = lo_tail.bytes().all(|c| c == b'0');
-    let all_nine = hi_tail.bytes().all(|c| c == b'9');
-    let any = |n: usize| if n == 0 { String::new() } else { format!("[0-9]{{{n}}}") };
-    if all_zero && all_nine {
-        out.push(format!("{prefix}[{}-{}]{}", ld as char, hd as char, any(rest)));
-        return;
-    }
-    // lo's first digit with the rest of lo..=99…
-    if all_zero {
-        out.push(format!("{prefix}{}{}", ld as char, any(rest)));
-    } else {
-        let nines: String = "9".repeat(rest);
-        let mut sub = Vec::new();
-        same_len(lo_tail, &nines, &mut sub);
-        out.extend(sub.into_iter().map(|s| format!("{prefix}{}{s}", ld as char)));
-    }
-    if hd > ld + 1 {
-        out.push(format!("{prefix}[{}-{}]{}", (ld + 1) as char, (hd - 1) as char, any(rest)));
-    }
-    if all_nine {
-        out.push(format!("{prefix}{}{}", hd as char, any(rest)));
-    } else {
-        let zeros: String = "0".repeat(rest);
-        let mut sub = Vec::new();
-        same_len(&zeros, hi_tail, &mut sub);
-        out.extend(sub.into_iter().map(|s| format!("{prefix}{}{s}", hd as char)));
-    }
-}
-
 /// The regex for a JSON string's content whose decoded text matches the
 /// schema `pattern` (an unanchored search unless `^…$`). The pattern is
 /// limited to characters that need no escape in JSON.
@@ -902,23 +766,6 @@ fn no_escapes(h: &Hir) -> Result<String, EngineError> {
         })
     }
     Ok(fix(h, &bad)?.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn integer_ranges_are_exact() {
-        for (lo, hi) in [(Some(0), Some(150)), (Some(-20), Some(7)), (Some(5), None), (None, Some(-3)), (Some(123), Some(4567)), (Some(-5), Some(-5))] {
-            let re = regex_automata::meta::Regex::new(&format!("^{}$", int_range(lo, hi))).unwrap();
-            for n in -300i64..5000 {
-                let inside = lo.is_none_or(|l| n >= l) && hi.is_none_or(|h| n <= h);
-                assert_eq!(re.is_match(&n.to_string()), inside, "{n} in {lo:?}..={hi:?}: {}", int_range(lo, hi));
-            }
-            assert!(!re.is_match("007") && !re.is_match("-0"));
-        }
-    }
 }
 
 #[cfg(test)]
