@@ -508,7 +508,8 @@ fn fixpoint(productions: &[Production], n: usize, lexeme: impl Fn(u32) -> bool) 
 /// cached masks, as every other schema's.
 fn intern_lexeme(key: &str, h: &Hir, limits: &Limits) -> Result<Arc<Dfa>, EngineError> {
     static LEXEMES: LazyLock<Mutex<HashMap<String, Arc<Dfa>>>> = LazyLock::new(Default::default);
-    if let Some(d) = LEXEMES.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
+    // One that outgrew its state limit is not handed out again.
+    if let Some(d) = LEXEMES.lock().unwrap_or_else(|e| e.into_inner()).get(key).filter(|d| d.check().is_ok()) {
         return Ok(d.clone());
     }
     let d = Arc::new(Dfa::from_hir(h, limits)?);

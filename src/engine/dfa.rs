@@ -1,13 +1,23 @@
-//! Regular constraints (regexes, literal choices) as anchored DFAs from
-//! regex-automata, with a liveness table (can a match still be reached from
-//! this state?) and token masks cached per DFA state: for a regex, the mask
-//! depends on the state alone, so the cache is exact.
+//! Regular constraints (regexes, literal choices) as anchored DFAs, with
+//! a liveness flag per state (can a match still be reached from it?) and
+//! token masks cached per state: for a regex, the mask depends on the state
+//! alone, so the cache is exact.
+//!
+//! The automaton is determinized lazily from regex-automata's Thompson NFA:
+//! a state's row of transitions is computed the first time a walk leaves
+//! it, so compiling a lexeme with a large counted repetition (a JSON string
+//! of `maxLength: 4096`) costs its NFA, not its tens of thousands of DFA
+//! states. Rows live in segments that never move, read without locks;
+//! only the computation of a new row takes the determinizer's lock. NFAs
+//! with look-around assertions (`\b`, inner `^`/`$`) are determinized
+//! eagerly by regex-automata instead.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
-use regex_automata::nfa::thompson;
+use regex_automata::nfa::thompson::{self, WhichCaptures, NFA};
 use regex_automata::util::primitives::StateID;
 use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
@@ -22,25 +32,50 @@ pub type DfaState = u32;
 /// No state: the transition leads nowhere a match can be reached from.
 const DEAD: u32 = u32::MAX;
 
+/// A transition not computed yet.
+const UNKNOWN: u32 = u32::MAX - 1;
+
+/// Automata of at most this many states are determinized at once and get
+/// a flat table; larger ones are made row by row as walks reach them.
+const EAGER_STATES: usize = 1024;
+
+/// The bit of a state id that says the state accepts, and the one that
+/// says it is complete (accepts, and no byte can follow): walks and the
+/// parser test them with no memory access. The other bits index the table.
+const ACC: u32 = 1 << 31;
+const DONE: u32 = 1 << 30;
+const INDEX: u32 = DONE - 1;
+
+/// Per-state flags, kept in the last slot of the state's row.
+const ACCEPTING: u32 = 1;
+const LIVE: u32 = 2;
+const COMPLETE: u32 = 4;
+/// The row's transitions are all computed.
+const ROW: u32 = 8;
+
 /// A compiled regular constraint: the value must match it in full.
 ///
 /// The transition table is our own, over the automaton's byte classes, with
 /// every transition into a state that can no longer reach a match already
-/// pointing at a dead sentinel: one step of a trie walk is two array reads.
+/// pointing at a dead sentinel: one step of a trie walk is a few reads.
 #[derive(Debug)]
 pub struct Dfa {
     /// Byte to class.
     classes: [u8; 256],
-    /// Number of classes: the row length of `trans`.
+    /// Number of classes: the row length, before the flags slot.
     stride: usize,
-    /// `trans[state * stride + class]`: the next state, or [`DEAD`].
-    trans: Vec<u32>,
-    /// By state: a match is still reachable.
-    live: Vec<bool>,
-    /// By state: the bytes so far are a match.
-    accepting: Vec<bool>,
-    /// By state: a match, and no byte can follow.
-    complete: Vec<bool>,
+    table: Table,
+    /// Every transition of the table in one array, once all rows are made:
+    /// the fast path of [`Dfa::step`] for the many small automata.
+    flat: Option<Box<[u32]>>,
+    /// The state before any byte.
+    start: DfaState,
+    /// A match can be reached from the start.
+    start_live: bool,
+    /// Makes the rows not computed yet; `None` once every row is.
+    det: Mutex<Option<Determinizer>>,
+    /// The state limit was reached: some transitions were cut (see [`Dfa::check`]).
+    overflow: AtomicBool,
     /// Per (vocabulary, state): the tokens that keep a match reachable, and
     /// the trie nodes where a match ends inside a token (see [`Dfa::sets`]).
     sets: Mutex<HashMap<(u64, DfaState), Sets>>,
@@ -51,9 +86,257 @@ pub struct Dfa {
     canonical: Mutex<HashMap<DfaState, Option<Arc<[u8]>>>>,
 }
 
+/// States per segment of a [`Table`], as a shift: a state's segment and
+/// row are two bit operations away.
+const SEGMENT_BITS: u32 = 8;
+const SEGMENT: usize = 1 << SEGMENT_BITS;
+
+/// Rows of `stride` transitions and a flags slot, in segments of doubling
+/// size that never move once made, so readers need no lock: a segment is
+/// published (its pointer stored) before any id that points into it.
+#[derive(Debug)]
+struct Table {
+    width: usize,
+    /// Each segment holds `SEGMENT * width` slots; null until made.
+    segments: Box<[AtomicPtr<AtomicU32>]>,
+    len: AtomicUsize,
+    max_states: usize,
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        for seg in self.segments.iter() {
+            let p = seg.load(Ordering::Acquire);
+            if !p.is_null() {
+                let len = SEGMENT * self.width;
+                // SAFETY: made by `Box::into_raw` of a slice of this length in `push`.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
+            }
+        }
+    }
+}
+
+impl Table {
+    fn new(stride: usize, max_states: usize) -> Table {
+        Table {
+            width: stride + 1,
+            segments: (0..max_states.div_ceil(SEGMENT)).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            len: AtomicUsize::new(0),
+            max_states,
+        }
+    }
+
+    /// The segment of state `s` and its index there.
+    #[inline(always)]
+    fn locate(s: usize) -> (usize, usize) {
+        (s >> SEGMENT_BITS, s & (SEGMENT - 1))
+    }
+
+    /// The row of an existing state, flags last.
+    #[inline(always)]
+    fn row(&self, s: DfaState) -> &[AtomicU32] {
+        let (k, i) = Table::locate((s & INDEX) as usize);
+        let p = self.segments[k].load(Ordering::Acquire);
+        debug_assert!(!p.is_null(), "a state's segment exists");
+        // SAFETY: a state id is handed out only after its segment was
+        // published in `push`; the segment lives as long as the table and
+        // holds `SEGMENT` rows of `width` slots, `i < SEGMENT`.
+        unsafe { std::slice::from_raw_parts(p.add(i * self.width), self.width) }
+    }
+
+    #[inline]
+    fn flags(&self, s: DfaState) -> u32 {
+        self.row(s)[self.width - 1].load(Ordering::Acquire)
+    }
+
+    /// Adds a state with `flags` and no transitions computed, and returns
+    /// its id; `None` past the state limit. Only one writer at a time (the
+    /// determinizer's lock, or construction).
+    fn push(&self, flags: u32) -> Option<DfaState> {
+        let id = self.len.load(Ordering::Relaxed);
+        if id >= self.max_states {
+            return None;
+        }
+        let (k, i) = Table::locate(id);
+        let width = self.width;
+        if self.segments[k].load(Ordering::Acquire).is_null() {
+            let seg: Box<[AtomicU32]> = (0..SEGMENT * width).map(|_| AtomicU32::new(UNKNOWN)).collect();
+            self.segments[k].store(Box::into_raw(seg) as *mut AtomicU32, Ordering::Release);
+        }
+        // SAFETY: just made or made before, `SEGMENT * width` slots.
+        let seg = unsafe { std::slice::from_raw_parts(self.segments[k].load(Ordering::Acquire), SEGMENT * width) };
+        seg[(i + 1) * width - 1].store(flags, Ordering::Release);
+        self.len.store(id + 1, Ordering::Release);
+        Some(id as DfaState | if flags & ACCEPTING != 0 { ACC } else { 0 } | if flags & COMPLETE != 0 { DONE } else { 0 })
+    }
+
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+}
+
+/// Subset construction over a Thompson NFA without look-around, one row
+/// at a time.
+struct Determinizer {
+    nfa: NFA,
+    /// By NFA state: a match can be reached from it.
+    coreachable: Vec<bool>,
+    /// A byte of each class.
+    reps: Vec<u8>,
+    /// By DFA state: its NFA states (sorted).
+    sets: Vec<Box<[StateID]>>,
+    /// NFA state sets to DFA states ([`DEAD`] for sets that cannot match).
+    ids: HashMap<Box<[StateID]>, u32, std::hash::BuildHasherDefault<SetHasher>>,
+    /// Scratch for closures: a stamp per NFA state, the work stack, the set.
+    seen: Vec<u32>,
+    stamp: u32,
+    seeds: Vec<StateID>,
+    set: Vec<StateID>,
+}
+
+/// A multiply-rotate hasher for NFA state sets (SipHash showed in profiles
+/// of row computation; the keys are not attacker-chosen hash-flooding
+/// material, only sets the determinizer itself builds).
+#[derive(Default)]
+struct SetHasher(u64);
+
+impl std::hash::Hasher for SetHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.write_u64(b as u64));
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(x as u64)
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64)
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::fmt::Debug for Determinizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Determinizer({} states)", self.sets.len())
+    }
+}
+
+impl Determinizer {
+    fn new(nfa: NFA, reps: Vec<u8>) -> Determinizer {
+        let n = nfa.states().len();
+        let mut reverse: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, st) in nfa.states().iter().enumerate() {
+            successors(st, |j| reverse[j.as_usize()].push(i));
+        }
+        let mut coreachable = vec![false; n];
+        let mut todo: Vec<usize> = (0..n).filter(|&i| matches!(nfa.states()[i], thompson::State::Match { .. })).collect();
+        todo.iter().for_each(|&i| coreachable[i] = true);
+        while let Some(j) = todo.pop() {
+            for &i in &reverse[j] {
+                if !coreachable[i] {
+                    coreachable[i] = true;
+                    todo.push(i);
+                }
+            }
+        }
+        Determinizer {
+            seen: vec![0; n],
+            nfa,
+            coreachable,
+            reps,
+            sets: Vec::new(),
+            ids: HashMap::default(),
+            stamp: 0,
+            seeds: Vec::new(),
+            set: Vec::new(),
+        }
+    }
+
+    /// The NFA states reached from `seeds` through empty transitions that
+    /// read a byte or match (sorted).
+    fn closure(&mut self, seeds: &mut Vec<StateID>) -> Box<[StateID]> {
+        let mut out = Vec::new();
+        self.close(seeds, &mut out);
+        out.into_boxed_slice()
+    }
+
+    /// [`Determinizer::closure`] into `out`.
+    fn close(&mut self, seeds: &mut Vec<StateID>, out: &mut Vec<StateID>) {
+        self.stamp += 1;
+        out.clear();
+        while let Some(id) = seeds.pop() {
+            let i = id.as_usize();
+            if self.seen[i] == self.stamp {
+                continue;
+            }
+            self.seen[i] = self.stamp;
+            match self.nfa.state(id) {
+                thompson::State::Union { alternates } => seeds.extend(alternates.iter().copied()),
+                thompson::State::BinaryUnion { alt1, alt2 } => seeds.extend([*alt1, *alt2]),
+                thompson::State::Capture { next, .. } | thompson::State::Look { next, .. } => seeds.push(*next),
+                thompson::State::Fail => {}
+                _ => out.push(id),
+            }
+        }
+        out.sort_unstable();
+    }
+
+    /// The state set after reading `byte` from DFA state `from`, in `self.set`.
+    fn next(&mut self, from: usize, byte: u8) {
+        let mut seeds = std::mem::take(&mut self.seeds);
+        let mut out = std::mem::take(&mut self.set);
+        seeds.clear();
+        for &id in self.sets[from].iter() {
+            let next = match self.nfa.state(id) {
+                thompson::State::ByteRange { trans } => trans.matches_byte(byte).then_some(trans.next),
+                thompson::State::Sparse(t) => t.matches_byte(byte),
+                thompson::State::Dense(t) => t.matches_byte(byte),
+                _ => None,
+            };
+            seeds.extend(next);
+        }
+        self.close(&mut seeds, &mut out);
+        self.seeds = seeds;
+        self.set = out;
+    }
+
+    fn flags(&self, set: &[StateID]) -> u32 {
+        let accepting = set.iter().any(|&id| matches!(self.nfa.state(id), thompson::State::Match { .. }));
+        let live = set.iter().any(|&id| self.coreachable[id.as_usize()]);
+        // Complete: accepting, and no byte leads to a state a match can
+        // still be reached from.
+        let mut goes_on = false;
+        for &id in set {
+            let st = self.nfa.state(id);
+            if !matches!(st, thompson::State::Match { .. }) {
+                successors(st, |n| goes_on |= self.coreachable[n.as_usize()]);
+            }
+        }
+        (accepting as u32 * ACCEPTING) | (live as u32 * LIVE) | ((accepting && !goes_on) as u32 * COMPLETE)
+    }
+}
+
+/// Every state an NFA state leads to, by a byte or by nothing.
+fn successors(st: &thompson::State, mut f: impl FnMut(StateID)) {
+    match st {
+        thompson::State::ByteRange { trans } => f(trans.next),
+        thompson::State::Sparse(t) => t.transitions.iter().for_each(|t| f(t.next)),
+        thompson::State::Dense(t) => t.transitions.iter().filter(|&&n| n != StateID::ZERO).for_each(|&n| f(n)),
+        thompson::State::Look { next, .. } | thompson::State::Capture { next, .. } => f(*next),
+        thompson::State::Union { alternates } => alternates.iter().for_each(|&n| f(n)),
+        thompson::State::BinaryUnion { alt1, alt2 } => {
+            f(*alt1);
+            f(*alt2)
+        }
+        thompson::State::Fail | thompson::State::Match { .. } => {}
+    }
+}
+
 /// A state's token set and exits, computed together by one trie walk.
 pub type Sets = (Arc<TokenSet>, Arc<Exits>);
-
 
 /// Most entries per per-automaton cache (a 128k-token mask is 16 KiB: this
 /// bounds one automaton to 16 MiB).
@@ -133,15 +416,70 @@ impl Dfa {
     /// Compiles a regex syntax tree, anchored at both ends.
     pub(crate) fn from_hir(hir: &Hir, limits: &Limits) -> Result<Dfa, EngineError> {
         let nfa = thompson::Compiler::new()
-            .configure(thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true))
+            .configure(
+                thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true).which_captures(WhichCaptures::None),
+            )
             .build_from_hir(hir)
             .map_err(|e| EngineError::TooComplex(format!("regex: {e}")))?;
+        if !nfa.look_set_any().is_empty() {
+            return Dfa::eager(&nfa, limits);
+        }
+        let mut classes = [0u8; 256];
+        for b in 0..=255u8 {
+            classes[b as usize] = nfa.byte_classes().get(b);
+        }
+        let stride = classes.iter().map(|&c| c as usize).max().unwrap_or(0) + 1;
+        let mut reps = vec![0u8; stride];
+        for b in (0..=255u8).rev() {
+            reps[classes[b as usize] as usize] = b;
+        }
+        let start_id = nfa.start_anchored();
+        let mut det = Determinizer::new(nfa, reps);
+        let start = det.closure(&mut vec![start_id]);
+        let table = Table::new(stride, limits.max_states);
+        let flags = det.flags(&start);
+        let id = table.push(flags).ok_or_else(|| EngineError::TooComplex("the automaton may have no states".into()))?;
+        det.ids.insert(start.clone(), id);
+        det.sets.push(start);
+        let mut d = Dfa::with_table(classes, stride, table, id, Some(det));
+        let mut made = 0;
+        while made < d.table.len() && d.table.len() <= EAGER_STATES {
+            d.fill_row(made as DfaState);
+            made += 1;
+        }
+        // Past the limit already: an error now rather than at generation.
+        d.check()?;
+        if made == d.table.len() {
+            d.flatten();
+        }
+        Ok(d)
+    }
+
+    fn with_table(classes: [u8; 256], stride: usize, table: Table, start: DfaState, det: Option<Determinizer>) -> Dfa {
+        Dfa {
+            classes,
+            stride,
+            start_live: table.flags(start) & LIVE != 0,
+            table,
+            flat: None,
+            start,
+            det: Mutex::new(det),
+            overflow: AtomicBool::new(false),
+            sets: Mutex::new(HashMap::new()),
+            absorbs: Mutex::new(HashMap::new()),
+            canonical: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Determinizes an NFA with look-around all at once (regex-automata
+    /// resolves the assertions).
+    fn eager(nfa: &NFA, limits: &Limits) -> Result<Dfa, EngineError> {
         let config = dense::Config::new()
             .start_kind(StartKind::Anchored)
             .match_kind(MatchKind::All)
             .dfa_size_limit(Some(limits.max_automaton_bytes))
             .determinize_size_limit(Some(limits.max_automaton_bytes));
-        let dfa = dense::Builder::new().configure(config).build_from_nfa(&nfa).map_err(|e| {
+        let dfa = dense::Builder::new().configure(config).build_from_nfa(nfa).map_err(|e| {
             let msg = e.to_string();
             if msg.contains("word boundar") {
                 EngineError::Unsupported("Unicode word boundaries (`\\b`) in a constraint; use the ASCII form `(?-u:\\b)`".into())
@@ -151,22 +489,87 @@ impl Dfa {
                 EngineError::TooComplex(format!("regex: {msg}"))
             }
         })?;
-        let start = dfa
-            .start_state(&start::Config::new().anchored(Anchored::Yes))
-            .map_err(|e| EngineError::Regex(e.to_string()))?;
+        let start = dfa.start_state(&start::Config::new().anchored(Anchored::Yes)).map_err(|e| EngineError::Regex(e.to_string()))?;
         tabulate(&dfa, start, limits)
     }
 
-    /// The state before any byte (states are numbered from it).
+    /// The state before any byte.
     pub fn start(&self) -> DfaState {
-        0
+        self.start
+    }
+
+    /// Copies every row into [`Dfa::flat`] and drops the determinizer;
+    /// only when every row is made.
+    fn flatten(&mut self) {
+        let n = self.table.len();
+        let mut flat = Vec::with_capacity(n * self.stride);
+        for i in 0..n {
+            flat.extend(self.table.row(i as DfaState)[..self.stride].iter().map(|t| t.load(Ordering::Acquire)));
+        }
+        debug_assert!(!flat.contains(&UNKNOWN));
+        self.flat = Some(flat.into_boxed_slice());
+        *self.det.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The state after `byte`, or `None` when no match can follow.
-    #[inline]
+    #[inline(always)]
     pub fn step(&self, s: DfaState, byte: u8) -> Option<DfaState> {
-        let next = self.trans[s as usize * self.stride + self.classes[byte as usize] as usize];
+        let c = self.classes[byte as usize] as usize;
+        if let Some(flat) = &self.flat {
+            let next = flat[(s & INDEX) as usize * self.stride + c];
+            return (next != DEAD).then_some(next);
+        }
+        let mut next = self.table.row(s)[c].load(Ordering::Acquire);
+        if next == UNKNOWN {
+            next = self.fill_row(s)[c].load(Ordering::Acquire);
+        }
         (next != DEAD).then_some(next)
+    }
+
+    /// Computes the row of `s` if no one has yet, and returns it.
+    #[cold]
+    #[inline(never)]
+    fn fill_row(&self, s: DfaState) -> &[AtomicU32] {
+        let row = self.table.row(s);
+        let mut guard = self.det.lock().unwrap_or_else(|e| e.into_inner());
+        let flags = row[self.stride].load(Ordering::Acquire);
+        let Some(det) = guard.as_mut().filter(|_| flags & ROW == 0) else { return row };
+        for c in 0..self.stride {
+            det.next((s & INDEX) as usize, det.reps[c]);
+            let known = if det.set.is_empty() { Some(DEAD) } else { det.ids.get(det.set.as_slice()).copied() };
+            let id = match known {
+                Some(id) => id,
+                None => {
+                    let f = det.flags(&det.set);
+                    let id = if f & LIVE == 0 {
+                        DEAD
+                    } else if let Some(id) = self.table.push(f) {
+                        det.sets.push(det.set.clone().into_boxed_slice());
+                        id
+                    } else {
+                        // Past the state limit: cut here, and say so (see `check`).
+                        self.overflow.store(true, Ordering::Release);
+                        DEAD
+                    };
+                    if id != DEAD || f & LIVE == 0 {
+                        det.ids.insert(det.set.clone().into_boxed_slice(), id);
+                    }
+                    id
+                }
+            };
+            row[c].store(id, Ordering::Release);
+        }
+        row[self.stride].store(flags | ROW, Ordering::Release);
+        row
+    }
+
+    /// An error once the automaton has outgrown [`Limits::max_states`]:
+    /// transitions past the limit were cut, so a refusal may be wrong.
+    pub fn check(&self) -> Result<(), EngineError> {
+        if self.overflow.load(Ordering::Acquire) {
+            return Err(EngineError::TooComplex(format!("an automaton grew past {} states", self.table.max_states)));
+        }
+        Ok(())
     }
 
     /// The state after `bytes`, or `None` when no match can follow.
@@ -178,18 +581,27 @@ impl Dfa {
     }
 
     /// True when the bytes so far match in full.
+    #[inline(always)]
     pub fn is_accepting(&self, s: DfaState) -> bool {
-        self.accepting[s as usize]
+        s & ACC != 0
     }
 
-    /// True when a match can still be reached.
+    /// True when a match can still be reached. Every state [`Dfa::step`]
+    /// returns is live; only the start state may not be.
+    #[inline(always)]
     pub fn is_live(&self, s: DfaState) -> bool {
-        self.live[s as usize]
+        s != self.start || self.start_live
     }
 
     /// True when the bytes so far match and nothing more can follow.
+    #[inline(always)]
     pub fn is_complete(&self, s: DfaState) -> bool {
-        self.complete[s as usize]
+        s & DONE != 0
+    }
+
+    /// Number of states made so far (rows are made as walks reach them).
+    pub fn states(&self) -> usize {
+        self.table.len()
     }
 
     /// Bytes that must come next whatever is generated (at most `limit`):
@@ -331,14 +743,17 @@ impl Dfa {
         let sliced = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64 && self.absorbs_plain(s, slicer.max_plain_len);
         let (trie, mut m) = if sliced { (&slicer.rest, slicer.plain.clone()) } else { (vocab.trie(), TokenMask::new(vocab.len())) };
         let mut x = Vec::new();
-        trie.walk_nodes(0, s, |st, b| self.step(st, b), |i, st| {
-            for &t in trie.tokens_at(i) {
-                m.set(t);
+        // The flat table's step, without `step`'s test for it at every node.
+        match &self.flat {
+            Some(flat) => {
+                let step = |st: DfaState, b: u8| {
+                    let next = flat[(st & INDEX) as usize * self.stride + self.classes[b as usize] as usize];
+                    (next != DEAD).then_some(next)
+                };
+                walk_trie(trie, s, step, &mut m, &mut x)
             }
-            if self.is_accepting(st) && trie.has_children(i) {
-                x.push(i as u32);
-            }
-        });
+            None => walk_trie(trie, s, |st, b| self.step(st, b), &mut m, &mut x),
+        }
         (Arc::new(TokenSet::from_mask(m)), Arc::new(Exits { rest: sliced, nodes: x }))
     }
 
@@ -358,6 +773,26 @@ impl Dfa {
     pub fn cached_masks(&self) -> usize {
         self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+}
+
+/// The walk of [`Dfa::walk`] with a given step: every token reached into
+/// `m`, every node with children where the state accepts into `x`.
+#[inline(always)]
+fn walk_trie(
+    trie: &crate::engine::TokenTrie,
+    s: DfaState,
+    step: impl FnMut(DfaState, u8) -> Option<DfaState>,
+    m: &mut TokenMask,
+    x: &mut Vec<u32>,
+) {
+    trie.walk_nodes(0, s, step, |i, st| {
+        for &t in trie.tokens_at(i) {
+            m.set(t);
+        }
+        if st & ACC != 0 && trie.has_children(i) {
+            x.push(i as u32);
+        }
+    });
 }
 
 /// Explores the states reachable from `start`, works out which can still
@@ -432,19 +867,22 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
             }
         }
     }
-    let trans: Vec<u32> = raw.into_iter().map(|t| if t != DEAD && live[t as usize] { t } else { DEAD }).collect();
-    let complete = (0..n).map(|i| accepting[i] && trans[i * stride..(i + 1) * stride].iter().all(|&t| t == DEAD)).collect();
-    Ok(Dfa {
-        complete,
-        classes,
-        stride,
-        trans,
-        live,
-        accepting,
-        sets: Mutex::new(HashMap::new()),
-        absorbs: Mutex::new(HashMap::new()),
-        canonical: Mutex::new(HashMap::new()),
-    })
+    let table = Table::new(stride, n);
+    // Ids carry the accepting bit.
+    let complete: Vec<bool> =
+        (0..n).map(|i| accepting[i] && raw[i * stride..(i + 1) * stride].iter().all(|&t| t == DEAD || !live[t as usize])).collect();
+    let id_of = |t: u32| t | if accepting[t as usize] { ACC } else { 0 } | if complete[t as usize] { DONE } else { 0 };
+    for i in 0..n {
+        let row = &raw[i * stride..(i + 1) * stride];
+        let cut = |t: u32| if t != DEAD && live[t as usize] { id_of(t) } else { DEAD };
+        let flags = ROW | (accepting[i] as u32 * ACCEPTING) | (live[i] as u32 * LIVE) | (complete[i] as u32 * COMPLETE);
+        let id = table.push(flags).expect("sized to the states");
+        let slots = table.row(id);
+        row.iter().enumerate().for_each(|(c, &t)| slots[c].store(cut(t), Ordering::Relaxed));
+    }
+    let mut d = Dfa::with_table(classes, stride, table, id_of(0), None);
+    d.flatten();
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -491,9 +929,57 @@ mod tests {
 
     #[test]
     fn limits_bound_the_automaton() {
+        // Small automata are made at once: past the limit is a compile error.
         let small = Limits { max_states: 50, ..Limits::default() };
         assert!(matches!(Dfa::regex("[a-z]{100}", &small), Err(EngineError::TooComplex(_))));
+        // Large ones are made as walks reach their rows: the limit is met on the way.
+        let limits = Limits { max_states: 2_000, ..Limits::default() };
+        let d = Dfa::regex("[a-z]{3000}", &limits).unwrap();
+        assert!(d.states() <= EAGER_STATES + 2, "not determinized past what compiling needs: {}", d.states());
+        assert!(d.check().is_ok());
+        assert!(d.feed(d.start(), &[b'a'; 2_500]).is_none(), "cut at 2,000 states");
+        assert!(matches!(d.check(), Err(EngineError::TooComplex(_))));
         let tiny = Limits { max_automaton_bytes: 10_000, ..Limits::default() };
         assert!(matches!(Dfa::regex("(\\w{1,20}\\s){1,20}", &tiny), Err(EngineError::TooComplex(_))));
+        // Look-around is determinized at once, within the same limits.
+        assert!(matches!(Dfa::regex("(?-u:\\b)[a-z]{100}", &small), Err(EngineError::TooComplex(_))));
+    }
+
+    #[test]
+    fn lazy_rows_agree_with_an_eager_automaton() {
+        // The same language with and without a look-around assertion (which
+        // forces regex-automata's eager path): every step and flag agrees,
+        // for a small automaton (determinized at once, flat) and a large
+        // one (rows made as they are reached).
+        for (lazy, eager, len) in [
+            ("(?:[a-c]x|b+|c{2,4})[0-9]?", "(?:[a-c]x|b+|c{2,4})[0-9]?(?-u:\\b)", 8),
+            ("[a-c]{0,1500}(?:x|yy)", "[a-c]{0,1500}(?:x|yy)(?-u:\\b)", 1600),
+        ] {
+            let lazy = Dfa::regex(lazy, &Limits::default()).unwrap();
+            let eager = Dfa::regex(eager, &Limits::default()).unwrap();
+            assert_eq!(lazy.flat.is_some(), len < 100, "the large automaton is made lazily");
+            let mut seed = 7u64;
+            let mut deepest = 0;
+            for _ in 0..100 {
+                let mut depth = 0;
+                let (mut l, mut e) = (lazy.start(), eager.start());
+                for _ in 0..len {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    // Mostly letters, so walks go deep into the large one.
+                    let r = (seed >> 33) as usize % 1000;
+                    let b = if r < 998 { b"abc"[r % 3] } else { b"xy019"[r % 5] };
+                    match (lazy.step(l, b), eager.step(e, b)) {
+                        (Some(a), Some(c)) => (l, e) = (a, c),
+                        (None, None) => break,
+                        other => panic!("steps disagree on {}: {other:?}", b as char),
+                    }
+                    assert_eq!(lazy.is_accepting(l), eager.is_accepting(e));
+                    assert_eq!(lazy.is_complete(l), eager.is_complete(e));
+                    depth += 1;
+                }
+                deepest = deepest.max(depth);
+            }
+            assert!(len < 100 || deepest > 1_200, "walks went deep: {deepest}");
+        }
     }
 }

@@ -184,9 +184,11 @@ impl Parser {
         }
         let here = self.rows.len() as u32 - 1;
         if !advanced {
-            // No scan could take the byte: it is refused.
+            // No scan could take the byte: it is refused (unless an
+            // automaton cut its transitions at its state limit).
+            let cut = self.scans[self.scan_range(r)].iter().try_for_each(|sc| self.t.cfg.lexemes[sc.lexeme as usize].check());
             self.truncate(before);
-            return Ok(false);
+            return cut.map(|()| false);
         }
         let completed = std::mem::take(&mut self.completed);
         for &(lex, origin) in &completed {
@@ -247,7 +249,7 @@ impl Parser {
         if self.is_accepting() {
             vocab.eos().iter().for_each(|&e| out.set(e));
         }
-        Ok(())
+        self.scans[self.scan_range(here)].iter().try_for_each(|sc| self.t.cfg.lexemes[sc.lexeme as usize].check())
     }
 
     /// Allows in `out` every token below trie node `node` whose remaining

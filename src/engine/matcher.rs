@@ -72,7 +72,7 @@ impl Matcher {
         match self {
             Matcher::Regular { dfa, states } => {
                 dfa.mask(vocab, *states.last().expect("start state"), out);
-                Ok(())
+                dfa.check()
             }
             Matcher::ContextFree(p) => p.mask(vocab, out),
         }
@@ -132,7 +132,7 @@ impl Matcher {
     pub fn feed(&mut self, bytes: &[u8]) -> Result<bool, EngineError> {
         match self {
             Matcher::Regular { dfa, states } => match dfa.feed(*states.last().expect("state"), bytes) {
-                None => Ok(false),
+                None => dfa.check().map(|()| false),
                 Some(_) => {
                     let mut s = *states.last().expect("state");
                     for &b in bytes {
