@@ -424,15 +424,7 @@ impl Dfa {
         if !nfa.look_set_any().is_empty() {
             return Dfa::eager(&nfa, limits);
         }
-        let mut classes = [0u8; 256];
-        for b in 0..=255u8 {
-            classes[b as usize] = nfa.byte_classes().get(b);
-        }
-        let stride = classes.iter().map(|&c| c as usize).max().unwrap_or(0) + 1;
-        let mut reps = vec![0u8; stride];
-        for b in (0..=255u8).rev() {
-            reps[classes[b as usize] as usize] = b;
-        }
+        let (classes, stride, reps) = class_table(nfa.byte_classes());
         let start_id = nfa.start_anchored();
         let mut det = Determinizer::new(nfa, reps);
         let start = det.closure(&mut vec![start_id]);
@@ -795,19 +787,25 @@ fn walk_trie(
     });
 }
 
-/// Explores the states reachable from `start`, works out which can still
-/// reach a match (backwards from the accepting ones), and builds the table
-/// of live transitions.
-fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Result<Dfa, EngineError> {
+/// Byte to class, the number of classes, and a byte of each class.
+fn class_table(bc: &regex_automata::util::alphabet::ByteClasses) -> ([u8; 256], usize, Vec<u8>) {
     let mut classes = [0u8; 256];
     for b in 0..=255u8 {
-        classes[b as usize] = dfa.byte_classes().get(b);
+        classes[b as usize] = bc.get(b);
     }
     let stride = classes.iter().map(|&c| c as usize).max().unwrap_or(0) + 1;
     let mut reps = vec![0u8; stride];
     for b in (0..=255u8).rev() {
         reps[classes[b as usize] as usize] = b;
     }
+    (classes, stride, reps)
+}
+
+/// Explores the states reachable from `start`, works out which can still
+/// reach a match (backwards from the accepting ones), and builds the table
+/// of live transitions.
+fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Result<Dfa, EngineError> {
+    let (classes, stride, reps) = class_table(dfa.byte_classes());
     // Breadth-first numbering of the reachable states. regex-automata's ids
     // are premultiplied by the stride, so `id >> stride2` indexes a vector
     // (hashing every transition showed in compile profiles).
