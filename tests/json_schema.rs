@@ -137,6 +137,21 @@ fn one_of_with_disjoint_branches_and_decimal_bounds() {
 }
 
 #[test]
+fn a_repeated_class_pattern_takes_the_lengths() {
+    let c = compile(json!({"type": "string", "pattern": "^[a-z0-9-]+$", "minLength": 3, "maxLength": 5}));
+    for ok in ["\"abc\"", "\"a-9zz\""] {
+        assert!(accepts(&c, ok), "{ok}");
+    }
+    for bad in ["\"ab\"", "\"abcdef\"", "\"aBc\"", "\"\""] {
+        assert!(!accepts(&c, bad), "{bad}");
+    }
+    let c = compile(json!({"type": "string", "pattern": "^[0-9]*$", "maxLength": 2}));
+    assert!(accepts(&c, "\"\"") && accepts(&c, "\"12\"") && !accepts(&c, "\"123\""));
+    let other = Constraint::json_schema(&json!({"type": "string", "pattern": "^a+b$", "maxLength": 3}), Whitespace::Compact, &Limits::default());
+    assert!(matches!(other, Err(EngineError::Unsupported(m)) if m.contains("`pattern`")));
+}
+
+#[test]
 fn flexible_whitespace_is_bounded() {
     let c = Constraint::json_schema(&json!({"type": "array", "items": {"type": "integer"}}), Whitespace::Flexible(2), &Limits::default()).unwrap();
     assert!(accepts(&c, "[ 1,\n 2 ]"));

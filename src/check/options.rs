@@ -316,9 +316,10 @@ pub(super) fn check_engine_schema(schema: &serde_json::Value, span: Span, ctx: &
 /// An engine refusal as a diagnostic at `span`.
 pub(super) fn engine_error(err: crate::engine::EngineError, span: Span, ctx: &super::Ctx<'_>) -> Diagnostic {
     let help = match &err {
-        crate::engine::EngineError::Unsupported(m) if m.contains("JSON Schema") => {
-            "rewrite the schema without it (`anyOf` instead of `oneOf` where branches cannot overlap)"
+        crate::engine::EngineError::Unsupported(m) if m.contains("`oneOf`") => {
+            "make the branches provably disjoint (different types, `const`/`enum` values, or a required property with disjoint values), or use `anyOf`"
         }
+        crate::engine::EngineError::Unsupported(m) if m.contains("JSON Schema") => "rewrite the schema without it",
         crate::engine::EngineError::Unsupported(_) => "use a form the engine supports, as the message says",
         crate::engine::EngineError::TooComplex(_) => "split the constraint into smaller parts, or loosen bounds such as large repetition counts",
         _ => "the constraint must be enforceable token by token while generating",

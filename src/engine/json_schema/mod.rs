@@ -360,7 +360,10 @@ impl<'s> Conv<'s> {
         }
         if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
             if min > 0 || max.is_some() {
-                return Err(unsupported("pattern", "together with minLength/maxLength is not supported"));
+                // `^[class]+$` and the like take the lengths into their count.
+                let r = counted_pattern(p, min, max)?
+                    .ok_or_else(|| unsupported("pattern", "together with minLength/maxLength is not supported (but for `^[…]*$` forms)"))?;
+                return Ok(self.atomic(format!("\"{r}\"")));
             }
             let r = format!("\"{}\"", pattern_in_string(p)?);
             return Ok(self.atomic(r));
@@ -716,6 +719,31 @@ fn pattern_in_string(p: &str) -> Result<String, EngineError> {
         out.push_str(plain);
     }
     Ok(out)
+}
+
+/// The string content for a `pattern` that is one repeated character class
+/// between anchors (`^[a-z0-9-]+$`) with the schema's lengths folded into
+/// the repetition count; `None` for other patterns.
+fn counted_pattern(p: &str, min: u32, max: Option<u32>) -> Result<Option<String>, EngineError> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .build()
+        .parse(p)
+        .map_err(|e| EngineError::Regex(format!("`pattern` {p:?}: {e}")))?;
+    let (true, true, core) = strip_anchors(hir) else { return Ok(None) };
+    let HirKind::Repetition(rep) = core.kind() else { return Ok(None) };
+    if !matches!(rep.sub.kind(), HirKind::Class(_)) {
+        return Ok(None);
+    }
+    let lo = rep.min.max(min);
+    let hi = match (rep.max, max) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if hi.is_some_and(|h| h < lo) {
+        return Err(EngineError::Unsatisfiable(format!("no string of `pattern` {p:?} has a length the schema allows")));
+    }
+    let counted = Hir::repetition(hir::Repetition { min: lo, max: hi, greedy: true, sub: rep.sub.clone() });
+    no_escapes(&counted).map(Some)
 }
 
 /// Removes a leading `^` and trailing `$`; reports which were there.
