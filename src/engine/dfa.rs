@@ -137,7 +137,8 @@ impl Table {
     fn row(&self, s: DfaState) -> &[AtomicU32] {
         let (k, i) = Table::locate((s & INDEX) as usize);
         let p = self.segments[k].load(Ordering::Acquire);
-        debug_assert!(!p.is_null(), "a state's segment exists");
+        // A state id from another automaton must not read freed memory.
+        assert!(!p.is_null(), "a state's segment exists");
         // SAFETY: a state id is handed out only after its segment was
         // published in `push`; the segment lives as long as the table and
         // holds `SEGMENT` rows of `width` slots, `i < SEGMENT`.
