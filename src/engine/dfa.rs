@@ -91,9 +91,10 @@ pub struct Dfa {
 const SEGMENT_BITS: u32 = 8;
 const SEGMENT: usize = 1 << SEGMENT_BITS;
 
-/// Rows of `stride` transitions and a flags slot, in segments of doubling
-/// size that never move once made, so readers need no lock: a segment is
-/// published (its pointer stored) before any id that points into it.
+/// Rows of `stride` transitions and a flags slot, in segments of
+/// [`SEGMENT`] states that never move once made, so readers need no lock: a
+/// segment is published (its pointer stored) before any id that points
+/// into it.
 #[derive(Debug)]
 struct Table {
     width: usize,
@@ -256,15 +257,8 @@ impl Determinizer {
         }
     }
 
-    /// The NFA states reached from `seeds` through empty transitions that
-    /// read a byte or match (sorted).
-    fn closure(&mut self, seeds: &mut Vec<StateID>) -> Box<[StateID]> {
-        let mut out = Vec::new();
-        self.close(seeds, &mut out);
-        out.into_boxed_slice()
-    }
-
-    /// [`Determinizer::closure`] into `out`.
+    /// Into `out`, the NFA states reached from `seeds` through empty
+    /// transitions that read a byte or match (sorted).
     fn close(&mut self, seeds: &mut Vec<StateID>, out: &mut Vec<StateID>) {
         self.stamp += 1;
         out.clear();
@@ -428,10 +422,12 @@ impl Dfa {
         let (classes, stride, reps) = class_table(nfa.byte_classes());
         let start_id = nfa.start_anchored();
         let mut det = Determinizer::new(nfa, reps);
-        let start = det.closure(&mut vec![start_id]);
+        let mut start = Vec::new();
+        det.close(&mut vec![start_id], &mut start);
         let table = Table::new(stride, limits.max_states);
         let flags = det.flags(&start);
         let id = table.push(flags).ok_or_else(|| EngineError::TooComplex("the automaton may have no states".into()))?;
+        let start: Box<[StateID]> = start.into();
         det.ids.insert(start.clone(), id);
         det.sets.push(start);
         let mut d = Dfa::with_table(classes, stride, table, id, Some(det));
@@ -509,13 +505,19 @@ impl Dfa {
     pub fn step(&self, s: DfaState, byte: u8) -> Option<DfaState> {
         let c = self.classes[byte as usize] as usize;
         if let Some(flat) = &self.flat {
-            let next = flat[(s & INDEX) as usize * self.stride + c];
-            return (next != DEAD).then_some(next);
+            return self.flat_step(flat, s, byte);
         }
         let mut next = self.table.row(s)[c].load(Ordering::Acquire);
         if next == UNKNOWN {
             next = self.fill_row(s)[c].load(Ordering::Acquire);
         }
+        (next != DEAD).then_some(next)
+    }
+
+    /// [`Dfa::step`] in the flat table.
+    #[inline(always)]
+    fn flat_step(&self, flat: &[u32], s: DfaState, byte: u8) -> Option<DfaState> {
+        let next = flat[(s & INDEX) as usize * self.stride + self.classes[byte as usize] as usize];
         (next != DEAD).then_some(next)
     }
 
@@ -534,20 +536,20 @@ impl Dfa {
                 Some(id) => id,
                 None => {
                     let f = det.flags(&det.set);
-                    let id = if f & LIVE == 0 {
+                    let key: Box<[StateID]> = det.set.as_slice().into();
+                    if f & LIVE == 0 {
+                        det.ids.insert(key, DEAD);
                         DEAD
                     } else if let Some(id) = self.table.push(f) {
-                        det.sets.push(det.set.clone().into_boxed_slice());
+                        det.sets.push(key.clone());
+                        det.ids.insert(key, id);
                         id
                     } else {
-                        // Past the state limit: cut here, and say so (see `check`).
+                        // Past the state limit: cut here (not remembered),
+                        // and say so (see `check`).
                         self.overflow.store(true, Ordering::Release);
                         DEAD
-                    };
-                    if id != DEAD || f & LIVE == 0 {
-                        det.ids.insert(det.set.clone().into_boxed_slice(), id);
                     }
-                    id
                 }
             };
             row[c].store(id, Ordering::Release);
@@ -738,13 +740,7 @@ impl Dfa {
         let mut x = Vec::new();
         // The flat table's step, without `step`'s test for it at every node.
         match &self.flat {
-            Some(flat) => {
-                let step = |st: DfaState, b: u8| {
-                    let next = flat[(st & INDEX) as usize * self.stride + self.classes[b as usize] as usize];
-                    (next != DEAD).then_some(next)
-                };
-                walk_trie(trie, s, step, &mut m, &mut x)
-            }
+            Some(flat) => walk_trie(trie, s, |st, b| self.flat_step(flat, st, b), &mut m, &mut x),
             None => walk_trie(trie, s, |st, b| self.step(st, b), &mut m, &mut x),
         }
         (Arc::new(TokenSet::from_mask(m)), Arc::new(Exits { rest: sliced, nodes: x }))

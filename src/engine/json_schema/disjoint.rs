@@ -160,13 +160,8 @@ fn same_value(a: &Value, b: &Value) -> bool {
 /// The schema a local `$ref` chain ends at (the schema itself otherwise).
 fn deref<'a>(root: &'a Value, mut s: &'a Value) -> &'a Value {
     for _ in 0..16 {
-        let Some(r) = s.get("$ref").and_then(Value::as_str) else { break };
-        let target = match r.strip_prefix('#') {
-            Some("") => Some(root),
-            Some(p) => root.pointer(p),
-            None => None,
-        };
-        match target {
+        // `pointer("")` is the root itself.
+        match s.get("$ref").and_then(Value::as_str).and_then(|r| root.pointer(r.strip_prefix('#')?)) {
             Some(t) => s = t,
             None => break,
         }

@@ -295,8 +295,8 @@ impl<'s> Conv<'s> {
             for _ in 0..16 {
                 let Some(r) = b.get("$ref").and_then(Value::as_str).map(str::to_string) else { break };
                 let pointer = r.strip_prefix('#').ok_or_else(|| unsupported("$ref", &format!("only local references are supported, not `{r}`")))?;
-                let target = if pointer.is_empty() { Some(self.root) } else { self.root.pointer(pointer) };
-                b = target.cloned().ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
+                // `pointer("")` is the root itself.
+                b = self.root.pointer(pointer).cloned().ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
             }
             if b.get("$ref").is_some() {
                 return Err(unsupported("allOf", "references nest too deep"));
@@ -337,8 +337,7 @@ impl<'s> Conv<'s> {
         let Some(pointer) = r.strip_prefix('#') else {
             return Err(unsupported("$ref", &format!("only local references (`#/...`) are supported, not `{r}`")));
         };
-        let target = if pointer.is_empty() { Some(self.root) } else { self.root.pointer(pointer) };
-        let target = target.ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
+        let target = self.root.pointer(pointer).ok_or_else(|| unsupported("$ref", &format!("`{r}` points at nothing")))?;
         let name = format!("ref{}", self.refs.len());
         self.refs.insert(r.to_string(), name.clone());
         let body = self.schema(target)?;

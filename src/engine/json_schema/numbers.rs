@@ -184,7 +184,8 @@ pub(super) fn number_regex(obj: &serde_json::Map<String, Value>) -> Result<Strin
     let zero = Dec::default();
     let mut alts = Vec::new();
     // x >= 0, written without a sign: magnitudes from max(lo, 0) up to hi.
-    if hi.as_ref().is_none_or(|(h, _)| h.cmp(&zero) == Ordering::Greater || (h.is_zero())) {
+    // (Zero is never `neg`: `Dec::parse` normalises `-0`.)
+    if hi.as_ref().is_none_or(|(h, _)| !h.neg) {
         let from = match &lo {
             Some((l, s)) if !l.neg => (l.clone(), *s),
             _ => (zero.clone(), false),
@@ -196,8 +197,7 @@ pub(super) fn number_regex(obj: &serde_json::Map<String, Value>) -> Result<Strin
     // x <= 0, written `-m`: m from max(-hi, 0) up to -lo.
     if lo.as_ref().is_none_or(|(l, _)| l.neg || l.is_zero()) {
         let from = match &hi {
-            Some((h, s)) if h.neg => (h.abs(), *s),
-            Some((h, s)) if h.is_zero() => (zero.clone(), *s),
+            Some((h, s)) if h.neg || h.is_zero() => (h.abs(), *s),
             _ => (zero.clone(), false),
         };
         let to = lo.as_ref().map(|(l, s)| (l.abs(), *s));
