@@ -32,6 +32,24 @@ pub struct Production {
     pub rhs: Vec<Sym>,
 }
 
+/// Members in any order, each at most once (see
+/// [`GKind::Permutation`]). Its nonterminals are made as parses reach them
+/// (one per set of members written): the parser expands them, the grammar
+/// holds only the entry.
+#[derive(Debug, Clone)]
+pub struct Perm {
+    /// The nonterminal that stands for the whole permutation.
+    pub entry: u32,
+    /// Each member's symbol (`None`: it derives nothing and never appears).
+    pub members: Vec<Option<Sym>>,
+    /// Bits of the members that must appear.
+    pub required: Vec<u64>,
+    /// What may appear between members any number of times.
+    pub extra: Option<Sym>,
+    /// Between two items; never matches the empty string.
+    pub sep: Sym,
+}
+
 /// A compiled context-free grammar over regular lexemes.
 #[derive(Debug)]
 pub struct Cfg {
@@ -49,6 +67,10 @@ pub struct Cfg {
     pub nullable: Vec<bool>,
     /// The start nonterminal.
     pub start: u32,
+    /// Permutations, expanded while parsing.
+    pub perms: Vec<Perm>,
+    /// Per nonterminal: the permutation it is the entry of, or `u32::MAX`.
+    pub perm_of: Vec<u32>,
 }
 
 /// Largest inlined size of a regular rule before it is kept as a nonterminal.
@@ -89,6 +111,7 @@ struct Builder<'g> {
     lexeme_ids: HashMap<String, u32>,
     lexemes: Vec<Arc<Dfa>>,
     productions: Vec<Production>,
+    perms: Vec<Perm>,
     names: Vec<String>,
     rule_nts: HashMap<&'g str, u32>,
     /// Inlining depth (a guard: classification should make it shallow).
@@ -110,6 +133,7 @@ impl<'g> Builder<'g> {
             lexeme_ids: HashMap::new(),
             lexemes: Vec::new(),
             productions: Vec::new(),
+            perms: Vec::new(),
             names: Vec::new(),
             rule_nts: HashMap::new(),
             depth: 0,
@@ -151,13 +175,10 @@ impl<'g> Builder<'g> {
         };
         let reaches: HashMap<&str, std::collections::HashSet<&str>> = names.iter().map(|n| (*n, reach(n))).collect();
         let cyclic: std::collections::HashSet<&str> = names.iter().copied().filter(|n| reaches[n].contains(n)).collect();
-        // `&`-named rules (only the JSON Schema compiler makes them) are
-        // structure: always nonterminals, never inlined into a lexeme.
-        let structural: Vec<&str> = names.iter().copied().filter(|n| n.starts_with('&')).collect();
+        // Rules with a permutation have no automaton: always nonterminals.
+        let structural: std::collections::HashSet<&str> = names.iter().copied().filter(|n| has_permutation(self.rules[n])).collect();
         for n in &names {
-            let nr = cyclic.contains(n)
-                || n.starts_with('&')
-                || reaches[n].iter().any(|m| cyclic.contains(m) || structural.contains(m));
+            let nr = cyclic.contains(n) || structural.contains(n) || reaches[n].iter().any(|m| cyclic.contains(m) || structural.contains(m));
             self.non_regular.insert(n, nr);
         }
         // A regular rule too big to inline everywhere it is used stays a
@@ -222,6 +243,7 @@ impl<'g> Builder<'g> {
             GKind::Ref(r) => !self.non_regular.get(r.as_str()).copied().unwrap_or(true),
             GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.is_regular(x)),
             GKind::Repeat { inner, .. } => self.is_regular(inner),
+            GKind::Permutation { .. } => false,
             _ => true,
         }
     }
@@ -283,6 +305,8 @@ impl<'g> Builder<'g> {
                 let sub = self.hir(inner)?;
                 Hir::repetition(Repetition { min: *min, max: *max, greedy: true, sub: Box::new(sub) })
             }
+            // Never reached: `is_regular` is false for these.
+            GKind::Permutation { .. } => return Err(EngineError::TooComplex("a permutation has no regular form".into())),
         })
     }
 
@@ -421,6 +445,28 @@ impl<'g> Builder<'g> {
                 self.add(nt, rhs)?;
                 Ok(Sym::Nt(nt))
             }
+            GKind::Permutation { members, extra, sep } => {
+                let sep = self.symbol_any(sep, name)?;
+                if let Sym::Lex(l) = sep {
+                    if self.lexemes[l as usize].is_accepting(self.lexemes[l as usize].start()) {
+                        return Err(EngineError::Unsatisfiable(format!("the separator of a permutation in `{name}` matches the empty string")));
+                    }
+                } else {
+                    return Err(EngineError::TooComplex(format!("the separator of a permutation in `{name}` is not regular")));
+                }
+                let extra = extra.as_deref().map(|x| self.symbol_any(x, name)).transpose()?;
+                let mut syms = Vec::with_capacity(members.len());
+                let mut required = vec![0u64; members.len().div_ceil(64)];
+                for (j, (m, req)) in members.iter().enumerate() {
+                    syms.push(Some(self.symbol_any(m, name)?));
+                    if *req {
+                        required[j / 64] |= 1 << (j % 64);
+                    }
+                }
+                let entry = self.new_nt(format!("{name}~perm"));
+                self.perms.push(Perm { entry, members: syms, required, extra, sep });
+                Ok(Sym::Nt(entry))
+            }
             _ => {
                 let nt = self.new_nt(format!("{name}~group"));
                 self.define(nt, e, name)?;
@@ -446,8 +492,20 @@ impl<'g> Builder<'g> {
         let n = self.names.len();
         let lexeme_nullable: Vec<bool> = self.lexemes.iter().map(|d| d.is_accepting(d.start())).collect();
         let lexeme_empty: Vec<bool> = self.lexemes.iter().map(|d| !d.is_live(d.start())).collect();
+        // For the fixpoints, a permutation is as if its entry were its
+        // required members with separators between them (the shortest way
+        // to write it).
+        let mut with_perms = self.productions.clone();
+        for p in &self.perms {
+            let req: Vec<Sym> = p.members.iter().enumerate().filter(|(j, _)| p.required[j / 64] >> (j % 64) & 1 == 1).filter_map(|(_, m)| *m).collect();
+            let mut rhs = req.clone();
+            if req.len() > 1 {
+                rhs.push(p.sep);
+            }
+            with_perms.push(Production { lhs: p.entry, rhs });
+        }
         // Productive nonterminals (derive some string), then drop productions that cannot.
-        let productive = fixpoint(&self.productions, n, |l| !lexeme_empty[l as usize]);
+        let productive = fixpoint(&with_perms, n, |l| !lexeme_empty[l as usize]);
         if !productive[start as usize] {
             return Err(EngineError::Unsatisfiable("the grammar matches no string at all".into()));
         }
@@ -463,7 +521,21 @@ impl<'g> Builder<'g> {
         for p in &mut self.productions {
             p.rhs.retain(|s| !matches!(s, Sym::Lex(l) if only_empty[*l as usize]));
         }
-        let nullable = fixpoint(&self.productions, n, |l| lexeme_nullable[l as usize]);
+        let live = |s: &Sym| match s {
+            Sym::Nt(x) => productive[*x as usize],
+            Sym::Lex(l) => !lexeme_empty[*l as usize],
+        };
+        let mut perm_of = vec![u32::MAX; n];
+        for (k, p) in self.perms.iter_mut().enumerate() {
+            perm_of[p.entry as usize] = k as u32;
+            // A member that derives nothing never appears (an unproductive
+            // required one made the entry unproductive above).
+            for m in &mut p.members {
+                *m = m.filter(live);
+            }
+            p.extra = p.extra.filter(live);
+        }
+        let nullable = fixpoint(&with_perms, n, |l| lexeme_nullable[l as usize]);
         let mut by_lhs = vec![Vec::new(); n];
         for (i, p) in self.productions.iter().enumerate() {
             by_lhs[p.lhs as usize].push(i as u32);
@@ -476,6 +548,8 @@ impl<'g> Builder<'g> {
             names: self.names,
             nullable,
             start,
+            perms: self.perms,
+            perm_of,
         })
     }
 }
@@ -527,6 +601,20 @@ fn collect_refs<'a>(e: &'a GExpr, out: &mut Vec<&'a str>) {
         GKind::Ref(r) => out.push(r),
         GKind::Alt(v) | GKind::Seq(v) => v.iter().for_each(|x| collect_refs(x, out)),
         GKind::Repeat { inner, .. } => collect_refs(inner, out),
+        GKind::Permutation { members, extra, sep } => {
+            members.iter().for_each(|(m, _)| collect_refs(m, out));
+            extra.iter().for_each(|x| collect_refs(x, out));
+            collect_refs(sep, out);
+        }
         _ => {}
+    }
+}
+
+fn has_permutation(e: &GExpr) -> bool {
+    match &e.kind {
+        GKind::Permutation { .. } => true,
+        GKind::Alt(v) | GKind::Seq(v) => v.iter().any(has_permutation),
+        GKind::Repeat { inner, .. } => has_permutation(inner),
+        _ => false,
     }
 }

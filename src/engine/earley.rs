@@ -9,13 +9,18 @@
 //! walk pushes a row per byte and truncates on the way back up without
 //! allocating. Nullable symbols follow Aycock and Horspool: predicting one
 //! also advances past it.
+//!
+//! Permutations (objects whose members may come in any order) would need a
+//! nonterminal per set of members written; the parser makes those as parses
+//! reach them, numbered after the grammar's own, in tables of its own.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// End of a chain of items.
 const NONE: u32 = u32::MAX;
 
-use super::cfg::{Cfg, Sym};
+use super::cfg::{Cfg, Perm, Sym};
 use super::dfa::DfaState;
 use super::trie::TokenTrie;
 use super::vocab::Vocab;
@@ -95,6 +100,38 @@ pub struct Parser {
     chain: Vec<u32>,
     completed: Vec<(u32, u32)>,
     max_row_items: usize,
+    /// Nonterminals and productions made for permutations.
+    ext: Ext,
+}
+
+/// Most dotted rules the parser may make for permutations.
+const MAX_EXPANDED: usize = 1 << 20;
+
+/// The permutation states a parser has reached: nonterminal ids from the
+/// grammar's count on, dotted ids from the tables' count on.
+#[derive(Debug, Clone, Default)]
+struct Ext {
+    /// (permutation, members written) → nonterminal of the state past the first item.
+    ids: HashMap<(u32, Box<[u64]>), u32>,
+    /// Per permutation state: the entries first (one per permutation, the
+    /// grammar's own nonterminals), then the made ones in id order.
+    nts: Vec<PermState>,
+    /// Per made dotted id: the symbol after the dot, and the left side.
+    next: Vec<Option<Sym>>,
+    lhs: Vec<u32>,
+    /// Set when [`MAX_EXPANDED`] was reached (an error at the next step).
+    overflow: bool,
+}
+
+#[derive(Debug, Clone)]
+struct PermState {
+    perm: u32,
+    first: bool,
+    set: Box<[u64]>,
+    nullable: bool,
+    nt: u32,
+    /// The first dotted id of each production, once expanded.
+    bases: Option<Vec<u32>>,
 }
 
 impl Parser {
@@ -115,7 +152,13 @@ impl Parser {
             chain: Vec::new(),
             completed: Vec::new(),
             max_row_items,
+            ext: Ext::default(),
         };
+        for (k, perm) in p.t.cfg.perms.iter().enumerate() {
+            let set = vec![0; perm.required.len()].into();
+            let nullable = p.t.cfg.nullable[perm.entry as usize];
+            p.ext.nts.push(PermState { perm: k as u32, first: true, set, nullable, nt: perm.entry, bases: None });
+        }
         p.begin_row();
         let start = p.t.cfg.start;
         for &prod in &p.t.cfg.by_lhs[start as usize].clone() {
@@ -194,13 +237,17 @@ impl Parser {
         for &(lex, origin) in &completed {
             for k in self.item_range(origin as usize) {
                 let it = self.items[k];
-                if self.t.next[it.dotted as usize] == Some(Sym::Lex(lex)) {
+                if self.next(it.dotted) == Some(Sym::Lex(lex)) {
                     self.add(Item { dotted: it.dotted + 1, origin: it.origin });
                 }
             }
         }
         self.completed = completed;
         self.closure();
+        if std::mem::take(&mut self.ext.overflow) {
+            self.truncate(before);
+            return Err(too_many_states());
+        }
         if self.item_range(here as usize).len() > self.max_row_items {
             self.truncate(before);
             return Err(EngineError::TooComplex(format!("a parse state grew past {} items", self.max_row_items)));
@@ -289,12 +336,15 @@ impl Parser {
         self.begin_row();
         for k in self.item_range(origin as usize) {
             let it = self.items[k];
-            if self.t.next[it.dotted as usize] == Some(Sym::Lex(lex)) {
+            if self.next(it.dotted) == Some(Sym::Lex(lex)) {
                 self.add(Item { dotted: it.dotted + 1, origin: it.origin });
             }
         }
         self.closure();
         let here = self.rows.len() - 1;
+        if std::mem::take(&mut self.ext.overflow) {
+            return Err(too_many_states());
+        }
         if self.item_range(here).len() > self.max_row_items {
             return Err(EngineError::TooComplex(format!("a parse state grew past {} items", self.max_row_items)));
         }
@@ -325,6 +375,9 @@ impl Parser {
     }
 
     fn add(&mut self, it: Item) {
+        if it.dotted as usize >= self.head.len() {
+            self.head.resize(it.dotted as usize + 1, (0, 0));
+        }
         let (g, last) = self.head[it.dotted as usize];
         let mut k = if g == self.generation { last } else { NONE };
         while k != NONE {
@@ -339,6 +392,97 @@ impl Parser {
         self.chain.push(prev);
     }
 
+    /// The symbol after the dot of a dotted rule, made ones included.
+    #[inline]
+    fn next(&self, dotted: u32) -> Option<Sym> {
+        match self.t.next.get(dotted as usize) {
+            Some(&s) => s,
+            None => self.ext.next[dotted as usize - self.t.next.len()],
+        }
+    }
+
+    /// The left side of a dotted rule.
+    fn lhs(&self, dotted: u32) -> u32 {
+        match self.t.prod.get(dotted as usize) {
+            Some(&p) => self.t.cfg.productions[p as usize].lhs,
+            None => self.ext.lhs[dotted as usize - self.t.next.len()],
+        }
+    }
+
+    /// The permutation state of nonterminal `nt` (an entry or a made one).
+    fn perm_state(&self, nt: u32) -> usize {
+        match (nt as usize).checked_sub(self.t.cfg.names.len()) {
+            None => self.t.cfg.perm_of[nt as usize] as usize,
+            Some(i) => i + self.t.cfg.perms.len(),
+        }
+    }
+
+    /// The nonterminal of a permutation state past its first item, made if new.
+    fn perm_nt(&mut self, perm: u32, set: Box<[u64]>) -> u32 {
+        let key = (perm, set);
+        if let Some(&nt) = self.ext.ids.get(&key) {
+            return nt;
+        }
+        // A separator comes first, and it is never empty: nullable exactly
+        // when every required member is written.
+        let required = &self.t.cfg.perms[perm as usize].required;
+        let nullable = required.iter().zip(key.1.iter()).all(|(r, s)| r & !s == 0);
+        let nt = (self.t.cfg.names.len() + self.ext.nts.len() - self.t.cfg.perms.len()) as u32;
+        self.ext.nts.push(PermState { perm, first: false, set: key.1.clone(), nullable, nt, bases: None });
+        self.ext.ids.insert(key, nt);
+        nt
+    }
+
+    /// The number of productions of permutation state `state`, made on
+    /// first use: past the first item `ε` (once the required members are
+    /// written), `sep extra S` and `sep member_j S∪{j}` for each member not
+    /// written; before it the same without `sep`, and `ε` if the entry is
+    /// nullable.
+    fn expand(&mut self, state: usize) -> usize {
+        if let Some(b) = &self.ext.nts[state].bases {
+            return b.len();
+        }
+        let PermState { perm, first, ref set, nullable, nt, .. } = self.ext.nts[state];
+        let set = set.clone();
+        let p: Perm = self.t.cfg.perms[perm as usize].clone();
+        let mut prods: Vec<Vec<Sym>> = Vec::new();
+        if nullable {
+            prods.push(vec![]);
+        }
+        let lead: &[Sym] = if first { &[] } else { std::slice::from_ref(&p.sep) };
+        if let Some(x) = p.extra {
+            let same = self.perm_nt(perm, set.clone());
+            prods.push([lead, &[x, Sym::Nt(same)]].concat());
+        }
+        for (j, m) in p.members.iter().enumerate() {
+            let Some(m) = *m else { continue };
+            if set[j / 64] >> (j % 64) & 1 == 1 {
+                continue;
+            }
+            let mut more = set.clone();
+            more[j / 64] |= 1 << (j % 64);
+            let to = self.perm_nt(perm, more);
+            prods.push([lead, &[m, Sym::Nt(to)]].concat());
+        }
+        let mut bases = Vec::with_capacity(prods.len());
+        for rhs in prods {
+            if self.ext.next.len() + rhs.len() + 1 > MAX_EXPANDED {
+                self.ext.overflow = true;
+                break;
+            }
+            bases.push((self.t.next.len() + self.ext.next.len()) as u32);
+            for s in rhs {
+                self.ext.next.push(Some(s));
+                self.ext.lhs.push(nt);
+            }
+            self.ext.next.push(None);
+            self.ext.lhs.push(nt);
+        }
+        let n = bases.len();
+        self.ext.nts[state].bases = Some(bases);
+        n
+    }
+
     /// Completes and predicts until the current row is closed.
     fn closure(&mut self) {
         let here = self.rows.len() - 1;
@@ -347,28 +491,41 @@ impl Parser {
         while k < self.items.len() {
             let it = self.items[k];
             k += 1;
-            match self.t.next[it.dotted as usize] {
+            match self.next(it.dotted) {
                 None => {
-                    let lhs = self.t.cfg.productions[self.t.prod[it.dotted as usize] as usize].lhs;
+                    let lhs = self.lhs(it.dotted);
                     if lhs == cfg_start && it.origin == 0 {
                         self.rows[here].accepting = true;
                     }
                     for j in self.item_range(it.origin as usize) {
                         let parent = self.items[j];
-                        if self.t.next[parent.dotted as usize] == Some(Sym::Nt(lhs)) {
+                        if self.next(parent.dotted) == Some(Sym::Nt(lhs)) {
                             self.add(Item { dotted: parent.dotted + 1, origin: parent.origin });
                         }
                     }
                 }
                 Some(Sym::Nt(b)) => {
+                    let plain = self.t.cfg.perm_of.get(b as usize) == Some(&u32::MAX);
+                    if b as usize >= self.predicted.len() {
+                        self.predicted.resize(b as usize + 1, 0);
+                    }
                     if self.predicted[b as usize] != self.generation {
                         self.predicted[b as usize] = self.generation;
-                        for i in 0..self.t.cfg.by_lhs[b as usize].len() {
-                            let prod = self.t.cfg.by_lhs[b as usize][i];
-                            self.add(Item { dotted: self.t.base[prod as usize], origin: here as u32 });
+                        if plain {
+                            for i in 0..self.t.cfg.by_lhs[b as usize].len() {
+                                let prod = self.t.cfg.by_lhs[b as usize][i];
+                                self.add(Item { dotted: self.t.base[prod as usize], origin: here as u32 });
+                            }
+                        } else {
+                            let state = self.perm_state(b);
+                            for i in 0..self.expand(state) {
+                                let dotted = self.ext.nts[state].bases.as_ref().map_or(0, |v| v[i]);
+                                self.add(Item { dotted, origin: here as u32 });
+                            }
                         }
                     }
-                    if self.t.cfg.nullable[b as usize] {
+                    let nullable = if plain { self.t.cfg.nullable[b as usize] } else { self.ext.nts[self.perm_state(b)].nullable };
+                    if nullable {
                         self.add(Item { dotted: it.dotted + 1, origin: it.origin });
                     }
                 }
@@ -387,4 +544,8 @@ impl Parser {
             }
         }
     }
+}
+
+fn too_many_states() -> EngineError {
+    EngineError::TooComplex(format!("an object's any-order states grew past {MAX_EXPANDED} rules"))
 }

@@ -21,7 +21,7 @@ mod trie;
 mod vocab;
 
 pub use bias::Bias;
-pub use cfg::{Cfg, Production, Sym};
+pub use cfg::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
 pub use json_schema::{schema_grammar, Whitespace};
 pub use matcher::{Constraint, Matcher};

@@ -81,6 +81,18 @@ pub enum GKind {
         /// Most repetitions; `None` for unbounded.
         max: Option<u32>,
     },
+    /// Members in any order, each at most once (required ones exactly
+    /// once), `sep` between two items, any number of `extra` items among
+    /// them. GBNF has no syntax for it: the JSON Schema compiler makes it
+    /// for objects, since listing the orders would take exponential space.
+    Permutation {
+        /// Each member, and whether it is required.
+        members: Vec<(GExpr, bool)>,
+        /// What may also appear, any number of times.
+        extra: Option<Box<GExpr>>,
+        /// What comes between two items; it must not match the empty string.
+        sep: Box<GExpr>,
+    },
 }
 
 impl Grammar {

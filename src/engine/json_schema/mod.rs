@@ -4,9 +4,9 @@
 //! naming the keyword (never silently ignored): `oneOf` (exclusivity),
 //! `not`, `uniqueItems: true`, `multipleOf`, unknown `format`s, remote
 //! `$ref`s; `oneOf` is taken as `anyOf` where its branches are provably
-//! disjoint ([`disjoint`]). Properties are generated in the schema's order;
-//! additional properties (allowed by default, as the spec says) come after
-//! the known ones.
+//! disjoint ([`disjoint`]). Properties may come in any order, each at most
+//! once (a [`GKind::Permutation`]), with additional properties (allowed by
+//! default, as the spec says) anywhere among them.
 
 mod disjoint;
 mod numbers;
@@ -65,11 +65,6 @@ fn reference(name: &str) -> GExpr {
 }
 
 const STRING_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))"#;
-
-/// Objects with at most this many listed properties accept them in any
-/// order (one grammar state per subset written); larger ones keep the
-/// schema's order.
-const ANY_ORDER_MAX: usize = 8;
 
 /// Validation keywords the engine cannot enforce, with the reason.
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -492,89 +487,23 @@ impl<'s> Conv<'s> {
             let key = lit(&json_text(&Value::String(k.clone())));
             members.push((seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), req));
         }
-        // Unambiguous rules, so that long objects keep small parse states:
-        // `some_i` = "the next listed member may be i or later, after
-        // something was written" and `none_i` the same before anything. An
-        // extra property keeps the state; writing member j (never skipping a
-        // required one) moves to j + 1. Each member is a rule of its own.
+        // Members in any order, each at most once: the parser makes a state
+        // per set of members written as it reaches them. Each member is a
+        // rule of its own, so equal members share their symbols.
         let id = self.rules.len();
-        // `&`: structure, never inlined (see `cfg`); members stay plain rules.
-        let name = |kind: &str, i: usize| if kind == "m" { format!("obj{id}_m{i}") } else { format!("&obj{id}_{kind}{i}") };
-        let n = members.len();
-        let extra = extra.map(|x| {
-            let rule = format!("obj{id}_extra");
-            self.add_rule(rule.clone(), seq(vec![x, ws.clone()]));
-            reference(&rule)
-        });
-        let comma = seq(vec![lit(","), ws.clone()]);
-        if n <= ANY_ORDER_MAX && n > 1 {
-            // Any order, each listed member at most once: one state per set
-            // of members written (`&obj_s{set}`), `&obj_n` before anything.
-            let required_set: u32 = members.iter().enumerate().filter(|(_, (_, r))| *r).map(|(j, _)| 1 << j).sum();
-            for (j, (m, _)) in members.into_iter().enumerate() {
-                self.add_rule(name("m", j), m);
-            }
-            let state = |set: u32| format!("&obj{id}_s{set}");
-            for set in 0..(1u32 << n) {
-                let mut alts = Vec::new();
-                if set & required_set == required_set {
-                    alts.push(seq(vec![]));
-                }
-                if let Some(x) = &extra {
-                    alts.push(seq(vec![comma.clone(), x.clone(), reference(&state(set))]));
-                }
-                for j in 0..n {
-                    if set & (1 << j) == 0 {
-                        alts.push(seq(vec![comma.clone(), reference(&name("m", j)), reference(&state(set | 1 << j))]));
-                    }
-                }
-                self.add_rule(state(set), alt(alts));
-            }
-            let mut first = Vec::new();
-            if required_set == 0 {
-                first.push(seq(vec![]));
-            }
-            if let Some(x) = &extra {
-                first.push(seq(vec![x.clone(), reference(&state(0))]));
-            }
-            for j in 0..n {
-                first.push(seq(vec![reference(&name("m", j)), reference(&state(1 << j))]));
-            }
-            let start = format!("&obj{id}_n");
-            self.add_rule(start.clone(), alt(first));
-            return Ok(seq(vec![lit("{"), ws, reference(&start), lit("}")]));
-        }
-        let mut required_from = vec![n; n + 1];
-        for (j, (_, req)) in members.iter().enumerate().rev() {
-            required_from[j] = if *req { j } else { required_from[j + 1] };
-        }
-        for (j, (m, _)) in members.into_iter().enumerate() {
-            self.add_rule(name("m", j), m);
-        }
-        for i in (0..=n).rev() {
-            // The members that may come next: up to the first required one.
-            let last = required_from[i].min(n.saturating_sub(1));
-            let mut some = Vec::new();
-            let mut none = Vec::new();
-            if required_from[i] == n {
-                some.push(seq(vec![]));
-                none.push(seq(vec![]));
-            }
-            if let Some(x) = &extra {
-                some.push(seq(vec![comma.clone(), x.clone(), reference(&name("some", i))]));
-                none.push(seq(vec![x.clone(), reference(&name("some", i))]));
-            }
-            if i < n {
-                for j in i..=last {
-                    some.push(seq(vec![comma.clone(), reference(&name("m", j)), reference(&name("some", j + 1))]));
-                    none.push(seq(vec![reference(&name("m", j)), reference(&name("some", j + 1))]));
-                }
-            }
-            self.add_rule(name("some", i), alt(some));
-            self.add_rule(name("none", i), alt(none));
-        }
-        let after_none = reference(&name("none", 0));
-        Ok(seq(vec![lit("{"), ws, after_none, lit("}")]))
+        let members = members
+            .into_iter()
+            .enumerate()
+            .map(|(j, (m, req))| {
+                let rule = format!("obj{id}_m{j}");
+                self.add_rule(rule.clone(), m);
+                (reference(&rule), req)
+            })
+            .collect();
+        let extra = extra.map(|x| Box::new(seq(vec![x, ws.clone()])));
+        let sep = Box::new(seq(vec![lit(","), ws.clone()]));
+        let permutation = e(GKind::Permutation { members, extra, sep });
+        Ok(seq(vec![lit("{"), ws, permutation, lit("}")]))
     }
 }
 
@@ -693,7 +622,12 @@ fn format_regex(f: &str) -> Option<&'static str> {
         "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
         "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
         "hostname" => r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
-        "uri" | "uri-reference" | "iri" => r#"[A-Za-z][A-Za-z0-9+.-]*:[^\x00-\x20"\\<>^`{|}]*"#,
+        "uri" | "iri" => r#"[A-Za-z][A-Za-z0-9+.-]*:[^\x00-\x20"\\<>^`{|}]*"#,
+        // Or a relative reference (`#frag`, `../a`, `b?q`): no scheme, so
+        // no `:` before the first `/`, `?` or `#`.
+        "uri-reference" | "iri-reference" => {
+            r#"(?:[A-Za-z][A-Za-z0-9+.-]*:[^\x00-\x20"\\<>^`{|}]*|[^\x00-\x20"\\<>^`{|}:/?#]*(?:[/?#][^\x00-\x20"\\<>^`{|}]*)?)"#
+        }
         _ => return None,
     })
 }
