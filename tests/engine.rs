@@ -93,9 +93,13 @@ const REGEXES: &[&str] = &[
     "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][-+]?[0-9]+)?",
     "[\\p{Han}]{1,4}|😀+",
     " ?(e4|d4|Nf3|c4)",
-    // String bodies: dense states that take the plain-token slice.
+    // String bodies: dense states that take a slice of the vocabulary
+    // (all text; text of up to 16 bytes near the end of a count; plain
+    // ASCII where one non-ASCII character is refused).
     "\"[^\"\\\\]*\"",
     "\"[^\"\\\\]{0,300}\", ?",
+    "\"[^\"\\\\]{0,20}\"",
+    "\"[^\"\\\\é]*\"",
 ];
 
 fn brute_force(v: &Vocab, d: &Dfa, s: lmt::engine::DfaState, n_logits: usize) -> TokenMask {

@@ -79,9 +79,9 @@ pub struct Dfa {
     /// Per (vocabulary, state): the tokens that keep a match reachable, and
     /// the trie nodes where a match ends inside a token (see [`Dfa::sets`]).
     sets: Mutex<HashMap<(u64, DfaState), Sets>>,
-    /// Per state: whether it takes any plain text up to the longest plain
-    /// token without ever matching (see [`Vocab::slicer`]).
-    absorbs: Mutex<HashMap<DfaState, bool>>,
+    /// Per (vocabulary, state): the first slice whose every text it takes
+    /// without ever matching (see [`Vocab::slicer`]).
+    absorbs: Mutex<HashMap<(u64, DfaState), Option<u8>>>,
     /// Per state: its canonical key, if small enough to have one.
     canonical: Mutex<HashMap<DfaState, Option<Arc<[u8]>>>>,
 }
@@ -352,6 +352,10 @@ const MAX_CANONICAL_STATES: usize = 48;
 type SharedKey = (u64, Arc<[u8]>);
 static SHARED: LazyLock<Mutex<HashMap<SharedKey, Sets>>> = LazyLock::new(Default::default);
 
+/// Merged tries of what follows exits, keyed by (vocabulary, slice, exit nodes).
+type MergedKey = (u64, Option<u8>, Vec<u32>);
+static MERGED: LazyLock<Mutex<HashMap<MergedKey, Arc<crate::engine::TokenTrie>>>> = LazyLock::new(Default::default);
+
 /// Looks `key` up in `table`, or makes, stores and returns it; past `cap`
 /// entries the table starts over.
 fn memo<K: std::hash::Hash + Eq, V: Clone>(table: &Mutex<HashMap<K, V>>, key: K, cap: usize, make: impl FnOnce() -> V) -> V {
@@ -367,23 +371,50 @@ fn memo<K: std::hash::Hash + Eq, V: Clone>(table: &Mutex<HashMap<K, V>>, key: K,
     v
 }
 
-/// Where a lexeme may end inside a token: nodes of the vocabulary's trie, or
-/// of the slicer's trie of non-plain tokens (`rest`).
-#[derive(Debug, Clone, Default)]
-pub struct Exits {
-    /// The nodes are in [`crate::engine::Slicer::rest`], not the full trie.
-    pub rest: bool,
-    /// Trie nodes with children where the bytes so far make a match.
-    pub nodes: Vec<u32>,
+/// What [`Dfa::takes_all`] found.
+enum Taken {
+    /// Some text of the slice's kind is refused or matches.
+    No,
+    /// Every text up to the length is taken.
+    UpTo,
+    /// Every text of any length is taken; the pairs of (state, phase) met.
+    Always(std::collections::HashSet<(DfaState, u8), std::hash::BuildHasherDefault<SetHasher>>),
 }
 
+/// Most (state, phase) pairs one slice search visits before giving up.
+const MAX_SLICE_SEARCH: usize = 4096;
+
+/// Where a lexeme may end inside a token, and what follows there.
+#[derive(Debug, Clone, Default)]
+pub struct Exits {
+    /// Per token and per place inside it where a match ends (other than
+    /// its end), the token's bytes after that place; all in one trie, so
+    /// a rest shared by many tokens (`",` after any word) is walked once.
+    pub after: Arc<crate::engine::TokenTrie>,
+    /// Places with more tokens below than [`MAX_MERGED`]: nodes of the
+    /// trie the walk went through (a slice's other tokens, or the whole
+    /// vocabulary's), walked from the node itself.
+    pub nodes: Vec<u32>,
+    /// The slice whose trie `nodes` are in, if not the vocabulary's.
+    pub slice: Option<u8>,
+}
+
+/// Exits with more trie nodes below than this are not merged: the parser
+/// prunes most of a big subtree at its first byte, and copying it would
+/// cost more than the walk it saves.
+const MAX_MERGED: u32 = 512;
+
 impl Exits {
-    /// The trie the nodes belong to.
+    /// True when no match ends inside a token.
+    pub fn is_empty(&self) -> bool {
+        self.after.is_empty() && self.nodes.is_empty()
+    }
+
+    /// The trie `nodes` belong to.
     pub fn trie<'v>(&self, vocab: &'v Vocab) -> &'v crate::engine::TokenTrie {
-        if self.rest {
-            &vocab.slicer().rest
-        } else {
-            vocab.trie()
+        match self.slice {
+            Some(i) => &vocab.slicer().slices[i as usize].rest,
+            None => vocab.trie(),
         }
     }
 }
@@ -681,42 +712,83 @@ impl Dfa {
         self.sets(vocab, s).0
     }
 
-    /// True when `s` takes every plain text (see [`Vocab::slicer`]) of up
-    /// to `len` bytes, and never matches on the way: then every plain token
-    /// is allowed and no lexeme ends inside one.
-    fn absorbs_plain(&self, s: DfaState, len: usize) -> bool {
-        if let Some(&a) = self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).get(&s) {
+    /// The first slice (see [`Vocab::slicer`]) whose every text `s` takes,
+    /// to the slice's longest token, without ever matching: then every
+    /// token of it is allowed and no lexeme ends inside one.
+    fn slice_of(&self, vocab: &Vocab, s: DfaState) -> Option<u8> {
+        let key = (vocab.id(), s);
+        if let Some(&a) = self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return a;
         }
-        let plain: Vec<u8> = (0..=255u8).filter(|&b| crate::engine::vocab::is_plain_byte(b)).collect();
-        let mut seen: std::collections::HashSet<DfaState> = std::collections::HashSet::from([s]);
-        let mut layer = vec![s];
-        let mut ok = true;
-        'depth: for _ in 0..len {
-            let mut next = Vec::new();
-            for &st in &layer {
-                for &b in &plain {
-                    match self.step(st, b) {
-                        Some(t) if !self.is_accepting(t) => {
-                            if seen.insert(t) {
-                                next.push(t);
-                            }
-                        }
-                        _ => {
-                            ok = false;
-                            break 'depth;
-                        }
+        // Only dense states can take a slice (and are worth the search).
+        let dense = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64;
+        let mut found = None;
+        for (i, sl) in vocab.slicer().slices.iter().enumerate().filter(|_| dense) {
+            match self.takes_all(vocab, s, sl.kind, sl.max_len, i == 0) {
+                Taken::No => continue,
+                Taken::UpTo => {}
+                Taken::Always(seen) => {
+                    // Every state met between characters takes any such
+                    // text too: the first slice, so the answer is final.
+                    if i == 0 {
+                        let mut cache = self.absorbs.lock().unwrap_or_else(|e| e.into_inner());
+                        seen.into_iter().filter(|&(_, phase)| phase == 0).for_each(|(t, _)| {
+                            cache.insert((vocab.id(), t), Some(0));
+                        });
                     }
                 }
             }
-            if next.is_empty() || seen.len() > 4096 {
-                ok = ok && next.is_empty();
-                break;
+            found = Some(i as u8);
+            break;
+        }
+        self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).insert(key, found);
+        found
+    }
+
+    /// Whether from `s` every text of `kind` up to `len` bytes (and every
+    /// prefix of one) leads to a live state that does not match: a search
+    /// over pairs of (state, reader phase), layer by layer. With `first`,
+    /// states already known to take the first slice are not searched again.
+    fn takes_all(&self, vocab: &Vocab, s: DfaState, kind: crate::engine::SliceKind, len: usize, first: bool) -> Taken {
+        type Seen = std::collections::HashSet<(DfaState, u8), std::hash::BuildHasherDefault<SetHasher>>;
+        let known = |t: DfaState| first && self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).get(&(vocab.id(), t)) == Some(&Some(0));
+        // Per phase, one byte of each (byte class, next phase): the bytes
+        // of a class step alike.
+        let moves: Vec<Vec<(u8, u8)>> = (0..8u8)
+            .map(|phase| {
+                let mut met = [false; 256 * 8];
+                (0..=255u8)
+                    .filter_map(|b| kind.next(phase, b).map(|p| (b, p)))
+                    .filter(|&(b, p)| !std::mem::replace(&mut met[self.classes[b as usize] as usize * 8 + p as usize], true))
+                    .collect()
+            })
+            .collect();
+        let mut seen: Seen = Seen::default();
+        seen.insert((s, 0));
+        let mut layer = vec![(s, 0u8)];
+        for _ in 0..len {
+            let mut next = Vec::new();
+            for &(st, phase) in &layer {
+                for &(b, p) in &moves[phase as usize] {
+                    match self.step(st, b) {
+                        Some(t) if !self.is_accepting(t) => {
+                            if seen.insert((t, p)) && !(p == 0 && known(t)) {
+                                next.push((t, p));
+                            }
+                        }
+                        _ => return Taken::No,
+                    }
+                }
+            }
+            if next.is_empty() {
+                return Taken::Always(seen);
+            }
+            if seen.len() > MAX_SLICE_SEARCH {
+                return Taken::No;
             }
             layer = next;
         }
-        self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).insert(s, ok);
-        ok
+        Taken::UpTo
     }
 
     /// Token set and exits of `s`, from the caches or from one trie walk.
@@ -731,19 +803,37 @@ impl Dfa {
     }
 
     /// One walk over the trie from `s`: the token set and the exits. Dense
-    /// states that take any plain text start from the plain slice and walk
+    /// states that take all text of a slice start from the slice and walk
     /// only the other tokens.
     fn walk(&self, vocab: &Vocab, s: DfaState) -> Sets {
-        let slicer = vocab.slicer();
-        let sliced = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64 && self.absorbs_plain(s, slicer.max_plain_len);
-        let (trie, mut m) = if sliced { (&slicer.rest, slicer.plain.clone()) } else { (vocab.trie(), TokenMask::new(vocab.len())) };
+        let slice = self.slice_of(vocab, s);
+        let (trie, mut m) = match slice {
+            Some(i) => {
+                let sl = &vocab.slicer().slices[i as usize];
+                (&sl.rest, sl.tokens.clone())
+            }
+            None => (vocab.trie(), TokenMask::new(vocab.len())),
+        };
         let mut x = Vec::new();
         // The flat table's step, without `step`'s test for it at every node.
         match &self.flat {
             Some(flat) => walk_trie(trie, s, |st, b| self.flat_step(flat, st, b), &mut m, &mut x),
             None => walk_trie(trie, s, |st, b| self.step(st, b), &mut m, &mut x),
         }
-        (Arc::new(TokenSet::from_mask(m)), Arc::new(Exits { rest: sliced, nodes: x }))
+        // What each token holds past each exit, merged into one trie.
+        let (big, small): (Vec<u32>, Vec<u32>) = x.into_iter().partition(|&e| trie.subtree[e as usize] > MAX_MERGED);
+        // Many states (of many automata) end matches at the same places.
+        let after = memo(&MERGED, (vocab.id(), slice, small.clone()), MAX_SHARED, || {
+            let mut after: Vec<(u32, &[u8])> = Vec::new();
+            for &e in &small {
+                let (e, depth) = (e as usize, trie.depth[e as usize] as usize);
+                for n in e + 1..e + trie.subtree[e] as usize {
+                    after.extend(trie.tokens_at(n).iter().map(|&t| (t, &vocab.bytes(t)[depth..])));
+                }
+            }
+            Arc::new(crate::engine::TokenTrie::build(after.into_iter()))
+        });
+        (Arc::new(TokenSet::from_mask(m)), Arc::new(Exits { after, nodes: big, slice }))
     }
 
     /// Writes into `out` the tokens that keep a match reachable from `s`

@@ -273,8 +273,10 @@ impl Parser {
     /// last byte — that set depends on the lexeme's automaton state alone
     /// and is cached — or ends the lexeme at some byte and continues with
     /// what the grammar allows after it. The row after the lexeme ends is the
-    /// same wherever in a token that happens, so it is built once per scan
-    /// and only the trie below each exit is walked through the parser.
+    /// same wherever in a token that happens, so it is built once per scan,
+    /// and the parser walks the cached trie of what tokens hold after such
+    /// an end (each distinct rest of a token once, however many tokens
+    /// share it).
     pub fn mask(&mut self, vocab: &Vocab, out: &mut TokenMask) -> Result<(), EngineError> {
         out.clear();
         let here = self.rows.len() - 1;
@@ -283,13 +285,14 @@ impl Parser {
             let dfa = &self.t.cfg.lexemes[sc.lexeme as usize];
             let (set, exits) = dfa.sets(vocab, sc.state);
             set.add_to(out);
-            let trie = exits.trie(vocab);
-            if exits.nodes.is_empty() || !self.push_completion(sc.lexeme, sc.origin)? {
+            if exits.is_empty() || !self.push_completion(sc.lexeme, sc.origin)? {
                 self.truncate(here + 1);
                 continue;
             }
             let mut stack = Vec::new();
-            let walked = exits.nodes.iter().try_for_each(|&node| self.allow_below(trie, node as usize, &mut stack, out));
+            let walked = std::iter::once((&*exits.after, 0))
+                .chain(exits.nodes.iter().map(|&n| (exits.trie(vocab), n as usize)))
+                .try_for_each(|(trie, node)| self.allow_below(trie, node, &mut stack, out));
             self.truncate(here + 1);
             walked?;
         }

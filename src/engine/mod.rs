@@ -28,7 +28,7 @@ pub use matcher::{Constraint, Matcher};
 pub use dfa::{Dfa, DfaState, Exits};
 pub use stop::{StopEvent, StopMatcher};
 pub use trie::TokenTrie;
-pub use vocab::{Encoding, Slicer, TokenKind, Vocab};
+pub use vocab::{Encoding, Slice, SliceKind, Slicer, TokenKind, Vocab};
 
 /// Why the engine refused something.
 #[derive(Debug, Clone, PartialEq)]

@@ -50,23 +50,78 @@ pub struct Vocab {
     slicer: std::sync::OnceLock<Slicer>,
 }
 
-/// Tokens made only of plain printable ASCII (no `"`, no `\`), precomputed:
-/// where an automaton state takes any such text, its token set is this set
-/// plus a walk over the other tokens only (the idea of llguidance's slicer).
+/// Slices of the vocabulary, precomputed: where an automaton state takes
+/// any text of a slice's kind up to its length, its token set is the slice
+/// plus a walk over the other tokens only (the idea of llguidance's
+/// slicer). Most of a 128k vocabulary is text, so a JSON string's state
+/// walks a few thousand tokens instead of all of them.
 #[derive(Debug, Clone)]
 pub struct Slicer {
-    /// The plain tokens.
-    pub plain: super::TokenMask,
-    /// The trie of every other generable token.
-    pub rest: TokenTrie,
-    /// The longest plain token, in bytes.
-    pub max_plain_len: usize,
+    /// Tried in order: the first a state takes is used.
+    pub slices: Vec<Slice>,
 }
 
-/// True for the bytes of plain tokens.
-pub fn is_plain_byte(b: u8) -> bool {
-    (0x20..=0x7E).contains(&b) && b != b'"' && b != b'\\'
+/// Tokens whose bytes are all text of one kind, no longer than a length.
+#[derive(Debug, Clone)]
+pub struct Slice {
+    /// Which bytes.
+    pub kind: SliceKind,
+    /// The longest token in it, in bytes.
+    pub max_len: usize,
+    /// Its tokens.
+    pub tokens: super::TokenMask,
+    /// The trie of every other generable token.
+    pub rest: TokenTrie,
 }
+
+/// The text a slice's tokens are made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceKind {
+    /// Printable ASCII but `"` and `\\`.
+    Plain,
+    /// Plain, and well-formed UTF-8 characters past ASCII.
+    Text,
+}
+
+impl SliceKind {
+    /// The phase of a text reader after `byte` in phase `phase` (0 between
+    /// characters, others inside one), or `None` if the kind has no such
+    /// text. Text ends in phase 0.
+    pub fn next(self, phase: u8, byte: u8) -> Option<u8> {
+        let cont = |lo: u8, hi: u8, to: u8| (lo..=hi).contains(&byte).then_some(to);
+        match (self, phase) {
+            (_, 0) if (0x20..=0x7E).contains(&byte) && byte != b'"' && byte != b'\\' => Some(0),
+            (SliceKind::Plain, _) => None,
+            (_, 0) => match byte {
+                0xC2..=0xDF => Some(1),
+                0xE0 => Some(4),
+                0xE1..=0xEC | 0xEE..=0xEF => Some(2),
+                0xED => Some(5),
+                0xF0 => Some(6),
+                0xF1..=0xF3 => Some(3),
+                0xF4 => Some(7),
+                _ => None,
+            },
+            (_, 1) => cont(0x80, 0xBF, 0),
+            (_, 2) => cont(0x80, 0xBF, 1),
+            (_, 3) => cont(0x80, 0xBF, 2),
+            (_, 4) => cont(0xA0, 0xBF, 1),
+            (_, 5) => cont(0x80, 0x9F, 1),
+            (_, 6) => cont(0x90, 0xBF, 2),
+            (_, 7) => cont(0x80, 0x8F, 2),
+            _ => None,
+        }
+    }
+
+    /// True when `bytes` is whole text of this kind.
+    pub fn contains(self, bytes: &[u8]) -> bool {
+        bytes.iter().try_fold(0u8, |phase, &b| self.next(phase, b)) == Some(0)
+    }
+}
+
+/// Text tokens up to this many bytes make a second text slice, for states
+/// that take only so much more (a string's `maxLength`).
+const SHORT_TEXT: usize = 16;
 
 impl Vocab {
     /// Reads `tokenizer.json` (a file, or a directory holding it) and the
@@ -168,25 +223,26 @@ impl Vocab {
         &self.trie
     }
 
-    /// The plain-token slice and the trie of the other tokens, built on first use.
+    /// The slices (all text, short text, plain) with the trie of the other
+    /// tokens of each, built on first use.
     pub fn slicer(&self) -> &Slicer {
         self.slicer.get_or_init(|| {
-            let mut plain = super::TokenMask::new(self.len());
-            let mut max_plain_len = 0;
-            let mut rest = Vec::new();
-            for id in 0..self.len() as u32 {
-                if !self.is_generable(id) {
-                    continue;
+            let slice = |kind: SliceKind, limit: usize| {
+                let mut tokens = super::TokenMask::new(self.len());
+                let mut max_len = 0;
+                let mut rest = Vec::new();
+                for id in (0..self.len() as u32).filter(|&id| self.is_generable(id)) {
+                    let b = self.bytes(id);
+                    if b.len() <= limit && kind.contains(b) {
+                        tokens.set(id);
+                        max_len = max_len.max(b.len());
+                    } else {
+                        rest.push((id, b));
+                    }
                 }
-                let b = self.bytes(id);
-                if b.iter().all(|&x| is_plain_byte(x)) {
-                    plain.set(id);
-                    max_plain_len = max_plain_len.max(b.len());
-                } else {
-                    rest.push((id, b));
-                }
-            }
-            Slicer { plain, rest: TokenTrie::build(rest.into_iter()), max_plain_len }
+                Slice { kind, max_len, tokens, rest: TokenTrie::build(rest.into_iter()) }
+            };
+            Slicer { slices: vec![slice(SliceKind::Text, usize::MAX), slice(SliceKind::Text, SHORT_TEXT), slice(SliceKind::Plain, usize::MAX)] }
         })
     }
 
@@ -270,5 +326,25 @@ fn piece_bytes(piece: &str, encoding: Encoding, byte_map: &HashMap<char, u8>) ->
             piece.replace('▁', " ").into_bytes()
         }
         Encoding::Plain => piece.as_bytes().to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SliceKind;
+
+    #[test]
+    fn slice_kinds_take_exactly_their_text() {
+        for ok in ["plain text!", "", "a~b#c"] {
+            assert!(SliceKind::Plain.contains(ok.as_bytes()) && SliceKind::Text.contains(ok.as_bytes()), "{ok:?}");
+        }
+        for text in ["é", "日本語", "😀 ok", "\u{10FFFF}", "\u{E000}\u{D7FF}"] {
+            assert!(SliceKind::Text.contains(text.as_bytes()) && !SliceKind::Plain.contains(text.as_bytes()), "{text:?}");
+        }
+        // Quotes, backslashes, controls; partial, overlong, surrogate and
+        // out-of-range sequences are in no slice.
+        for bad in [&b"\""[..], b"a\\b", b"\n", b"\x7f", b"\xc3", b"\xe6\x97", b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80"] {
+            assert!(!SliceKind::Text.contains(bad) && !SliceKind::Plain.contains(bad), "{bad:?}");
+        }
     }
 }
