@@ -108,6 +108,9 @@ struct Builder<'g> {
     /// Rules that take part in a cycle of references, or reference one.
     non_regular: HashMap<&'g str, bool>,
     hir_cache: HashMap<&'g str, Hir>,
+    /// Parsed `/regex/` terminals: JSON Schema grammars repeat the same
+    /// few (a string, a number) in every property.
+    regex_cache: HashMap<&'g str, Hir>,
     lexeme_ids: HashMap<String, u32>,
     lexemes: Vec<Arc<Dfa>>,
     productions: Vec<Production>,
@@ -130,6 +133,7 @@ impl<'g> Builder<'g> {
             rules,
             non_regular: HashMap::new(),
             hir_cache: HashMap::new(),
+            regex_cache: HashMap::new(),
             lexeme_ids: HashMap::new(),
             lexemes: Vec::new(),
             productions: Vec::new(),
@@ -271,11 +275,18 @@ impl<'g> Builder<'g> {
                 Hir::class(Class::Unicode(class))
             }
             GKind::Any => Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new('\0', char::MAX)]))),
-            GKind::Regex(r) => regex_syntax::ParserBuilder::new()
-                .nest_limit(self.limits.max_nesting as u32)
-                .build()
-                .parse(r)
-                .map_err(|err| EngineError::Regex(format!("/{r}/: {err}")))?,
+            GKind::Regex(r) => {
+                if let Some(h) = self.regex_cache.get(r.as_str()) {
+                    return Ok(h.clone());
+                }
+                let h = regex_syntax::ParserBuilder::new()
+                    .nest_limit(self.limits.max_nesting as u32)
+                    .build()
+                    .parse(r)
+                    .map_err(|err| EngineError::Regex(format!("/{r}/: {err}")))?;
+                self.regex_cache.insert(r, h.clone());
+                h
+            }
             GKind::Ref(name) => {
                 if let Some(h) = self.hir_cache.get(name.as_str()) {
                     return Ok(h.clone());
