@@ -119,7 +119,8 @@ struct Ext {
     /// Per made dotted id: the symbol after the dot, and the left side.
     next: Vec<Option<Sym>>,
     lhs: Vec<u32>,
-    /// Set when [`MAX_EXPANDED`] was reached (an error at the next step).
+    /// Set when [`MAX_EXPANDED`] was reached: the expansions since are
+    /// partial, so every later step is an error.
     overflow: bool,
 }
 
@@ -244,7 +245,7 @@ impl Parser {
         }
         self.completed = completed;
         self.closure();
-        if std::mem::take(&mut self.ext.overflow) {
+        if self.ext.overflow {
             self.truncate(before);
             return Err(too_many_states());
         }
@@ -345,7 +346,7 @@ impl Parser {
         }
         self.closure();
         let here = self.rows.len() - 1;
-        if std::mem::take(&mut self.ext.overflow) {
+        if self.ext.overflow {
             return Err(too_many_states());
         }
         if self.item_range(here).len() > self.max_row_items {
