@@ -199,6 +199,33 @@ fn one_of_with_disjoint_branches_and_decimal_bounds() {
 }
 
 #[test]
+fn one_of_required_property_sets_is_exclusive() {
+    let c = compile(json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+        "oneOf": [{"required": ["a"]}, {"required": ["b"]}]
+    }));
+    for ok in [r#"{"a":1}"#, r#"{"c":3,"b":2}"#] {
+        assert!(accepts(&c, ok), "{ok}");
+    }
+    for bad in [r#"{"a":1,"b":2}"#, r#"{"b":2,"c":3,"a":1}"#, "{}", r#"{"c":3}"#] {
+        assert!(!accepts(&c, bad), "{bad}");
+    }
+    // Without `type`, a value that is no object satisfies both branches:
+    // `oneOf` refuses it.
+    let untyped = compile(json!({"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}));
+    assert!(accepts(&untyped, r#"{"b":[]}"#) && !accepts(&untyped, "\"x\"") && !accepts(&untyped, "1"));
+    // A branch that requires more than another: it can only hold with the
+    // other, so only the smaller one remains, without the extra property.
+    let nested = compile(json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["a", "b"]}]}));
+    assert!(accepts(&nested, r#"{"a":1}"#) && !accepts(&nested, r#"{"a":1,"b":2}"#) && !accepts(&nested, r#"{"b":2}"#));
+    // "Not both b and c" has no grammar: still a named error.
+    let two = json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]});
+    let err = Constraint::json_schema(&two, Whitespace::Compact, &Limits::default()).unwrap_err();
+    assert!(err.to_string().contains("oneOf"), "{err}");
+}
+
+#[test]
 fn a_repeated_class_pattern_takes_the_lengths() {
     let c = compile(json!({"type": "string", "pattern": "^[a-z0-9-]+$", "minLength": 3, "maxLength": 5}));
     for ok in ["\"abc\"", "\"a-9zz\""] {

@@ -1,7 +1,8 @@
 //! When is `oneOf` the same as `anyOf`? When no value satisfies two of its
 //! branches: then "exactly one" and "at least one" agree, and the grammar
 //! of `anyOf` is exact. The test here is conservative: `false` whenever it
-//! cannot prove that two schemas share no value.
+//! cannot prove that two schemas share no value. Branches that only list
+//! required properties are made exclusive instead ([`exclusive_required`]).
 
 use serde_json::Value;
 
@@ -23,6 +24,47 @@ const MAX_DEPTH: usize = 8;
 /// against `root`).
 pub(super) fn disjoint(root: &Value, a: &Value, b: &Value) -> bool {
     disjoint_at(root, a, b, 0)
+}
+
+/// `oneOf` branches that only say `required` (`[{"required": ["a"]},
+/// {"required": ["b"]}]`, "a or b, not both"), rewritten as `anyOf`
+/// branches no two of which hold together: where another branch requires
+/// exactly one property that branch i does not, branch i forbids it; where
+/// another requires none that branch i does not, both would hold and branch
+/// i is dropped. `None` when the branches are not of that form, or another
+/// branch requires two or more that branch i does not ("not all of them"
+/// has no grammar here).
+pub(super) fn exclusive_required(branches: &[Value]) -> Option<Vec<Value>> {
+    let required: Vec<Vec<&str>> = branches
+        .iter()
+        .map(|b| {
+            let o = b.as_object()?;
+            o.keys().all(|k| matches!(k.as_str(), "required" | "title" | "description" | "$comment")).then_some(())?;
+            o.get("required")?.as_array()?.iter().map(Value::as_str).collect::<Option<Vec<&str>>>()
+        })
+        .collect::<Option<_>>()?;
+    let mut out = Vec::new();
+    'branch: for (i, mine) in required.iter().enumerate() {
+        let mut forbidden = serde_json::Map::new();
+        for other in required.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, o)| o) {
+            let missing: Vec<&&str> = other.iter().filter(|p| !mine.contains(p)).collect();
+            match missing.as_slice() {
+                [] => continue 'branch,
+                [p] => {
+                    forbidden.insert(p.to_string(), Value::Bool(false));
+                }
+                _ => return None,
+            }
+        }
+        let mut b = serde_json::json!({"required": mine, "properties": forbidden});
+        // Every branch holds for a value that is not an object, so with two
+        // or more of them `oneOf` refuses those.
+        if branches.len() > 1 {
+            b["type"] = Value::from("object");
+        }
+        out.push(b);
+    }
+    Some(out)
 }
 
 /// True when every pair of `branches` is [`disjoint`].

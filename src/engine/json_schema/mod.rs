@@ -170,6 +170,15 @@ impl<'s> Conv<'s> {
             }
             return self.reference(r.as_str().unwrap_or_default());
         }
+        // "Exactly one of these property sets": made exclusive, then `anyOf`.
+        if let Some(exclusive) = obj.get("oneOf").and_then(Value::as_array).and_then(|b| disjoint::exclusive_required(b)) {
+            if !obj.contains_key("anyOf") {
+                let mut o = obj.clone();
+                o.remove("oneOf");
+                o.insert("anyOf".into(), Value::Array(exclusive));
+                return self.schema(&Value::Object(o));
+            }
+        }
         // Known validation keywords that cannot be enforced are refused by
         // name; keywords JSON Schema does not define are annotations and
         // are ignored, as the specification says.
@@ -582,10 +591,15 @@ fn merge_all_of(base: &serde_json::Map<String, Value>, all: &Value) -> Result<Va
                 }
                 ("properties", Some(Value::Object(p))) => {
                     for (name, s) in v.as_object().into_iter().flatten() {
-                        if p.get(name).is_some_and(|old| old != s) {
-                            return Err(unsupported("allOf", &format!("property `{name}` has two different schemas")));
-                        }
-                        p.insert(name.clone(), s.clone());
+                        // `false` (the property may not appear) wins; `true` adds nothing.
+                        let merged = match p.get(name) {
+                            None | Some(Value::Bool(true)) => s.clone(),
+                            Some(old) if old == s || *s == Value::Bool(true) => old.clone(),
+                            Some(Value::Bool(false)) => Value::Bool(false),
+                            Some(_) if *s == Value::Bool(false) => Value::Bool(false),
+                            Some(_) => return Err(unsupported("allOf", &format!("property `{name}` has two different schemas"))),
+                        };
+                        p.insert(name.clone(), merged);
                     }
                 }
                 ("required", Some(Value::Array(r))) => {
