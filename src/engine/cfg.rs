@@ -50,6 +50,23 @@ pub struct Perm {
     pub sep: Sym,
 }
 
+impl Perm {
+    /// True when member `j` must appear.
+    pub fn is_required(&self, j: usize) -> bool {
+        has_member(&self.required, j)
+    }
+}
+
+/// True when member `j` is in the set `words` (one bit per member).
+pub fn has_member(words: &[u64], j: usize) -> bool {
+    words[j / 64] >> (j % 64) & 1 == 1
+}
+
+/// Adds member `j` to the set `words`.
+pub fn add_member(words: &mut [u64], j: usize) {
+    words[j / 64] |= 1 << (j % 64);
+}
+
 /// A compiled context-free grammar over regular lexemes.
 #[derive(Debug)]
 pub struct Cfg {
@@ -471,7 +488,7 @@ impl<'g> Builder<'g> {
                 for (j, (m, req)) in members.iter().enumerate() {
                     syms.push(Some(self.symbol_any(m, name)?));
                     if *req {
-                        required[j / 64] |= 1 << (j % 64);
+                        add_member(&mut required, j);
                     }
                 }
                 let entry = self.new_nt(format!("{name}~perm"));
@@ -508,9 +525,8 @@ impl<'g> Builder<'g> {
         // to write it).
         let mut with_perms = self.productions.clone();
         for p in &self.perms {
-            let req: Vec<Sym> = p.members.iter().enumerate().filter(|(j, _)| p.required[j / 64] >> (j % 64) & 1 == 1).filter_map(|(_, m)| *m).collect();
-            let mut rhs = req.clone();
-            if req.len() > 1 {
+            let mut rhs: Vec<Sym> = p.members.iter().enumerate().filter(|(j, _)| p.is_required(*j)).filter_map(|(_, m)| *m).collect();
+            if rhs.len() > 1 {
                 rhs.push(p.sep);
             }
             with_perms.push(Production { lhs: p.entry, rhs });

@@ -723,7 +723,8 @@ impl Dfa {
         // Only dense states can take a slice (and are worth the search).
         let dense = (0..=255u8).filter(|&b| self.step(s, b).is_some()).count() >= 64;
         let mut found = None;
-        for (i, sl) in vocab.slicer().slices.iter().enumerate().filter(|_| dense) {
+        let slices = if dense { &vocab.slicer().slices[..] } else { &[] };
+        for (i, sl) in slices.iter().enumerate() {
             match self.takes_all(vocab, s, sl.kind, sl.max_len, i == 0) {
                 Taken::No => continue,
                 Taken::UpTo => {}
@@ -751,7 +752,9 @@ impl Dfa {
     /// states already known to take the first slice are not searched again.
     fn takes_all(&self, vocab: &Vocab, s: DfaState, kind: crate::engine::SliceKind, len: usize, first: bool) -> Taken {
         type Seen = std::collections::HashSet<(DfaState, u8), std::hash::BuildHasherDefault<SetHasher>>;
-        let known = |t: DfaState| first && self.absorbs.lock().unwrap_or_else(|e| e.into_inner()).get(&(vocab.id(), t)) == Some(&Some(0));
+        // Held for the search (rows are made under another lock, never this one).
+        let cache = first.then(|| self.absorbs.lock().unwrap_or_else(|e| e.into_inner()));
+        let known = |t: DfaState| cache.as_ref().is_some_and(|c| c.get(&(vocab.id(), t)) == Some(&Some(0)));
         // Per phase, one byte of each (byte class, next phase): the bytes
         // of a class step alike.
         let moves: Vec<Vec<(u8, u8)>> = (0..8u8)

@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// End of a chain of items.
 const NONE: u32 = u32::MAX;
 
-use super::cfg::{Cfg, Perm, Sym};
+use super::cfg::{add_member, has_member, Cfg, Sym};
 use super::dfa::DfaState;
 use super::trie::TokenTrie;
 use super::vocab::Vocab;
@@ -448,7 +448,8 @@ impl Parser {
         }
         let PermState { perm, first, ref set, nullable, nt, .. } = self.ext.nts[state];
         let set = set.clone();
-        let p: Perm = self.t.cfg.perms[perm as usize].clone();
+        let t = self.t.clone();
+        let p = &t.cfg.perms[perm as usize];
         let mut prods: Vec<Vec<Sym>> = Vec::new();
         if nullable {
             prods.push(vec![]);
@@ -460,11 +461,11 @@ impl Parser {
         }
         for (j, m) in p.members.iter().enumerate() {
             let Some(m) = *m else { continue };
-            if set[j / 64] >> (j % 64) & 1 == 1 {
+            if has_member(&set, j) {
                 continue;
             }
             let mut more = set.clone();
-            more[j / 64] |= 1 << (j % 64);
+            add_member(&mut more, j);
             let to = self.perm_nt(perm, more);
             prods.push([lead, &[m, Sym::Nt(to)]].concat());
         }

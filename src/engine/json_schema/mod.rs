@@ -171,13 +171,12 @@ impl<'s> Conv<'s> {
             return self.reference(r.as_str().unwrap_or_default());
         }
         // "Exactly one of these property sets": made exclusive, then `anyOf`.
-        if let Some(exclusive) = obj.get("oneOf").and_then(Value::as_array).and_then(|b| disjoint::exclusive_required(b)) {
-            if !obj.contains_key("anyOf") {
-                let mut o = obj.clone();
-                o.remove("oneOf");
-                o.insert("anyOf".into(), Value::Array(exclusive));
-                return self.schema(&Value::Object(o));
-            }
+        let one_of = obj.get("oneOf").filter(|_| !obj.contains_key("anyOf")).and_then(Value::as_array);
+        if let Some(branches) = one_of.and_then(|b| disjoint::exclusive_required(b)) {
+            let mut o = obj.clone();
+            o.remove("oneOf");
+            o.insert("anyOf".into(), Value::Array(branches));
+            return self.schema(&Value::Object(o));
         }
         // Known validation keywords that cannot be enforced are refused by
         // name; keywords JSON Schema does not define are annotations and
