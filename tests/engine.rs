@@ -75,7 +75,7 @@ fn vocabularies_have_the_expected_shape() {
             }
         }
         // Special tokens are never in the trie.
-        let in_trie: std::collections::HashSet<u32> = v.trie().tokens.iter().copied().collect();
+        let in_trie: std::collections::HashSet<u32> = v.trie().token_ids().iter().copied().collect();
         for id in 0..v.len() as u32 {
             assert_eq!(in_trie.contains(&id), v.is_generable(id), "{name} token {id}");
         }

@@ -78,7 +78,7 @@ pub struct Dfa {
     overflow: AtomicBool,
     /// Per (vocabulary, state): the tokens that keep a match reachable, and
     /// the trie nodes where a match ends inside a token (see [`Dfa::sets`]).
-    sets: Mutex<HashMap<(u64, DfaState), Sets>>,
+    sets: Mutex<HashMap<(u64, DfaState, bool), Sets>>,
     /// Per (vocabulary, state): the first slice whose every text it takes
     /// without ever matching (see [`Vocab::slicer`]).
     absorbs: Mutex<HashMap<(u64, DfaState), Option<u8>>>,
@@ -349,7 +349,7 @@ const MAX_CANONICAL_STATES: usize = 48;
 /// Token sets and exits keyed by (vocabulary, canonical future language):
 /// the "inside a JSON string" state of every property lexeme of every
 /// schema shares one entry.
-type SharedKey = (u64, Arc<[u8]>);
+type SharedKey = (u64, Arc<[u8]>, bool);
 static SHARED: LazyLock<Mutex<HashMap<SharedKey, Sets>>> = LazyLock::new(Default::default);
 
 /// Merged tries of what follows exits, keyed by (vocabulary, slice, exit nodes).
@@ -402,7 +402,7 @@ pub struct Exits {
 /// Exits with more trie nodes below than this are not merged: the parser
 /// prunes most of a big subtree at its first byte, and copying it would
 /// cost more than the walk it saves.
-const MAX_MERGED: u32 = 512;
+const MAX_MERGED: usize = 512;
 
 impl Exits {
     /// True when no match ends inside a token.
@@ -709,7 +709,7 @@ impl Dfa {
     /// The tokens that keep a match reachable from `s` (no EOS), computed
     /// once per state (and once per future language, across automata).
     pub fn token_set(&self, vocab: &Vocab, s: DfaState) -> Arc<TokenSet> {
-        self.sets(vocab, s).0
+        self.cached(vocab, s, false).0
     }
 
     /// The first slice (see [`Vocab::slicer`]) whose every text `s` takes,
@@ -799,16 +799,23 @@ impl Dfa {
     /// make a match and longer tokens continue below: where a lexeme may end
     /// in the middle of a token.
     pub fn sets(&self, vocab: &Vocab, s: DfaState) -> Sets {
-        memo(&self.sets, (vocab.id(), s), MAX_CACHED, || match self.canonical(s) {
-            Some(k) => memo(&SHARED, (vocab.id(), k), MAX_SHARED, || self.walk(vocab, s)),
-            None => self.walk(vocab, s),
+        self.cached(vocab, s, true)
+    }
+
+    /// [`Dfa::sets`], with the exits left empty unless `exits`: a whole
+    /// regex constraint never needs them, and a dense state of one can have
+    /// 100,000 (`[^,]+` ends a match at every node).
+    fn cached(&self, vocab: &Vocab, s: DfaState, exits: bool) -> Sets {
+        memo(&self.sets, (vocab.id(), s, exits), MAX_CACHED, || match self.canonical(s) {
+            Some(k) => memo(&SHARED, (vocab.id(), k, exits), MAX_SHARED, || self.walk(vocab, s, exits)),
+            None => self.walk(vocab, s, exits),
         })
     }
 
-    /// One walk over the trie from `s`: the token set and the exits. Dense
-    /// states that take all text of a slice start from the slice and walk
-    /// only the other tokens.
-    fn walk(&self, vocab: &Vocab, s: DfaState) -> Sets {
+    /// One walk over the trie from `s`: the token set and (if `exits`) the
+    /// exits. Dense states that take all text of a slice start from the
+    /// slice and walk only the other tokens.
+    fn walk(&self, vocab: &Vocab, s: DfaState, exits: bool) -> Sets {
         let slice = self.slice_of(vocab, s);
         let (trie, mut m) = match slice {
             Some(i) => {
@@ -819,18 +826,24 @@ impl Dfa {
         };
         let mut x = Vec::new();
         // The flat table's step, without `step`'s test for it at every node.
+        let mut stack = Vec::new();
+        let mut exit = |i: usize, st: DfaState, kids: bool| {
+            if exits && st & ACC != 0 && kids {
+                x.push(i as u32);
+            }
+        };
         match &self.flat {
-            Some(flat) => walk_trie(trie, s, |st, b| self.flat_step(flat, st, b), &mut m, &mut x),
-            None => walk_trie(trie, s, |st, b| self.step(st, b), &mut m, &mut x),
+            Some(flat) => trie.walk_tokens_in(&mut stack, 0, s, |st, b| self.flat_step(flat, st, b), &mut m, &mut exit),
+            None => trie.walk_tokens_in(&mut stack, 0, s, |st, b| self.step(st, b), &mut m, &mut exit),
         }
         // What each token holds past each exit, merged into one trie.
-        let (big, small): (Vec<u32>, Vec<u32>) = x.into_iter().partition(|&e| trie.subtree[e as usize] > MAX_MERGED);
+        let (big, small): (Vec<u32>, Vec<u32>) = x.into_iter().partition(|&e| trie.subtree(e as usize) > MAX_MERGED);
         // Many states (of many automata) end matches at the same places.
         let after = memo(&MERGED, (vocab.id(), slice, small.clone()), MAX_SHARED, || {
             let mut after: Vec<(u32, &[u8])> = Vec::new();
             for &e in &small {
-                let (e, depth) = (e as usize, trie.depth[e as usize] as usize);
-                for n in e + 1..e + trie.subtree[e] as usize {
+                let (e, depth) = (e as usize, trie.depth(e as usize));
+                for n in e + 1..e + trie.subtree(e) {
                     after.extend(trie.tokens_at(n).iter().map(|&t| (t, &vocab.bytes(t)[depth..])));
                 }
             }
@@ -855,26 +868,6 @@ impl Dfa {
     pub fn cached_masks(&self) -> usize {
         self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
-}
-
-/// The walk of [`Dfa::walk`] with a given step: every token reached into
-/// `m`, every node with children where the state accepts into `x`.
-#[inline(always)]
-fn walk_trie(
-    trie: &crate::engine::TokenTrie,
-    s: DfaState,
-    step: impl FnMut(DfaState, u8) -> Option<DfaState>,
-    m: &mut TokenMask,
-    x: &mut Vec<u32>,
-) {
-    trie.walk_nodes(0, s, step, |i, st| {
-        for &t in trie.tokens_at(i) {
-            m.set(t);
-        }
-        if st & ACC != 0 && trie.has_children(i) {
-            x.push(i as u32);
-        }
-    });
 }
 
 /// Byte to class, the number of classes, and a byte of each class.

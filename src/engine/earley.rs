@@ -309,7 +309,7 @@ impl Parser {
     pub fn allow_below(&mut self, trie: &TokenTrie, node: usize, stack: &mut Vec<u32>, out: &mut TokenMask) -> Result<(), EngineError> {
         let base = self.rows.len();
         let mut error = None;
-        trie.walk_nodes_in(
+        trie.walk_tokens_in(
             stack,
             node,
             base as u32 - 1,
@@ -327,7 +327,8 @@ impl Parser {
                     }
                 }
             },
-            |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)),
+            out,
+            |_, _, _| {},
         );
         self.truncate(base);
         error.map_or(Ok(()), Err)

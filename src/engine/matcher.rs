@@ -90,7 +90,7 @@ impl Matcher {
         match self {
             Matcher::Regular { dfa, states } => {
                 let s = *states.last().expect("state");
-                trie.walk_nodes(node, s, |st, b| dfa.step(st, b), |i, _| trie.tokens_at(i).iter().for_each(|&t| out.set(t)));
+                trie.walk_tokens_in(&mut Vec::new(), node, s, |st, b| dfa.step(st, b), out, |_, _, _| {});
                 Ok(())
             }
             Matcher::ContextFree(p) => p.allow_below(trie, node, &mut Vec::new(), out),

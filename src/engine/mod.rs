@@ -175,7 +175,12 @@ impl TokenMask {
         let n = other.words.len().min(self.words.len());
         self.words[..n].copy_from_slice(&other.words[..n]);
         self.words[n..].fill(0);
-        // `other` may have been longer: drop bits past our end.
+        // `other` may have been longer.
+        self.trim();
+    }
+
+    /// Drops the bits past the end, in the last word.
+    fn trim(&mut self) {
         if !self.len.is_multiple_of(64) {
             if let Some(last) = self.words.last_mut() {
                 *last &= (1u64 << (self.len % 64)) - 1;
