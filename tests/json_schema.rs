@@ -94,7 +94,7 @@ fn object_masks_equal_brute_force() {
     use lmt::engine::{TokenMask, Vocab};
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
-    let c = compile(json!({
+    let plain = compile(json!({
         "type": "object",
         "properties": {
             "id": {"type": "integer"}, "ok": {"type": "boolean"}, "tag": {"enum": ["a", "ab"]},
@@ -102,6 +102,13 @@ fn object_masks_equal_brute_force() {
         },
         "required": ["id", "ok"],
         "additionalProperties": {"type": "null"}
+    }));
+    // Keys by pattern beside other keys: lexemes that are differences.
+    let patterned = compile(json!({
+        "type": "object",
+        "properties": {"ab": {"type": "integer"}, "b": {"type": "boolean"}},
+        "patternProperties": {"^a": {"type": "integer", "maximum": 3}, "^[cd]+$": {"type": "null"}},
+        "additionalProperties": {"type": "boolean"}
     }));
     let v = Vocab::from_tokenizer(&common::trained_byte_level());
     let n = v.len() + 3;
@@ -121,7 +128,8 @@ fn object_masks_equal_brute_force() {
     };
     let mut runner = TestRunner::new(Config { cases: 24, ..Config::default() });
     runner
-        .run(&prop::collection::vec(any::<u32>(), 1..40), |choices| {
+        .run(&(any::<bool>(), prop::collection::vec(any::<u32>(), 1..40)), |(which, choices)| {
+            let c = if which { &plain } else { &patterned };
             let mut m = c.matcher(&Limits::default());
             let mut mask = TokenMask::new(n);
             let mut text = Vec::new();
@@ -136,6 +144,55 @@ fn object_masks_equal_brute_force() {
             Ok(())
         })
         .unwrap();
+}
+
+#[test]
+fn pattern_properties_beside_other_keys() {
+    let c = compile(json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "x-id": {"type": "integer", "minimum": 0}},
+        "patternProperties": {"^x-": {"type": "integer", "maximum": 5}, "^[0-9]+$": {"type": "null"}},
+        "additionalProperties": {"type": "boolean"}
+    }));
+    for ok in [r#"{"name":"a","x-a":1,"other":true}"#, r#"{"x-id":5,"12":null,"x":false}"#, r#"{"x-":-4,"name1":true}"#, "{}"] {
+        assert!(accepts(&c, ok), "{ok}");
+    }
+    for bad in [
+        r#"{"x-a":"s"}"#,      // a pattern's key takes the pattern's schema
+        r#"{"x-a":6}"#,        // … all of it
+        r#"{"other":1}"#,      // any other key takes additionalProperties
+        r#"{"12":true}"#,      // a key a pattern matches is not "other"
+        r#"{"name":true}"#,    // nor is a listed one
+        r#"{"x-id":-1}"#,      // a listed name a pattern matches takes both schemas
+        r#"{"x-id":6}"#,
+        r#"{"x-id":1,"x-id":2}"#,
+    ] {
+        assert!(!accepts(&c, bad), "{bad}");
+    }
+    // A pattern that takes every key leaves nothing to the other keys.
+    let all = compile(json!({"patternProperties": {".*": {"type": "integer"}}}));
+    assert!(accepts(&all, r#"{"a":1,"":2}"#) && !accepts(&all, r#"{"a":true}"#));
+    // Overlapping patterns must agree on the schema.
+    let same = json!({"patternProperties": {"^a": {"type": "null"}, "b$": {"type": "null"}}, "additionalProperties": false});
+    assert!(accepts(&compile(same), r#"{"ab":null,"a":null,"b":null}"#));
+    let differ = json!({"patternProperties": {"^a": {"type": "null"}, "b$": {"type": "integer"}}});
+    match Constraint::json_schema(&differ, Whitespace::Compact, &Limits::default()) {
+        Err(EngineError::Unsupported(m)) => assert!(m.contains("`patternProperties`") && m.contains("\"^a\""), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // Disjoint patterns with different schemas are fine.
+    let disjoint = compile(json!({"patternProperties": {"^/": {"type": "string"}, "^[^/]": {"type": "integer"}}}));
+    assert!(accepts(&disjoint, r#"{"/a":"x","a":1}"#) && !accepts(&disjoint, r#"{"/a":1}"#));
+}
+
+#[test]
+fn a_group_repeated_keeps_its_count() {
+    // `(…{2})?` once came back from regex-syntax's printer as a lazy `{2}`.
+    let c = compile(json!({"type": "string", "pattern": "^#[0-9a-fA-F]{6}([0-9a-fA-F]{2})?$"}));
+    assert!(accepts(&c, "\"#ff0000\"") && accepts(&c, "\"#ff000011\""));
+    assert!(!accepts(&c, "\"#ff00001\"") && !accepts(&c, "\"#ff00\""));
+    let nested = compile(json!({"type": "string", "pattern": "^(?:(?:ab)+)+$"}));
+    assert!(accepts(&nested, "\"abab\"") && !accepts(&nested, "\"aba\""));
 }
 
 #[test]

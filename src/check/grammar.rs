@@ -111,6 +111,10 @@ fn visit<'g>(e: &'g GExpr, f: &mut impl FnMut(&'g GExpr)) {
             extra.iter().for_each(|x| visit(x, f));
             visit(sep, f);
         }
+        GKind::Except { base, except } => {
+            visit(base, f);
+            visit(except, f);
+        }
         _ => {}
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
+use regex_syntax::hir::{Capture, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
 
 use super::dfa::Dfa;
 use super::{EngineError, Limits};
@@ -125,9 +125,6 @@ struct Builder<'g> {
     /// Rules that take part in a cycle of references, or reference one.
     non_regular: HashMap<&'g str, bool>,
     hir_cache: HashMap<&'g str, Hir>,
-    /// Parsed `/regex/` terminals: JSON Schema grammars repeat the same
-    /// few (a string, a number) in every property.
-    regex_cache: HashMap<&'g str, Hir>,
     lexeme_ids: HashMap<String, u32>,
     lexemes: Vec<Arc<Dfa>>,
     productions: Vec<Production>,
@@ -150,7 +147,6 @@ impl<'g> Builder<'g> {
             rules,
             non_regular: HashMap::new(),
             hir_cache: HashMap::new(),
-            regex_cache: HashMap::new(),
             lexeme_ids: HashMap::new(),
             lexemes: Vec::new(),
             productions: Vec::new(),
@@ -196,8 +192,8 @@ impl<'g> Builder<'g> {
         };
         let reaches: HashMap<&str, std::collections::HashSet<&str>> = names.iter().map(|n| (*n, reach(n))).collect();
         let cyclic: std::collections::HashSet<&str> = names.iter().copied().filter(|n| reaches[n].contains(n)).collect();
-        // Rules with a permutation have no automaton: always nonterminals.
-        let structural: std::collections::HashSet<&str> = names.iter().copied().filter(|n| has_permutation(self.rules[n])).collect();
+        // Rules with a permutation or a difference have no regex: always nonterminals.
+        let structural: std::collections::HashSet<&str> = names.iter().copied().filter(|n| is_structural(self.rules[n])).collect();
         for n in &names {
             let nr = cyclic.contains(n) || structural.contains(n) || reaches[n].iter().any(|m| cyclic.contains(m) || structural.contains(m));
             self.non_regular.insert(n, nr);
@@ -264,7 +260,7 @@ impl<'g> Builder<'g> {
             GKind::Ref(r) => !self.non_regular.get(r.as_str()).copied().unwrap_or(true),
             GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.is_regular(x)),
             GKind::Repeat { inner, .. } => self.is_regular(inner),
-            GKind::Permutation { .. } => false,
+            GKind::Permutation { .. } | GKind::Except { .. } => false,
             _ => true,
         }
     }
@@ -292,18 +288,7 @@ impl<'g> Builder<'g> {
                 Hir::class(Class::Unicode(class))
             }
             GKind::Any => Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new('\0', char::MAX)]))),
-            GKind::Regex(r) => {
-                if let Some(h) = self.regex_cache.get(r.as_str()) {
-                    return Ok(h.clone());
-                }
-                let h = regex_syntax::ParserBuilder::new()
-                    .nest_limit(self.limits.max_nesting as u32)
-                    .build()
-                    .parse(r)
-                    .map_err(|err| EngineError::Regex(format!("/{r}/: {err}")))?;
-                self.regex_cache.insert(r, h.clone());
-                h
-            }
+            GKind::Regex(r) => parse_regex(r, self.limits)?,
             GKind::Ref(name) => {
                 if let Some(h) = self.hir_cache.get(name.as_str()) {
                     return Ok(h.clone());
@@ -334,16 +319,34 @@ impl<'g> Builder<'g> {
                 Hir::repetition(Repetition { min: *min, max: *max, greedy: true, sub: Box::new(sub) })
             }
             // Never reached: `is_regular` is false for these.
-            GKind::Permutation { .. } => return Err(EngineError::TooComplex("a permutation has no regular form".into())),
+            GKind::Permutation { .. } | GKind::Except { .. } => {
+                return Err(EngineError::TooComplex("a permutation or a difference has no regex".into()))
+            }
         })
     }
 
     fn lexeme(&mut self, h: Hir) -> Result<Sym, EngineError> {
-        let key = h.to_string();
+        let limits = self.limits;
+        self.lexeme_by(regex_text(&h), || Dfa::from_hir(&h, limits))
+    }
+
+    /// The lexeme of the strings of `base` that are not strings of `except`.
+    fn difference(&mut self, base: &'g GExpr, except: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
+        if !self.is_regular(base) || !self.is_regular(except) {
+            return Err(EngineError::Unsupported(format!("a difference of recursive parts in `{name}`")));
+        }
+        let (b, x) = (self.hir(base)?, self.hir(except)?);
+        // No regex prints with a NUL in it: these keys cannot meet a regex's.
+        let limits = self.limits;
+        self.lexeme_by(format!("{}\0-\0{}", regex_text(&b), regex_text(&x)), || Dfa::from_hir(&b, limits)?.difference(&Dfa::from_hir(&x, limits)?, limits))
+    }
+
+    /// The lexeme named `key`, from this grammar's, the process's, or `make`.
+    fn lexeme_by(&mut self, key: String, make: impl FnOnce() -> Result<Dfa, EngineError>) -> Result<Sym, EngineError> {
         if let Some(&id) = self.lexeme_ids.get(&key) {
             return Ok(Sym::Lex(id));
         }
-        let dfa = intern_lexeme(&key, &h, self.limits)?;
+        let dfa = intern_lexeme(&key, make)?;
         let id = self.lexemes.len() as u32;
         self.lexemes.push(dfa);
         self.lexeme_ids.insert(key, id);
@@ -473,6 +476,7 @@ impl<'g> Builder<'g> {
                 self.add(nt, rhs)?;
                 Ok(Sym::Nt(nt))
             }
+            GKind::Except { base, except } => self.difference(base, except, name),
             GKind::Permutation { members, extra, sep } => {
                 let sep = self.symbol_any(sep, name)?;
                 if let Sym::Lex(l) = sep {
@@ -604,16 +608,77 @@ fn fixpoint(productions: &[Production], n: usize, lexeme: impl Fn(u32) -> bool) 
     }
 }
 
+/// The regex text of `h`, to parse again or to key a cache. regex-syntax's
+/// printer drops the group around a repeated repetition: `(?:a{2})?`
+/// prints as `a{2}?`, which parses as a lazy `a{2}` (and `(?:a+)+` as
+/// `a++`, which does not parse). Such inner repetitions are put in a
+/// group first; the group captures nothing that anything reads.
+pub(super) fn regex_text(h: &Hir) -> String {
+    fn nested(h: &Hir) -> bool {
+        match h.kind() {
+            HirKind::Repetition(r) => matches!(r.sub.kind(), HirKind::Repetition(_)) || nested(&r.sub),
+            HirKind::Capture(c) => nested(&c.sub),
+            HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().any(nested),
+            _ => false,
+        }
+    }
+    fn group(h: &Hir) -> Hir {
+        match h.kind() {
+            HirKind::Repetition(r) => {
+                let mut sub = group(&r.sub);
+                if matches!(sub.kind(), HirKind::Repetition(_)) {
+                    sub = Hir::capture(Capture { index: 1, name: None, sub: Box::new(sub) });
+                }
+                Hir::repetition(Repetition { sub: Box::new(sub), ..r.clone() })
+            }
+            HirKind::Capture(c) => Hir::capture(Capture { sub: Box::new(group(&c.sub)), ..c.clone() }),
+            HirKind::Concat(v) => Hir::concat(v.iter().map(group).collect()),
+            HirKind::Alternation(v) => Hir::alternation(v.iter().map(group).collect()),
+            _ => h.clone(),
+        }
+    }
+    if nested(h) {
+        group(h).to_string()
+    } else {
+        h.to_string()
+    }
+}
+
+/// A `/regex/` terminal's syntax tree. Parsed ones are kept process-wide:
+/// JSON Schema grammars repeat the same few (a string, a number, a format)
+/// in every property of every schema, and parsing was a quarter of a
+/// typical schema's compile.
+fn parse_regex(r: &str, limits: &Limits) -> Result<Hir, EngineError> {
+    type Parsed = HashMap<(String, usize), Hir>;
+    static PARSED: LazyLock<Mutex<Parsed>> = LazyLock::new(Default::default);
+    let key = (r.to_string(), limits.max_nesting);
+    if let Some(h) = PARSED.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(h.clone());
+    }
+    let h = regex_syntax::ParserBuilder::new()
+        .nest_limit(limits.max_nesting as u32)
+        .build()
+        .parse(r)
+        .map_err(|err| EngineError::Regex(format!("/{r}/: {err}")))?;
+    let mut table = PARSED.lock().unwrap_or_else(|e| e.into_inner());
+    // Bounded like the lexemes below.
+    if table.len() >= 4096 {
+        table.clear();
+    }
+    table.insert(key, h.clone());
+    Ok(h)
+}
+
 /// Lexeme automata by regex, shared by every grammar in the process: the
 /// JSON string body of one schema is the same automaton, with the same
 /// cached masks, as every other schema's.
-fn intern_lexeme(key: &str, h: &Hir, limits: &Limits) -> Result<Arc<Dfa>, EngineError> {
+fn intern_lexeme(key: &str, make: impl FnOnce() -> Result<Dfa, EngineError>) -> Result<Arc<Dfa>, EngineError> {
     static LEXEMES: LazyLock<Mutex<HashMap<String, Arc<Dfa>>>> = LazyLock::new(Default::default);
     // One that outgrew its state limit is not handed out again.
     if let Some(d) = LEXEMES.lock().unwrap_or_else(|e| e.into_inner()).get(key).filter(|d| d.check().is_ok()) {
         return Ok(d.clone());
     }
-    let d = Arc::new(Dfa::from_hir(h, limits)?);
+    let d = Arc::new(make()?);
     let mut table = LEXEMES.lock().unwrap_or_else(|e| e.into_inner());
     // Bounded: past 512 lexemes the table starts over (grammars keep their own Arcs).
     if table.len() >= 512 {
@@ -633,15 +698,21 @@ fn collect_refs<'a>(e: &'a GExpr, out: &mut Vec<&'a str>) {
             extra.iter().for_each(|x| collect_refs(x, out));
             collect_refs(sep, out);
         }
+        GKind::Except { base, except } => {
+            collect_refs(base, out);
+            collect_refs(except, out);
+        }
         _ => {}
     }
 }
 
-fn has_permutation(e: &GExpr) -> bool {
+/// True for expressions with a node no regex can say (a permutation, a
+/// difference): the rules that hold them are always nonterminals.
+fn is_structural(e: &GExpr) -> bool {
     match &e.kind {
-        GKind::Permutation { .. } => true,
-        GKind::Alt(v) | GKind::Seq(v) => v.iter().any(has_permutation),
-        GKind::Repeat { inner, .. } => has_permutation(inner),
+        GKind::Permutation { .. } | GKind::Except { .. } => true,
+        GKind::Alt(v) | GKind::Seq(v) => v.iter().any(is_structural),
+        GKind::Repeat { inner, .. } => is_structural(inner),
         _ => false,
     }
 }

@@ -513,6 +513,17 @@ impl Dfa {
         tabulate(&dfa, start, limits)
     }
 
+    /// The strings `self` matches that `other` does not (both anchored at
+    /// both ends), determinized at once within `limits`.
+    pub fn difference(&self, other: &Dfa, limits: &Limits) -> Result<Dfa, EngineError> {
+        difference(self, other, limits)
+    }
+
+    /// True when no string matches.
+    pub fn is_empty(&self) -> bool {
+        !self.is_live(self.start)
+    }
+
     /// The state before any byte.
     pub fn start(&self) -> DfaState {
         self.start
@@ -884,9 +895,7 @@ fn class_table(bc: &regex_automata::util::alphabet::ByteClasses) -> ([u8; 256], 
     (classes, stride, reps)
 }
 
-/// Explores the states reachable from `start`, works out which can still
-/// reach a match (backwards from the accepting ones), and builds the table
-/// of live transitions.
+/// Explores the states reachable from `start` and builds the automaton.
 fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Result<Dfa, EngineError> {
     let (classes, stride, reps) = class_table(dfa.byte_classes());
     // Breadth-first numbering of the reachable states. regex-automata's ids
@@ -912,9 +921,7 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
     let mut raw: Vec<u32> = Vec::new();
     let mut i = 0;
     while i < order.len() {
-        if order.len() > limits.max_states || raw.len() > limits.max_automaton_bytes / 4 {
-            return Err(EngineError::TooComplex(format!("the automaton has more than {} states", limits.max_states.min(order.len()))));
-        }
+        check_size(order.len(), raw.len(), limits)?;
         let s = order[i];
         i += 1;
         for &b in &reps {
@@ -930,15 +937,31 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
             raw.push(id);
         }
     }
-    let n = order.len();
     let accepting: Vec<bool> = order.iter().map(|&s| dfa.is_match_state(dfa.next_eoi_state(s))).collect();
+    Ok(finish(classes, stride, &raw, &accepting))
+}
+
+/// An error once an eagerly explored automaton passes the limits.
+fn check_size(states: usize, transitions: usize, limits: &Limits) -> Result<(), EngineError> {
+    if states > limits.max_states || transitions > limits.max_automaton_bytes / 4 {
+        return Err(EngineError::TooComplex(format!("the automaton has more than {} states", limits.max_states.min(states))));
+    }
+    Ok(())
+}
+
+/// The automaton of explored states (`raw`: `stride` targets per state,
+/// [`DEAD`] for none; state 0 the start): works out which states can still
+/// reach a match (backwards from the accepting ones), cuts transitions to
+/// the others, and flattens the table.
+fn finish(classes: [u8; 256], stride: usize, raw: &[u32], accepting: &[bool]) -> Dfa {
+    let n = accepting.len();
     let mut reverse: Vec<Vec<u32>> = vec![Vec::new(); n];
     for (k, &t) in raw.iter().enumerate() {
         if t != DEAD {
             reverse[t as usize].push((k / stride) as u32);
         }
     }
-    let mut live = accepting.clone();
+    let mut live = accepting.to_vec();
     let mut queue: Vec<usize> = (0..n).filter(|&i| live[i]).collect();
     while let Some(i) = queue.pop() {
         for &p in &reverse[i] {
@@ -963,7 +986,58 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
     }
     let mut d = Dfa::with_table(classes, stride, table, id_of(0), None);
     d.flatten();
-    Ok(d)
+    d
+}
+
+/// The automaton of the strings `a` accepts and `b` does not: the product
+/// of the two, explored at once from their start states, over byte classes
+/// that refine both. (Difference is what regex syntax cannot say; JSON
+/// Schema needs it for "any key but these names and patterns".)
+fn difference(a: &Dfa, b: &Dfa, limits: &Limits) -> Result<Dfa, EngineError> {
+    // Classes are runs of bytes; the pairs of the two runs are runs too.
+    let mut classes = [0u8; 256];
+    let mut reps = vec![0u8];
+    for byte in 1..=255u8 {
+        let (x, y) = (byte as usize, byte as usize - 1);
+        let same = a.classes[x] == a.classes[y] && b.classes[x] == b.classes[y];
+        if !same {
+            reps.push(byte);
+        }
+        classes[x] = (reps.len() - 1) as u8;
+    }
+    let stride = reps.len();
+    // `None` for `b`: no string of `b` starts with what was read.
+    type Pair = (DfaState, Option<DfaState>);
+    let start: Pair = (a.start(), b.is_live(b.start()).then(|| b.start()));
+    if !a.is_live(a.start()) {
+        return Ok(finish(classes, stride, &vec![DEAD; stride], &[false]));
+    }
+    let mut ids: HashMap<Pair, u32> = HashMap::from([(start, 0)]);
+    let mut order: Vec<Pair> = vec![start];
+    let mut raw: Vec<u32> = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        check_size(order.len(), raw.len(), limits)?;
+        let (sa, sb) = order[i];
+        i += 1;
+        for &byte in &reps {
+            let Some(na) = a.step(sa, byte) else {
+                raw.push(DEAD);
+                continue;
+            };
+            let next = (na, sb.and_then(|sb| b.step(sb, byte)));
+            let fresh = order.len() as u32;
+            let id = *ids.entry(next).or_insert_with(|| {
+                order.push(next);
+                fresh
+            });
+            raw.push(id);
+        }
+    }
+    a.check()?;
+    b.check()?;
+    let accepting: Vec<bool> = order.iter().map(|&(sa, sb)| a.is_accepting(sa) && !sb.is_some_and(|sb| b.is_accepting(sb))).collect();
+    Ok(finish(classes, stride, &raw, &accepting))
 }
 
 #[cfg(test)]
@@ -1062,5 +1136,32 @@ mod tests {
             }
             assert!(len < 100 || deepest > 1_200, "walks went deep: {deepest}");
         }
+    }
+
+    #[test]
+    fn difference_matches_exactly_what_one_takes_and_the_other_does_not() {
+        let l = Limits::default();
+        let a = Dfa::regex("[a-z]+", &l).unwrap();
+        let b = Dfa::regex("ab|abc|x.*|é", &l).unwrap();
+        let d = a.difference(&b, &l).unwrap();
+        let matches = |s: &str| d.feed(d.start(), s.as_bytes()).is_some_and(|st| d.is_accepting(st));
+        for yes in ["a", "abd", "ac", "abcd", "ba", "y"] {
+            assert!(matches(yes), "{yes}");
+        }
+        for no in ["", "ab", "abc", "x", "xyz", "A", "é", "ab1"] {
+            assert!(!matches(no), "{no}");
+        }
+        // "x…" can never match again: the walk stops at once, as with any automaton.
+        assert!(d.step(d.start(), b'x').is_none());
+        // Complete where nothing may follow: after "ab" more letters may.
+        let ab = d.feed(d.start(), b"ab").unwrap();
+        assert!(!d.is_accepting(ab) && !d.is_complete(ab));
+        // Minus everything, nothing is left.
+        assert!(a.difference(&Dfa::regex("(?s:.)*", &l).unwrap(), &l).unwrap().is_empty());
+        assert!(!d.is_empty());
+        // The product is bounded like any eager automaton.
+        let big = Dfa::regex("[a-z]{0,300}", &l).unwrap();
+        let small = Limits { max_states: 50, ..Limits::default() };
+        assert!(matches!(big.difference(&b, &small), Err(EngineError::TooComplex(_))));
     }
 }

@@ -214,5 +214,6 @@ pub fn gexpr(e: &GExpr) -> String {
             items.extend(extra.iter().map(|x| format!("{}*", gexpr(x))));
             format!("permutation({} / {})", items.join(", "), gexpr(sep))
         }
+        GKind::Except { base, except } => format!("except({}, {})", gexpr(base), gexpr(except)),
     }
 }

@@ -93,6 +93,15 @@ pub enum GKind {
         /// What comes between two items; it must not match the empty string.
         sep: Box<GExpr>,
     },
+    /// The strings of `base` that are not strings of `except`; both
+    /// regular. GBNF has no syntax for it either: the JSON Schema compiler
+    /// makes it for keys that are none of an object's names and patterns.
+    Except {
+        /// What is taken.
+        base: Box<GExpr>,
+        /// What of it is left out.
+        except: Box<GExpr>,
+    },
 }
 
 impl Grammar {

@@ -6,17 +6,21 @@
 //! `$ref`s; `oneOf` is taken as `anyOf` where its branches are provably
 //! disjoint ([`disjoint`]). Properties may come in any order, each at most
 //! once (a [`GKind::Permutation`]), with additional properties (allowed by
-//! default, as the spec says) anywhere among them.
+//! default, as the spec says) anywhere among them. Keys by
+//! `patternProperties` and "any other key" are differences of regular
+//! languages (a [`GKind::Except`]: the string minus the listed names and the
+//! patterns), so each key takes exactly the schemas that apply to it.
 
 mod disjoint;
 mod numbers;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use regex_syntax::hir::{self, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look};
 use serde_json::Value;
 
-use super::EngineError;
+use super::{Dfa, EngineError, Limits};
 use numbers::{integer_regex, number_regex, NUMBER};
 use crate::syntax::gbnf::{GExpr, GKind, Grammar, GrammarRule};
 
@@ -434,19 +438,39 @@ impl<'s> Conv<'s> {
 
     fn object(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
         let ws = self.ws();
-        let mut props: Vec<(String, &Value)> =
-            obj.get("properties").and_then(Value::as_object).map(|p| p.iter().map(|(k, v)| (k.clone(), v)).collect()).unwrap_or_default();
+        let mut props: Vec<(String, Cow<Value>)> = obj
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.iter().map(|(k, v)| (k.clone(), Cow::Borrowed(v))).collect())
+            .unwrap_or_default();
         let required: Vec<&str> = obj.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let patterns = pattern_keys(obj)?;
+        let matched = |k: &str| -> Vec<&PatternKey> { patterns.iter().filter(|p| p.matches(k)).collect() };
         // A required name without a schema may hold any value, unless
-        // nothing but the listed properties is allowed.
+        // nothing but the listed properties (and the patterns') is allowed.
         static ANY: Value = Value::Bool(true);
-        let listed: Vec<String> = props.iter().map(|(k, _)| k.clone()).collect();
         for r in &required {
-            if !listed.iter().any(|k| k == r) {
-                if obj.get("additionalProperties") == Some(&Value::Bool(false)) {
+            if !props.iter().any(|(k, _)| k == r) {
+                if obj.get("additionalProperties") == Some(&Value::Bool(false)) && matched(r).is_empty() {
                     return Err(EngineError::Unsatisfiable(format!("`{r}` is required but no property of that name is allowed")));
                 }
-                props.push((r.to_string(), &ANY));
+                props.push((r.to_string(), Cow::Borrowed(&ANY)));
+            }
+        }
+        // A listed name that a pattern matches takes both schemas.
+        for (k, sub) in &mut props {
+            for p in matched(k) {
+                if is_true(p.schema) || **sub == *p.schema {
+                    continue;
+                }
+                *sub = if is_true(sub) {
+                    Cow::Borrowed(p.schema)
+                } else {
+                    let both = Value::Array(vec![sub.clone().into_owned(), p.schema.clone()]);
+                    Cow::Owned(merge_all_of(&serde_json::Map::new(), &both).map_err(|_| {
+                        unsupported("patternProperties", &format!("property `{k}` also matches /{}/ and the two schemas cannot be merged", p.pattern))
+                    })?)
+                };
             }
         }
         let names: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
@@ -459,17 +483,21 @@ impl<'s> Conv<'s> {
             return Err(unsupported("maxProperties", "not supported"));
         }
         let mut extra_keys: Vec<GExpr> = Vec::new();
-        if obj.contains_key("patternProperties") && obj.get("additionalProperties") != Some(&Value::Bool(false)) {
-            return Err(unsupported("patternProperties", "with additional properties allowed is not supported (their keys cannot be excluded)"));
-        }
-        // Extra keys are any key but the listed ones.
-        let other_key = rx(&format!("\"{}\"", not_names(&names)));
-        if let Some(pp) = obj.get("patternProperties").and_then(Value::as_object) {
-            for (pat, sub) in pp {
-                let key = e(GKind::Regex(format!("\"{}\"", pattern_in_string(pat)?)));
-                let value = self.schema(sub)?;
-                extra_keys.push(seq(vec![key, ws.clone(), lit(":"), ws.clone(), value]));
+        let listed = || alt(names.iter().map(|n| lit(&json_text(&Value::String(n.to_string())))).collect());
+        let minus_names = |key: GExpr| if names.is_empty() { key } else { e(GKind::Except { base: Box::new(key), except: Box::new(listed()) }) };
+        // Extra keys are any key but the listed ones (and the patterns').
+        let other_key = if patterns.is_empty() {
+            rx(&format!("\"{}\"", not_names(&names)))
+        } else {
+            let mut taken: Vec<GExpr> = patterns.iter().map(|p| rx(&p.key)).collect();
+            if !names.is_empty() {
+                taken.push(listed());
             }
+            e(GKind::Except { base: Box::new(rx(&format!("\"{STRING_CHAR}*\""))), except: Box::new(alt(taken)) })
+        };
+        for p in &patterns {
+            let value = self.schema(p.schema)?;
+            extra_keys.push(seq(vec![minus_names(rx(&p.key)), ws.clone(), lit(":"), ws.clone(), value]));
         }
         match obj.get("additionalProperties") {
             Some(Value::Bool(false)) => {}
@@ -546,6 +574,48 @@ fn not_names(names: &[&str]) -> String {
     let mut alts = Vec::new();
     go(&root, "", &mut alts);
     format!("(?:{})", alts.join("|"))
+}
+
+/// One of `patternProperties`: the ECMAScript pattern, the regex of the
+/// JSON keys (quotes included) whose text it matches, and the value's schema.
+struct PatternKey<'a> {
+    pattern: &'a str,
+    key: String,
+    dfa: Dfa,
+    schema: &'a Value,
+}
+
+impl PatternKey<'_> {
+    /// True when the pattern matches the property name `name`.
+    fn matches(&self, name: &str) -> bool {
+        let text = json_text(&Value::String(name.to_string()));
+        self.dfa.feed(self.dfa.start(), text.as_bytes()).is_some_and(|s| self.dfa.is_accepting(s))
+    }
+}
+
+/// The object's `patternProperties`. Two patterns that share a key must
+/// share its schema too: a key they both match would need both.
+fn pattern_keys(obj: &serde_json::Map<String, Value>) -> Result<Vec<PatternKey<'_>>, EngineError> {
+    let mut out: Vec<PatternKey> = Vec::new();
+    for (pattern, schema) in obj.get("patternProperties").and_then(Value::as_object).into_iter().flatten() {
+        let key = format!("\"{}\"", pattern_in_string(pattern)?);
+        let limits = Limits::default();
+        let dfa = Dfa::regex(&key, &limits)?;
+        for other in out.iter().filter(|o| o.schema != schema) {
+            // Some key matches both: what one takes minus what only it takes.
+            if !dfa.difference(&dfa.difference(&other.dfa, &limits)?, &limits)?.is_empty() {
+                let why = format!("the patterns {pattern:?} and {:?} match some keys in common and have different schemas", other.pattern);
+                return Err(unsupported("patternProperties", &why));
+            }
+        }
+        out.push(PatternKey { pattern, key, dfa, schema });
+    }
+    Ok(out)
+}
+
+/// True for the schemas every value satisfies (`true`, `{}`).
+fn is_true(s: &Value) -> bool {
+    matches!(s, Value::Bool(true)) || s.as_object().is_some_and(|o| o.is_empty())
 }
 
 /// Counts above this are past any generation: as a maximum they bound
@@ -739,7 +809,7 @@ fn no_escapes(h: &Hir) -> Result<String, EngineError> {
             HirKind::Empty => h.clone(),
         })
     }
-    Ok(fix(h, &bad)?.to_string())
+    Ok(super::cfg::regex_text(&fix(h, &bad)?))
 }
 
 #[cfg(test)]
