@@ -283,7 +283,7 @@ fn one_of_required_property_sets_is_exclusive() {
 }
 
 #[test]
-fn a_repeated_class_pattern_takes_the_lengths() {
+fn patterns_and_formats_take_the_lengths() {
     let c = compile(json!({"type": "string", "pattern": "^[a-z0-9-]+$", "minLength": 3, "maxLength": 5}));
     for ok in ["\"abc\"", "\"a-9zz\""] {
         assert!(accepts(&c, ok), "{ok}");
@@ -293,8 +293,22 @@ fn a_repeated_class_pattern_takes_the_lengths() {
     }
     let c = compile(json!({"type": "string", "pattern": "^[0-9]*$", "maxLength": 2}));
     assert!(accepts(&c, "\"\"") && accepts(&c, "\"12\"") && !accepts(&c, "\"123\""));
-    let other = Constraint::json_schema(&json!({"type": "string", "pattern": "^a+b$", "maxLength": 3}), Whitespace::Compact, &Limits::default());
-    assert!(matches!(other, Err(EngineError::Unsupported(m)) if m.contains("`pattern`")));
+    // Any other pattern or format: its strings minus those of other lengths
+    // (lengths count characters, an escape being one).
+    let other = compile(json!({"type": "string", "pattern": "^a+b$", "maxLength": 3}));
+    assert!(accepts(&other, "\"ab\"") && accepts(&other, "\"aab\""));
+    assert!(!accepts(&other, "\"aaab\"") && !accepts(&other, "\"b\""));
+    let words = compile(json!({"type": "string", "pattern": "^(?:\\S+\\s+){0,2}\\S+$", "minLength": 4, "maxLength": 8}));
+    for ok in ["\"ab c\"", "\"é ü ö\"", "\"abcdefgh\""] {
+        assert!(accepts(&words, ok), "{ok}");
+    }
+    for bad in ["\"abc\"", "\"abcdefghi\"", "\"a b c d\"", "\"ab \""] {
+        assert!(!accepts(&words, bad), "{bad}");
+    }
+    let date = compile(json!({"type": "string", "format": "date", "maxLength": 10}));
+    assert!(accepts(&date, "\"2024-02-29\""));
+    let short = Constraint::json_schema(&json!({"type": "string", "format": "date", "maxLength": 9}), Whitespace::Compact, &Limits::default());
+    assert!(matches!(short, Err(EngineError::Unsatisfiable(_))), "no date has 9 characters: {short:?}");
 }
 
 #[test]

@@ -943,8 +943,11 @@ fn tabulate(dfa: &dense::DFA<Vec<u32>>, start: StateID, limits: &Limits) -> Resu
 
 /// An error once an eagerly explored automaton passes the limits.
 fn check_size(states: usize, transitions: usize, limits: &Limits) -> Result<(), EngineError> {
-    if states > limits.max_states || transitions > limits.max_automaton_bytes / 4 {
-        return Err(EngineError::TooComplex(format!("the automaton has more than {} states", limits.max_states.min(states))));
+    if states > limits.max_states {
+        return Err(EngineError::TooComplex(format!("the automaton has more than {} states", limits.max_states)));
+    }
+    if transitions > limits.max_automaton_bytes / 4 {
+        return Err(EngineError::TooComplex(format!("the automaton has more than {} transitions ({states} states)", limits.max_automaton_bytes / 4)));
     }
     Ok(())
 }

@@ -130,12 +130,18 @@ impl<'s> Conv<'s> {
     /// A value written as one lexeme of its own (see `%` rules in `cfg`),
     /// shared by every place that uses the same regex.
     fn atomic(&mut self, regex: String) -> GExpr {
-        let name = match self.refs.get(&format!("%{regex}")) {
+        let body = rx(&regex);
+        self.shared(format!("%{regex}"), body)
+    }
+
+    /// A reference to the rule of `body`, made once per `key`.
+    fn shared(&mut self, key: String, body: GExpr) -> GExpr {
+        let name = match self.refs.get(&key) {
             Some(n) => n.clone(),
             None => {
                 let n = format!("%v{}", self.refs.len());
-                self.refs.insert(format!("%{regex}"), n.clone());
-                self.add_rule(n.clone(), rx(&regex));
+                self.refs.insert(key, n.clone());
+                self.add_rule(n.clone(), body);
                 n
             }
         };
@@ -356,23 +362,32 @@ impl<'s> Conv<'s> {
         // Known formats are enforced; others are annotations, as the
         // specification says of formats a validator does not know.
         let (min, max) = counts(obj, "minLength", "maxLength")?;
-        if let Some(r) = obj.get("format").and_then(Value::as_str).and_then(format_regex) {
-            // Lengths would need the intersection of two regexes: refused
-            // rather than silently dropped.
-            if min > 0 || max.is_some() {
-                return Err(unsupported("format", "together with minLength/maxLength is not supported"));
+        // A format or pattern with lengths: the strings of the one minus
+        // those of other lengths (`^[class]+$` forms take the lengths into
+        // their count instead, which is cheaper).
+        let shaped = match (obj.get("format").and_then(Value::as_str).and_then(format_regex), obj.get("pattern").and_then(Value::as_str)) {
+            (Some(f), _) => Some(f.to_string()),
+            (None, Some(p)) if min > 0 || max.is_some() => match counted_pattern(p, min, max)? {
+                Some(counted) => return Ok(self.atomic(format!("\"{counted}\""))),
+                None => Some(pattern_in_string(p)?),
+            },
+            (None, Some(p)) => Some(pattern_in_string(p)?),
+            (None, None) => None,
+        };
+        if let Some(r) = shaped {
+            let mut wrong = Vec::new();
+            if min > 0 {
+                wrong.push(format!("{STRING_CHAR}{{0,{}}}", min - 1));
             }
-            return Ok(self.atomic(format!("\"{r}\"")));
-        }
-        if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
-            if min > 0 || max.is_some() {
-                // `^[class]+$` and the like take the lengths into their count.
-                let r = counted_pattern(p, min, max)?
-                    .ok_or_else(|| unsupported("pattern", "together with minLength/maxLength is not supported (but for `^[…]*$` forms)"))?;
+            if let Some(m) = max {
+                wrong.push(format!("{STRING_CHAR}{{{},}}", m + 1));
+            }
+            if wrong.is_empty() {
                 return Ok(self.atomic(format!("\"{r}\"")));
             }
-            let r = format!("\"{}\"", pattern_in_string(p)?);
-            return Ok(self.atomic(r));
+            let except = rx(&format!("\"(?:{})\"", wrong.join("|")));
+            let body = e(GKind::Except { base: Box::new(rx(&format!("\"{r}\""))), except: Box::new(except) });
+            return Ok(self.shared(format!("%{r}\0{min}\0{max:?}"), body));
         }
         let body = match max {
             Some(m) => format!("{STRING_CHAR}{{{min},{m}}}"),
