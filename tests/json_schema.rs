@@ -108,7 +108,8 @@ fn object_masks_equal_brute_force() {
         "type": "object",
         "properties": {"ab": {"type": "integer"}, "b": {"type": "boolean"}},
         "patternProperties": {"^a": {"type": "integer", "maximum": 3}, "^[cd]+$": {"type": "null"}},
-        "additionalProperties": {"type": "boolean"}
+        "additionalProperties": {"type": "boolean"},
+        "minProperties": 1
     }));
     let v = Vocab::from_tokenizer(&common::trained_byte_level());
     let n = v.len() + 3;
@@ -183,6 +184,20 @@ fn pattern_properties_beside_other_keys() {
     // Disjoint patterns with different schemas are fine.
     let disjoint = compile(json!({"patternProperties": {"^/": {"type": "string"}, "^[^/]": {"type": "integer"}}}));
     assert!(accepts(&disjoint, r#"{"/a":"x","a":1}"#) && !accepts(&disjoint, r#"{"/a":1}"#));
+}
+
+#[test]
+fn min_properties_one_means_not_empty() {
+    let open = compile(json!({"type": "object", "minProperties": 1}));
+    assert!(!accepts(&open, "{}") && accepts(&open, r#"{"a":1}"#) && accepts(&open, r#"{"a":1,"b":[]}"#));
+    let closed = compile(json!({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "additionalProperties": false, "minProperties": 1}));
+    assert!(!accepts(&closed, "{}") && accepts(&closed, r#"{"b":1}"#) && accepts(&closed, r#"{"b":1,"a":2}"#));
+    assert!(!accepts(&closed, r#"{"c":1}"#));
+    // Nothing may appear, yet something must: no object at all.
+    let none = Constraint::json_schema(&json!({"type": "object", "additionalProperties": false, "minProperties": 1}), Whitespace::Compact, &Limits::default());
+    assert!(matches!(none, Err(EngineError::Unsatisfiable(_))), "{none:?}");
+    let two = Constraint::json_schema(&json!({"type": "object", "minProperties": 2}), Whitespace::Compact, &Limits::default());
+    assert!(matches!(two, Err(EngineError::Unsupported(m)) if m.contains("`minProperties`")));
 }
 
 #[test]

@@ -106,7 +106,7 @@ fn visit<'g>(e: &'g GExpr, f: &mut impl FnMut(&'g GExpr)) {
     match &e.kind {
         GKind::Alt(v) | GKind::Seq(v) => v.iter().for_each(|x| visit(x, f)),
         GKind::Repeat { inner, .. } => visit(inner, f),
-        GKind::Permutation { members, extra, sep } => {
+        GKind::Permutation { members, extra, sep, .. } => {
             members.iter().for_each(|(m, _)| visit(m, f));
             extra.iter().for_each(|x| visit(x, f));
             visit(sep, f);

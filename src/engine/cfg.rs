@@ -48,6 +48,8 @@ pub struct Perm {
     pub extra: Option<Sym>,
     /// Between two items; never matches the empty string.
     pub sep: Sym,
+    /// At least one item must appear (matters only when no member is required).
+    pub nonempty: bool,
 }
 
 impl Perm {
@@ -477,7 +479,7 @@ impl<'g> Builder<'g> {
                 Ok(Sym::Nt(nt))
             }
             GKind::Except { base, except } => self.difference(base, except, name),
-            GKind::Permutation { members, extra, sep } => {
+            GKind::Permutation { members, extra, sep, nonempty } => {
                 let sep = self.symbol_any(sep, name)?;
                 if let Sym::Lex(l) = sep {
                     if self.lexemes[l as usize].is_accepting(self.lexemes[l as usize].start()) {
@@ -496,7 +498,7 @@ impl<'g> Builder<'g> {
                     }
                 }
                 let entry = self.new_nt(format!("{name}~perm"));
-                self.perms.push(Perm { entry, members: syms, required, extra, sep });
+                self.perms.push(Perm { entry, members: syms, required, extra, sep, nonempty: *nonempty });
                 Ok(Sym::Nt(entry))
             }
             _ => {
@@ -526,14 +528,20 @@ impl<'g> Builder<'g> {
         let lexeme_empty: Vec<bool> = self.lexemes.iter().map(|d| !d.is_live(d.start())).collect();
         // For the fixpoints, a permutation is as if its entry were its
         // required members with separators between them (the shortest way
-        // to write it).
+        // to write it); one that must not be empty and requires nothing, as
+        // if it were any one of its items.
         let mut with_perms = self.productions.clone();
         for p in &self.perms {
             let mut rhs: Vec<Sym> = p.members.iter().enumerate().filter(|(j, _)| p.is_required(*j)).filter_map(|(_, m)| *m).collect();
             if rhs.len() > 1 {
                 rhs.push(p.sep);
             }
-            with_perms.push(Production { lhs: p.entry, rhs });
+            if rhs.is_empty() && p.nonempty {
+                let items = p.members.iter().flatten().chain(&p.extra);
+                with_perms.extend(items.map(|&item| Production { lhs: p.entry, rhs: vec![item] }));
+            } else {
+                with_perms.push(Production { lhs: p.entry, rhs });
+            }
         }
         // Productive nonterminals (derive some string), then drop productions that cannot.
         let productive = fixpoint(&with_perms, n, |l| !lexeme_empty[l as usize]);
@@ -693,7 +701,7 @@ fn collect_refs<'a>(e: &'a GExpr, out: &mut Vec<&'a str>) {
         GKind::Ref(r) => out.push(r),
         GKind::Alt(v) | GKind::Seq(v) => v.iter().for_each(|x| collect_refs(x, out)),
         GKind::Repeat { inner, .. } => collect_refs(inner, out),
-        GKind::Permutation { members, extra, sep } => {
+        GKind::Permutation { members, extra, sep, .. } => {
             members.iter().for_each(|(m, _)| collect_refs(m, out));
             extra.iter().for_each(|x| collect_refs(x, out));
             collect_refs(sep, out);

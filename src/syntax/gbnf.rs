@@ -92,6 +92,8 @@ pub enum GKind {
         extra: Option<Box<GExpr>>,
         /// What comes between two items; it must not match the empty string.
         sep: Box<GExpr>,
+        /// At least one item (a member or an extra) must appear.
+        nonempty: bool,
     },
     /// The strings of `base` that are not strings of `except`; both
     /// regular. GBNF has no syntax for it either: the JSON Schema compiler

@@ -489,10 +489,11 @@ impl<'s> Conv<'s> {
             }
         }
         let names: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
-        if let Some(n) = obj.get("minProperties").and_then(Value::as_u64) {
-            if n as usize > required.len() {
-                return Err(unsupported("minProperties", "more than the required properties is not supported"));
-            }
+        // `minProperties: 1` beyond the required ones: not empty.
+        let min = obj.get("minProperties").and_then(Value::as_u64).unwrap_or(0);
+        let nonempty = required.is_empty() && min == 1;
+        if min as usize > required.len() && !nonempty {
+            return Err(unsupported("minProperties", "more than the required properties (but for a non-empty object) is not supported"));
         }
         if obj.contains_key("maxProperties") {
             return Err(unsupported("maxProperties", "not supported"));
@@ -553,7 +554,7 @@ impl<'s> Conv<'s> {
             .collect();
         let extra = extra.map(|x| Box::new(seq(vec![x, ws.clone()])));
         let sep = Box::new(seq(vec![lit(","), ws.clone()]));
-        let permutation = e(GKind::Permutation { members, extra, sep });
+        let permutation = e(GKind::Permutation { members, extra, sep, nonempty });
         Ok(seq(vec![lit("{"), ws, permutation, lit("}")]))
     }
 }
