@@ -334,13 +334,28 @@ impl<'g> Builder<'g> {
 
     /// The lexeme of the strings of `base` that are not strings of `except`.
     fn difference(&mut self, base: &'g GExpr, except: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
-        if !self.is_regular(base) || !self.is_regular(except) {
-            return Err(EngineError::Unsupported(format!("a difference of recursive parts in `{name}`")));
-        }
-        let (b, x) = (self.hir(base)?, self.hir(except)?);
-        // No regex prints with a NUL in it: these keys cannot meet a regex's.
+        let r = Regular::Except(Box::new(self.regular(base, name)?), Box::new(self.regular(except, name)?));
         let limits = self.limits;
-        self.lexeme_by(format!("{}\0-\0{}", regex_text(&b), regex_text(&x)), || Dfa::from_hir(&b, limits)?.difference(&Dfa::from_hir(&x, limits)?, limits))
+        self.lexeme_by(r.key(), || r.build(limits))
+    }
+
+    /// The regular language of `e`: a regex, or a difference of them (also
+    /// through rules whose body is one).
+    fn regular(&mut self, e: &'g GExpr, name: &str) -> Result<Regular, EngineError> {
+        if self.is_regular(e) {
+            return Ok(Regular::Regex(self.hir(e)?));
+        }
+        self.depth += 1;
+        let r = match &e.kind {
+            _ if self.depth > self.limits.max_nesting => Err(EngineError::TooComplex("differences nest too deeply".into())),
+            GKind::Except { base, except } => {
+                self.regular(base, name).and_then(|b| Ok(Regular::Except(Box::new(b), Box::new(self.regular(except, name)?))))
+            }
+            GKind::Ref(r) if self.rules.contains_key(r.as_str()) => self.regular(self.rules[r.as_str()], name),
+            _ => Err(EngineError::Unsupported(format!("a difference of recursive parts in `{name}`"))),
+        };
+        self.depth -= 1;
+        r
     }
 
     /// The lexeme named `key`, from this grammar's, the process's, or `make`.
@@ -649,6 +664,30 @@ pub(super) fn regex_text(h: &Hir) -> String {
         group(h).to_string()
     } else {
         h.to_string()
+    }
+}
+
+/// A regular language: a regex, or what one takes and another does not.
+enum Regular {
+    Regex(Hir),
+    Except(Box<Regular>, Box<Regular>),
+}
+
+impl Regular {
+    /// The key of its lexeme. No regex prints with a NUL in it, so these
+    /// keys cannot meet a regex's.
+    fn key(&self) -> String {
+        match self {
+            Regular::Regex(h) => regex_text(h),
+            Regular::Except(a, b) => format!("(\0{}\0-\0{}\0)", a.key(), b.key()),
+        }
+    }
+
+    fn build(&self, limits: &Limits) -> Result<Dfa, EngineError> {
+        match self {
+            Regular::Regex(h) => Dfa::from_hir(h, limits),
+            Regular::Except(a, b) => a.build(limits)?.difference(&b.build(limits)?, limits),
+        }
     }
 }
 

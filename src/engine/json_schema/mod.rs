@@ -4,7 +4,8 @@
 //! naming the keyword (never silently ignored): `oneOf` (exclusivity),
 //! `not`, `uniqueItems: true`, `multipleOf`, unknown `format`s, remote
 //! `$ref`s; `oneOf` is taken as `anyOf` where its branches are provably
-//! disjoint ([`disjoint`]). Properties may come in any order, each at most
+//! disjoint ([`disjoint`]), and as each branch minus the others where they
+//! are all regular (strings, numbers, literals; canonical texts only). Properties may come in any order, each at most
 //! once (a [`GKind::Permutation`]), with additional properties (allowed by
 //! default, as the spec says) anywhere among them. Keys by
 //! `patternProperties` and "any other key" are differences of regular
@@ -67,6 +68,11 @@ fn rep(x: GExpr, min: u32, max: Option<u32>) -> GExpr {
 fn reference(name: &str) -> GExpr {
     e(GKind::Ref(name.to_string()))
 }
+
+/// The one text of each JSON string and number value: escapes only where
+/// needed (short forms where JSON has them, lowercase hex), numbers without
+/// exponent, trailing fraction zeros or `-0`.
+const CANONICAL: &str = r#""(?:[^"\\\x00-\x1F]|\\["\\bfnrt]|\\u00(?:0[0-7]|0b|0e|0f|1[0-9a-f]))*"|0|-?(?:[1-9][0-9]*(?:\.[0-9]*[1-9])?|0\.[0-9]*[1-9])"#;
 
 const STRING_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))"#;
 
@@ -148,6 +154,65 @@ impl<'s> Conv<'s> {
         reference(&name)
     }
 
+    /// The branches of `anyOf` (or else `oneOf`), each with the keywords
+    /// beside it applied; branches nothing satisfies are left out.
+    fn branches(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Vec<GExpr>, EngineError> {
+        let list = obj.get("anyOf").or_else(|| obj.get("oneOf")).and_then(Value::as_array).ok_or_else(|| unsupported("anyOf", "must be a list"))?;
+        let base: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| *k != "anyOf" && *k != "oneOf").map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut alts = Vec::new();
+        for sub in list {
+            let combined = if base.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) {
+                sub.clone()
+            } else {
+                merge_all_of(&serde_json::Map::new(), &Value::Array(vec![Value::Object(base.clone()), sub.clone()]))?
+            };
+            match self.schema(&combined) {
+                Err(EngineError::Unsatisfiable(_)) => continue,
+                other => alts.push(other?),
+            }
+        }
+        Ok(alts)
+    }
+
+    /// `oneOf` whose branches are all regular (strings by pattern, format
+    /// or enum, numbers, literals): each branch minus the others, which is
+    /// exactly "one of". `None` when a branch is not regular.
+    fn one_of_regular(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Option<GExpr>, EngineError> {
+        let branches = self.branches(obj)?;
+        if !branches.iter().all(|b| self.is_regular(b, 0)) {
+            return Ok(None);
+        }
+        if branches.len() < 2 {
+            return Ok(Some(alt(branches)));
+        }
+        // Texts are compared where values are meant: `1.0` is `1`, `"\u0041"`
+        // is `"A"`. Kept to one text per value (no needless escape, no
+        // exponent, trailing zero or `-0`), a text is in two branches
+        // exactly when its value is.
+        let non_canonical = || {
+            let any = rx(&format!("\"{STRING_CHAR}*\"|{NUMBER}"));
+            e(GKind::Except { base: Box::new(any), except: Box::new(rx(CANONICAL)) })
+        };
+        let exclusive = (0..branches.len()).map(|i| {
+            let others: Vec<GExpr> = branches.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, b)| b.clone()).collect();
+            let only = e(GKind::Except { base: Box::new(branches[i].clone()), except: Box::new(alt(others)) });
+            e(GKind::Except { base: Box::new(only), except: Box::new(non_canonical()) })
+        });
+        Ok(Some(alt(exclusive.collect())))
+    }
+
+    /// True when `g` names a regular language: no permutation, difference
+    /// or recursion through the rules made so far.
+    fn is_regular(&self, g: &GExpr, depth: usize) -> bool {
+        match &g.kind {
+            GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.is_regular(x, depth)),
+            GKind::Repeat { inner, .. } => self.is_regular(inner, depth),
+            GKind::Ref(r) => depth < 32 && self.rules.iter().find(|x| x.name == *r).is_some_and(|x| self.is_regular(&x.body, depth + 1)),
+            GKind::Permutation { .. } | GKind::Except { .. } => false,
+            GKind::Literal(_) | GKind::Class { .. } | GKind::Regex(_) | GKind::Any => true,
+        }
+    }
+
     fn add_rule(&mut self, name: String, body: GExpr) {
         self.rules.push(GrammarRule { name, name_span: Default::default(), body, span: Default::default() });
     }
@@ -201,6 +266,11 @@ impl<'s> Conv<'s> {
                 if k == "oneOf" && !obj.contains_key("anyOf") && obj.get(k).and_then(Value::as_array).is_some_and(one_of_is_any_of) {
                     continue;
                 }
+                if k == "oneOf" && !obj.contains_key("anyOf") {
+                    if let Some(g) = self.one_of_regular(obj)? {
+                        return Ok(g);
+                    }
+                }
                 return Err(unsupported(k, why));
             }
         }
@@ -237,23 +307,8 @@ impl<'s> Conv<'s> {
             let merged = merge_all_of(obj, &resolved)?;
             return self.schema(&merged);
         }
-        if let Some(any) = obj.get("anyOf").or_else(|| obj.get("oneOf")) {
-            let list = any.as_array().ok_or_else(|| unsupported("anyOf", "must be a list"))?;
-            let base: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| *k != "anyOf" && *k != "oneOf").map(|(k, v)| (k.clone(), v.clone())).collect();
-            let mut alts = Vec::new();
-            for sub in list {
-                // Keywords beside anyOf apply to every branch.
-                let combined = if base.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) {
-                    sub.clone()
-                } else {
-                    merge_all_of(&serde_json::Map::new(), &Value::Array(vec![Value::Object(base.clone()), sub.clone()]))?
-                };
-                match self.schema(&combined) {
-                    // A branch nothing satisfies is no option.
-                    Err(EngineError::Unsatisfiable(_)) => continue,
-                    other => alts.push(other?),
-                }
-            }
+        if obj.contains_key("anyOf") || obj.contains_key("oneOf") {
+            let alts = self.branches(obj)?;
             if alts.is_empty() {
                 return Err(EngineError::Unsatisfiable("no branch of `anyOf` can be satisfied".into()));
             }
