@@ -317,7 +317,7 @@ pub(super) fn check_engine_schema(schema: &serde_json::Value, span: Span, ctx: &
 pub(super) fn engine_error(err: crate::engine::EngineError, span: Span, ctx: &super::Ctx<'_>) -> Diagnostic {
     let help = match &err {
         crate::engine::EngineError::Unsupported(m) if m.contains("`oneOf`") => {
-            "make the branches provably disjoint (different types, `const`/`enum` values, or a required property with disjoint values), or use `anyOf`"
+            "make the branches provably disjoint (different types, `const`/`enum` values, or a required property with disjoint values), make every branch a string, number or literal, or use `anyOf`"
         }
         crate::engine::EngineError::Unsupported(m) if m.contains("JSON Schema") => "rewrite the schema without it",
         crate::engine::EngineError::Unsupported(_) => "use a form the engine supports, as the message says",
