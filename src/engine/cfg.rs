@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use regex_syntax::hir::{Capture, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
 
-use super::dfa::Dfa;
+use super::dfa::{Dfa, COUNTED_MIN};
 use super::{EngineError, Limits};
 use crate::syntax::gbnf::{GExpr, GKind, Grammar};
 
@@ -243,9 +243,19 @@ impl<'g> Builder<'g> {
         match &e.kind {
             GKind::Ref(r) => {
                 let key = self.rules.get_key_value(r.as_str()).map(|(k, _)| *k).expect("checked");
-                self.inline_cost(key, cost)
+                let c = self.inline_cost(key, cost);
+                // What uses a rule that cannot be inlined cannot be either.
+                if self.non_regular[key] {
+                    usize::MAX
+                } else {
+                    c
+                }
             }
             GKind::Alt(v) | GKind::Seq(v) => v.iter().map(|x| self.expr_cost(x, cost)).fold(1usize, usize::saturating_add),
+            // Long counts stay lexemes of their own, which count without
+            // a copy of their body per count (see `Dfa`'s counted form).
+            GKind::Repeat { min, max, .. } if max.unwrap_or(*min).max(*min) >= COUNTED_MIN => usize::MAX,
+            GKind::Regex(r) if parse_regex(r, self.limits).is_ok_and(|h| long_count(&h)) => usize::MAX,
             GKind::Repeat { inner, min, max } => {
                 // Counted repeats copy their body in the automaton.
                 let copies = max.unwrap_or(*min).max(1) as usize;
@@ -664,6 +674,16 @@ pub(super) fn regex_text(h: &Hir) -> String {
         group(h).to_string()
     } else {
         h.to_string()
+    }
+}
+
+/// True when `h` repeats something [`COUNTED_MIN`] times or more.
+fn long_count(h: &Hir) -> bool {
+    match h.kind() {
+        HirKind::Repetition(r) => r.max.unwrap_or(r.min).max(r.min) >= COUNTED_MIN || long_count(&r.sub),
+        HirKind::Capture(c) => long_count(&c.sub),
+        HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().any(long_count),
+        _ => false,
     }
 }
 
