@@ -106,7 +106,7 @@ fn object_masks_equal_brute_force() {
     // Keys by pattern beside other keys: lexemes that are differences.
     let patterned = compile(json!({
         "type": "object",
-        "properties": {"ab": {"type": "integer"}, "b": {"type": "boolean"}},
+        "properties": {"ab": {"type": "integer"}, "b": {"type": "boolean"}, "s": {"type": "string", "maxLength": 300}},
         "patternProperties": {"^a": {"type": "integer", "maximum": 3}, "^[cd]+$": {"type": "null"}},
         "additionalProperties": {"type": "boolean"},
         "minProperties": 1
@@ -206,6 +206,15 @@ fn one_of_regular_branches_is_each_minus_the_others() {
     for bad in ["\"a\"", "1", "\"ab\"", "\"\\u0061\"", "\"\\u0063\"", "4"] {
         assert!(!accepts(&s, bad), "{bad}");
     }
+}
+
+#[test]
+fn long_strings_are_counted_exactly() {
+    // 32,767 copies of a character in an NFA passed its size limit.
+    let c = compile(json!({"type": "object", "properties": {"a": {"type": "string", "maxLength": 32767}, "b": {"type": "string", "minLength": 300}}}));
+    let long = |n: usize| "x".repeat(n);
+    assert!(accepts(&c, &format!(r#"{{"a":"{}","b":"{}"}}"#, long(3000), long(300))));
+    assert!(!accepts(&c, &format!(r#"{{"b":"{}"}}"#, long(299))));
 }
 
 #[test]

@@ -428,6 +428,11 @@ impl Counted {
                 if u == self.unit.start() && n >= self.min && self.suffix.first() == Some(&byte) {
                     return Some(At::Suffix(1));
                 }
+                // A unit begun after the last one could never end: every
+                // state made must be live.
+                if self.max == Some(n) {
+                    return None;
+                }
                 let next = self.unit.step(u, byte)?;
                 if !self.unit.is_accepting(next) {
                     return Some(At::Body(next, n));
@@ -1377,6 +1382,9 @@ mod tests {
         // more than the default 200,000).
         let s = Dfa::regex(r#""(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})){2,300}""#, &l).unwrap();
         assert!(matches(&s, &long(300)) && !matches(&s, &long(301)));
+        // After the last character only the quote: no character may even begin.
+        let full = s.feed(s.start(), long(300)[..601].as_bytes()).unwrap();
+        assert_eq!((0..=255u8).filter(|&b| s.step(full, b).is_some()).collect::<Vec<_>>(), vec![b'"']);
         let small = Limits { max_states: 5000, ..Limits::default() };
         let s = Dfa::regex(r#""(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})){2,40000}""#, &small).unwrap();
         assert!(!matches(&s, &long(5000)) && matches!(s.check(), Err(EngineError::TooComplex(_))));
