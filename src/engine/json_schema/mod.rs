@@ -444,11 +444,10 @@ impl<'s> Conv<'s> {
             let body = e(GKind::Except { base: Box::new(rx(&format!("\"{r}\""))), except: Box::new(except) });
             return Ok(self.shared(format!("%{r}\0{min}\0{max:?}"), body));
         }
-        let body = match max {
-            Some(m) => format!("{STRING_CHAR}{{{min},{m}}}"),
-            None => format!("{STRING_CHAR}{{{min},}}"),
-        };
-        Ok(self.atomic(format!("\"{body}\"")))
+        // The character's regex is parsed once (and cached); each count
+        // repeats its syntax tree.
+        let body = seq(vec![lit("\""), rep(rx(STRING_CHAR), min, max), lit("\"")]);
+        Ok(self.shared(format!("%\"{STRING_CHAR}{{{min},{max:?}}}\""), body))
     }
 
     fn array(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
