@@ -218,6 +218,27 @@ fn long_strings_are_counted_exactly() {
 }
 
 #[test]
+fn not_of_types_of_a_required_property_and_of_regular_schemas() {
+    let no_string = compile(json!({"not": {"type": "string"}}));
+    assert!(accepts(&no_string, "1") && accepts(&no_string, "null") && accepts(&no_string, "{}") && !accepts(&no_string, "\"a\""));
+    let fraction = compile(json!({"type": "number", "not": {"type": "integer"}}));
+    assert!(accepts(&fraction, "1.5") && !accepts(&fraction, "2") && !accepts(&fraction, "2.0"));
+    // `required` holds of every non-object: its negation takes objects only.
+    let no_error = compile(json!({"properties": {"x": {"type": "integer"}}, "not": {"required": ["error"]}}));
+    assert!(accepts(&no_error, r#"{"x":1,"y":2}"#) && !accepts(&no_error, r#"{"error":1}"#) && !accepts(&no_error, "1"));
+    let not_upstart = compile(json!({"type": "string", "minLength": 1, "not": {"enum": ["upstart"]}}));
+    assert!(accepts(&not_upstart, "\"systemd\"") && accepts(&not_upstart, "\"upstarts\""));
+    assert!(!accepts(&not_upstart, "\"upstart\"") && !accepts(&not_upstart, "\"\\u0075pstart\"") && !accepts(&not_upstart, "\"\""));
+    let short = compile(json!({"type": "string", "not": {"minLength": 2}}));
+    assert!(accepts(&short, "\"a\"") && accepts(&short, "\"\"") && !accepts(&short, "\"ab\""));
+    let not_one = compile(json!({"type": "integer", "not": {"enum": [1]}}));
+    assert!(accepts(&not_one, "2") && !accepts(&not_one, "1"));
+    assert!(matches!(Constraint::json_schema(&json!({"not": {}}), Whitespace::Compact, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
+    assert!(matches!(Constraint::json_schema(&json!({"type": "string", "not": {"type": "string"}}), Whitespace::Compact, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
+    assert!(accepts(&compile(json!({"type": "null", "not": false})), "null"));
+}
+
+#[test]
 fn min_properties_one_means_not_empty() {
     let open = compile(json!({"type": "object", "minProperties": 1}));
     assert!(!accepts(&open, "{}") && accepts(&open, r#"{"a":1}"#) && accepts(&open, r#"{"a":1,"b":[]}"#));
@@ -269,7 +290,7 @@ fn a_finished_value_is_complete() {
 fn unsupported_keywords_are_named_errors() {
     for (schema, keyword) in [
         (json!({"oneOf": [{"type": "object"}, {"properties": {"a": {"type": "integer"}}}]}), "oneOf"),
-        (json!({"not": {"type": "string"}}), "not"),
+        (json!({"not": {"required": ["a", "b"]}}), "not"),
         (json!({"type": "array", "uniqueItems": true}), "uniqueItems"),
         (json!({"type": "number", "minimum": 1e30}), "minimum"),
         (json!({"type": "integer", "multipleOf": 3}), "multipleOf"),

@@ -86,7 +86,7 @@ fn grammar_schema_and_bench_modes() {
         "tests": [{"valid": true, "data": {"n": 3}}, {"valid": false, "data": {"n": -1}}, {"valid": false, "data": {}}]
     });
     std::fs::write(dir.join("a.json"), doc.to_string()).unwrap();
-    std::fs::write(dir.join("b.json"), serde_json::json!({"schema": {"not": {}}, "tests": []}).to_string()).unwrap();
+    std::fs::write(dir.join("b.json"), serde_json::json!({"schema": {"not": {"required": ["a", "b"]}}, "tests": []}).to_string()).unwrap();
     let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--bench", dir.to_str().unwrap(), "--json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -185,20 +185,78 @@ impl<'s> Conv<'s> {
         if branches.len() < 2 {
             return Ok(Some(alt(branches)));
         }
-        // Texts are compared where values are meant: `1.0` is `1`, `"\u0041"`
-        // is `"A"`. Kept to one text per value (no needless escape, no
-        // exponent, trailing zero or `-0`), a text is in two branches
-        // exactly when its value is.
-        let non_canonical = || {
-            let any = rx(&format!("\"{STRING_CHAR}*\"|{NUMBER}"));
-            e(GKind::Except { base: Box::new(any), except: Box::new(rx(CANONICAL)) })
-        };
         let exclusive = (0..branches.len()).map(|i| {
             let others: Vec<GExpr> = branches.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, b)| b.clone()).collect();
-            let only = e(GKind::Except { base: Box::new(branches[i].clone()), except: Box::new(alt(others)) });
-            e(GKind::Except { base: Box::new(only), except: Box::new(non_canonical()) })
+            minus(canonical(branches[i].clone()), alt(others))
         });
         Ok(Some(alt(exclusive.collect())))
+    }
+
+    /// `rest` and `not: n`. Handled: `not` of `true`/`false`, of types, of
+    /// one required property (objects without it), and of any schema when
+    /// both are regular (what `rest` takes minus what `n` takes). `None`
+    /// for the rest, which stay an error naming `not`.
+    fn negation(&mut self, rest: &serde_json::Map<String, Value>, n: &Value) -> Result<Option<GExpr>, EngineError> {
+        let Some(n) = n.as_object() else {
+            return match n {
+                Value::Bool(false) => self.schema(&Value::Object(rest.clone())).map(Some),
+                _ => Err(EngineError::Unsatisfiable("`not: true` matches nothing".into())),
+            };
+        };
+        let keys: Vec<&str> = n.keys().map(String::as_str).filter(|k| !ANNOTATIONS.contains(k)).collect();
+        if keys.is_empty() {
+            return Err(EngineError::Unsatisfiable("`not` of a schema every value satisfies matches nothing".into()));
+        }
+        let types = |v: Option<&Value>| -> Vec<String> {
+            match v {
+                Some(Value::String(t)) => vec![t.clone()],
+                Some(Value::Array(ts)) => ts.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
+                _ => ALL_TYPES.iter().map(|t| t.to_string()).collect(),
+            }
+        };
+        let mut out = rest.clone();
+        if keys == ["type"] {
+            let gone = types(n.get("type"));
+            // "Not an integer" leaves the numbers with a fraction: no type says that.
+            let partial = gone.iter().any(|t| t == "integer") && !gone.iter().any(|t| t == "number");
+            if !partial || !types(rest.get("type")).iter().any(|t| t == "number") {
+                let number_gone = gone.iter().any(|g| g == "number");
+                let left: Vec<Value> =
+                    types(rest.get("type")).into_iter().filter(|t| !gone.contains(t) && !(t == "integer" && number_gone)).map(Value::String).collect();
+                if left.is_empty() {
+                    return Err(EngineError::Unsatisfiable("`not` removes every type the schema allows".into()));
+                }
+                out.insert("type".into(), Value::Array(left));
+                return self.schema(&Value::Object(out)).map(Some);
+            }
+        }
+        let required = n.get("required").and_then(Value::as_array).map(Vec::as_slice);
+        if let (["required"], Some([Value::String(name)])) = (keys.as_slice(), required) {
+            // Only an object can lack a property `required` asks for.
+            if !types(rest.get("type")).iter().any(|t| t == "object") {
+                return Err(EngineError::Unsatisfiable("`not: {required}` takes objects only, and the schema allows none".into()));
+            }
+            out.insert("type".into(), Value::String("object".into()));
+            if let Value::Object(p) = out.entry("properties").or_insert_with(|| Value::Object(Default::default())) {
+                p.insert(name.clone(), Value::Bool(false));
+            }
+            return self.schema(&Value::Object(out)).map(Some);
+        }
+        let base = self.schema(&Value::Object(out))?;
+        // What `n` takes among the values of `rest`'s types (an untyped `n`
+        // takes objects too, which would make it irregular for nothing).
+        let mut within = n.clone();
+        if let (Some(t), false) = (rest.get("type"), n.contains_key("type")) {
+            within.insert("type".into(), t.clone());
+        }
+        let taken = match self.schema(&Value::Object(within)) {
+            Err(EngineError::Unsatisfiable(_)) => return Ok(Some(base)),
+            other => other?,
+        };
+        if !self.is_regular(&base, 0) || !self.is_regular(&taken, 0) {
+            return Ok(None);
+        }
+        Ok(Some(minus(canonical(base), taken)))
     }
 
     /// True when `g` names a regular language: no permutation, difference
@@ -252,6 +310,13 @@ impl<'s> Conv<'s> {
             o.remove("oneOf");
             o.insert("anyOf".into(), Value::Array(branches));
             return self.schema(&Value::Object(o));
+        }
+        if let Some(n) = obj.get("not") {
+            let mut rest = obj.clone();
+            rest.remove("not");
+            if let Some(g) = self.negation(&rest, n)? {
+                return Ok(g);
+            }
         }
         // Known validation keywords that cannot be enforced are refused by
         // name; keywords JSON Schema does not define are annotations and
@@ -644,6 +709,19 @@ fn not_names(names: &[&str]) -> String {
     let mut alts = Vec::new();
     go(&root, "", &mut alts);
     format!("(?:{})", alts.join("|"))
+}
+
+/// What `base` takes that `except` does not.
+fn minus(base: GExpr, except: GExpr) -> GExpr {
+    e(GKind::Except { base: Box::new(base), except: Box::new(except) })
+}
+
+/// The texts of `g` that are the one text of their value. Texts are
+/// compared where values are meant (`1.0` is `1`, `"\u0041"` is `"A"`):
+/// kept to one text per value (no needless escape, no exponent, trailing
+/// zero or `-0`), a difference of texts is the difference of the values.
+fn canonical(g: GExpr) -> GExpr {
+    minus(g, minus(rx(&format!("\"{STRING_CHAR}*\"|{NUMBER}")), rx(CANONICAL)))
 }
 
 /// One of `patternProperties`: the ECMAScript pattern, the regex of the
