@@ -239,6 +239,24 @@ fn not_of_types_of_a_required_property_and_of_regular_schemas() {
 }
 
 #[test]
+fn max_properties_up_to_one_or_bounding_nothing() {
+    let one = compile(json!({"type": "object", "maxProperties": 1}));
+    assert!(accepts(&one, "{}") && accepts(&one, r#"{"a":[1,2]}"#) && !accepts(&one, r#"{"a":1,"b":2}"#));
+    let exactly = compile(json!({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}, "additionalProperties": false, "minProperties": 1, "maxProperties": 1}));
+    assert!(accepts(&exactly, r#"{"b":1}"#) && !accepts(&exactly, "{}") && !accepts(&exactly, r#"{"a":1,"b":1}"#) && !accepts(&exactly, r#"{"d":1}"#));
+    let req = compile(json!({"properties": {"a": {}, "b": {}}, "required": ["a"], "maxProperties": 1}));
+    assert!(accepts(&req, r#"{"a":1}"#) && !accepts(&req, r#"{"b":1}"#) && !accepts(&req, r#"{"a":1,"x":2}"#));
+    let none = compile(json!({"type": "object", "maxProperties": 0}));
+    assert!(accepts(&none, "{}") && !accepts(&none, r#"{"a":1}"#));
+    let loose = compile(json!({"properties": {"a": {}, "b": {}}, "additionalProperties": false, "maxProperties": 3}));
+    assert!(accepts(&loose, r#"{"b":1,"a":2}"#));
+    let two = Constraint::json_schema(&json!({"type": "object", "maxProperties": 2}), Whitespace::Compact, &Limits::default());
+    assert!(matches!(two, Err(EngineError::Unsupported(m)) if m.contains("`maxProperties`")));
+    let below = Constraint::json_schema(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1}), Whitespace::Compact, &Limits::default());
+    assert!(matches!(below, Err(EngineError::Unsatisfiable(_))), "{below:?}");
+}
+
+#[test]
 fn min_properties_one_means_not_empty() {
     let open = compile(json!({"type": "object", "minProperties": 1}));
     assert!(!accepts(&open, "{}") && accepts(&open, r#"{"a":1}"#) && accepts(&open, r#"{"a":1,"b":[]}"#));

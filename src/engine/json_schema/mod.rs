@@ -1,16 +1,20 @@
 //! JSON Schema to a grammar (the GBNF AST), compiled by [`super::Cfg`].
 //!
 //! Exact where it claims support; anything it cannot enforce is an error
-//! naming the keyword (never silently ignored): `oneOf` (exclusivity),
-//! `not`, `uniqueItems: true`, `multipleOf`, unknown `format`s, remote
-//! `$ref`s; `oneOf` is taken as `anyOf` where its branches are provably
-//! disjoint ([`disjoint`]), and as each branch minus the others where they
-//! are all regular (strings, numbers, literals; canonical texts only). Properties may come in any order, each at most
-//! once (a [`GKind::Permutation`]), with additional properties (allowed by
-//! default, as the spec says) anywhere among them. Keys by
-//! `patternProperties` and "any other key" are differences of regular
-//! languages (a [`GKind::Except`]: the string minus the listed names and the
-//! patterns), so each key takes exactly the schemas that apply to it.
+//! naming the keyword (never silently ignored): `oneOf` and `not` beyond
+//! the forms below, `uniqueItems: true`, `multipleOf`, unknown `format`s,
+//! remote `$ref`s. Properties may come in any order, each at most once (a
+//! [`GKind::Permutation`]), with additional properties (allowed by default,
+//! as the spec says) anywhere among them.
+//!
+//! Differences of regular languages (a [`GKind::Except`], one automaton)
+//! make the rest exact: keys by `patternProperties` and "any other key"
+//! (the string minus the listed names and the patterns); a `pattern` or
+//! `format` with lengths; `oneOf` over regular branches (each minus the
+//! others) where they are not provably disjoint ([`disjoint`]); `not` of a
+//! regular schema beside a regular one. Where values are compared through
+//! their texts, only the one canonical text of each value is taken
+//! ([`canonical`]).
 
 mod disjoint;
 mod numbers;
@@ -614,9 +618,7 @@ impl<'s> Conv<'s> {
         if min as usize > required.len() && !nonempty {
             return Err(unsupported("minProperties", "more than the required properties (but for a non-empty object) is not supported"));
         }
-        if obj.contains_key("maxProperties") {
-            return Err(unsupported("maxProperties", "not supported"));
-        }
+        let max_props = obj.get("maxProperties").map(|m| m.as_u64().ok_or_else(|| unsupported("maxProperties", "must be a count"))).transpose()?;
         let mut extra_keys: Vec<GExpr> = Vec::new();
         let listed = || alt(names.iter().map(|n| lit(&json_text(&Value::String(n.to_string())))).collect());
         let minus_names = |key: GExpr| if names.is_empty() { key } else { e(GKind::Except { base: Box::new(key), except: Box::new(listed()) }) };
@@ -662,7 +664,7 @@ impl<'s> Conv<'s> {
         // per set of members written as it reaches them. Each member is a
         // rule of its own, so equal members share their symbols.
         let id = self.rules.len();
-        let members = members
+        let members: Vec<(GExpr, bool)> = members
             .into_iter()
             .enumerate()
             .map(|(j, (m, req))| {
@@ -672,6 +674,31 @@ impl<'s> Conv<'s> {
             })
             .collect();
         let extra = extra.map(|x| Box::new(seq(vec![x, ws.clone()])));
+        if let Some(at_most) = max_props.map(|m| m as usize) {
+            let required: Vec<&GExpr> = members.iter().filter(|(_, r)| *r).map(|(m, _)| m).collect();
+            if at_most < required.len() || (at_most == 0 && nonempty) {
+                return Err(EngineError::Unsatisfiable("`maxProperties` is below the properties that must be there".into()));
+            }
+            // At most one item needs no permutation; at most as many as there
+            // can be bounds nothing.
+            if at_most <= 1 {
+                let items: Vec<GExpr> = match required.as_slice() {
+                    [only] => vec![(*only).clone()],
+                    _ => members.iter().map(|(m, _)| m.clone()).chain(extra.as_deref().cloned()).collect(),
+                };
+                let one = if at_most == 0 || items.is_empty() {
+                    seq(vec![])
+                } else if nonempty || required.len() == 1 {
+                    alt(items)
+                } else {
+                    rep(alt(items), 0, Some(1))
+                };
+                return Ok(seq(vec![lit("{"), ws, one, lit("}")]));
+            }
+            if extra.is_some() || at_most < members.len() {
+                return Err(unsupported("maxProperties", "above 1, with other keys allowed or fewer than the listed properties, is not supported"));
+            }
+        }
         let sep = Box::new(seq(vec![lit(","), ws.clone()]));
         let permutation = e(GKind::Permutation { members, extra, sep, nonempty });
         Ok(seq(vec![lit("{"), ws, permutation, lit("}")]))
