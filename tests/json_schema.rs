@@ -109,7 +109,8 @@ fn object_masks_equal_brute_force() {
         "properties": {"ab": {"type": "integer"}, "b": {"type": "boolean"}, "s": {"type": "string", "maxLength": 300}},
         "patternProperties": {"^a": {"type": "integer", "maximum": 3}, "^[cd]+$": {"type": "null"}},
         "additionalProperties": {"type": "boolean"},
-        "minProperties": 1
+        "minProperties": 1,
+        "dependencies": {"ab": ["b"]}
     }));
     let v = Vocab::from_tokenizer(&common::trained_byte_level());
     let n = v.len() + 3;
@@ -254,6 +255,31 @@ fn max_properties_up_to_one_or_bounding_nothing() {
     assert!(matches!(two, Err(EngineError::Unsupported(m)) if m.contains("`maxProperties`")));
     let below = Constraint::json_schema(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1}), Whitespace::Compact, &Limits::default());
     assert!(matches!(below, Err(EngineError::Unsatisfiable(_))), "{below:?}");
+}
+
+#[test]
+fn property_dependencies_bring_their_companions() {
+    let c = compile(json!({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}, "dependencies": {"a": ["b"]}, "additionalProperties": false}));
+    for ok in [r#"{"a":1,"b":2}"#, r#"{"b":2,"a":1}"#, r#"{"b":2}"#, "{}", r#"{"c":3,"b":2,"a":1}"#] {
+        assert!(accepts(&c, ok), "{ok}");
+    }
+    for bad in [r#"{"a":1}"#, r#"{"a":1,"c":3}"#] {
+        assert!(!accepts(&c, bad), "{bad}");
+    }
+    // Names not listed are tracked too (2019-09's `dependentRequired`).
+    let open = compile(json!({"type": "object", "dependentRequired": {"x": ["y", "z"]}}));
+    assert!(accepts(&open, r#"{"x":1,"z":0,"y":2}"#) && accepts(&open, r#"{"y":1}"#) && accepts(&open, r#"{"w":1}"#));
+    assert!(!accepts(&open, r#"{"x":1,"y":2}"#) && !accepts(&open, r#"{"x":1,"y":2,"x":3}"#));
+    // A companion no key may be: the property cannot appear.
+    let never = compile(json!({"properties": {"x": {}}, "additionalProperties": false, "dependencies": {"x": ["y"]}}));
+    assert!(accepts(&never, "{}") && !accepts(&never, r#"{"x":1}"#));
+    let must = json!({"type": "object", "properties": {"x": {}}, "required": ["x"], "additionalProperties": false, "dependencies": {"x": ["y"]}});
+    assert!(matches!(Constraint::json_schema(&must, Whitespace::Compact, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
+    let by_schema = json!({"dependencies": {"x": {"required": ["y"]}}});
+    match Constraint::json_schema(&by_schema, Whitespace::Compact, &Limits::default()) {
+        Err(EngineError::Unsupported(m)) => assert!(m.contains("`dependencies`"), "{m}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -50,12 +50,38 @@ pub struct Perm {
     pub sep: Sym,
     /// At least one item must appear (matters only when no member is required).
     pub nonempty: bool,
+    /// Member `i` with the bits of the members that must appear with it.
+    pub deps: Vec<(usize, Vec<u64>)>,
 }
 
 impl Perm {
     /// True when member `j` must appear.
     pub fn is_required(&self, j: usize) -> bool {
         has_member(&self.required, j)
+    }
+
+    /// True when the members in `set` may end the permutation: the
+    /// required ones are there, and what each one there requires.
+    pub fn may_end(&self, set: &[u64]) -> bool {
+        let within = |need: &[u64]| need.iter().zip(set).all(|(n, s)| n & !s == 0);
+        within(&self.required) && self.deps.iter().all(|(i, need)| !has_member(set, *i) || within(need))
+    }
+
+    /// The members the shortest way to write it has: the required ones and
+    /// what they require, and so on.
+    pub fn least(&self) -> Vec<u64> {
+        let mut set = self.required.clone();
+        loop {
+            let before = set.clone();
+            for (i, need) in &self.deps {
+                if has_member(&set, *i) {
+                    set.iter_mut().zip(need).for_each(|(s, n)| *s |= n);
+                }
+            }
+            if set == before {
+                return set;
+            }
+        }
     }
 }
 
@@ -504,7 +530,7 @@ impl<'g> Builder<'g> {
                 Ok(Sym::Nt(nt))
             }
             GKind::Except { base, except } => self.difference(base, except, name),
-            GKind::Permutation { members, extra, sep, nonempty } => {
+            GKind::Permutation { members, extra, sep, nonempty, requires } => {
                 let sep = self.symbol_any(sep, name)?;
                 if let Sym::Lex(l) = sep {
                     if self.lexemes[l as usize].is_accepting(self.lexemes[l as usize].start()) {
@@ -523,7 +549,15 @@ impl<'g> Builder<'g> {
                     }
                 }
                 let entry = self.new_nt(format!("{name}~perm"));
-                self.perms.push(Perm { entry, members: syms, required, extra, sep, nonempty: *nonempty });
+                let deps = requires
+                    .iter()
+                    .map(|(i, js)| {
+                        let mut bits = vec![0u64; members.len().div_ceil(64)];
+                        js.iter().for_each(|&j| add_member(&mut bits, j));
+                        (*i, bits)
+                    })
+                    .collect();
+                self.perms.push(Perm { entry, members: syms, required, extra, sep, nonempty: *nonempty, deps });
                 Ok(Sym::Nt(entry))
             }
             _ => {
@@ -557,7 +591,8 @@ impl<'g> Builder<'g> {
         // if it were any one of its items.
         let mut with_perms = self.productions.clone();
         for p in &self.perms {
-            let mut rhs: Vec<Sym> = p.members.iter().enumerate().filter(|(j, _)| p.is_required(*j)).filter_map(|(_, m)| *m).collect();
+            let least = p.least();
+            let mut rhs: Vec<Sym> = p.members.iter().enumerate().filter(|(j, _)| has_member(&least, *j)).filter_map(|(_, m)| *m).collect();
             if rhs.len() > 1 {
                 rhs.push(p.sep);
             }
@@ -596,6 +631,10 @@ impl<'g> Builder<'g> {
             // required one made the entry unproductive above).
             for m in &mut p.members {
                 *m = m.filter(live);
+            }
+            // Nor does one whose companions never appear.
+            while let Some(i) = p.deps.iter().find(|(i, need)| p.members[*i].is_some() && (0..p.members.len()).any(|j| has_member(need, j) && p.members[j].is_none())).map(|d| d.0) {
+                p.members[i] = None;
             }
             p.extra = p.extra.filter(live);
         }

@@ -429,9 +429,8 @@ impl Parser {
             return nt;
         }
         // A separator comes first, and it is never empty: nullable exactly
-        // when every required member is written.
-        let required = &self.t.cfg.perms[perm as usize].required;
-        let nullable = required.iter().zip(key.1.iter()).all(|(r, s)| r & !s == 0);
+        // when the members written may end it.
+        let nullable = self.t.cfg.perms[perm as usize].may_end(&key.1);
         let nt = (self.t.cfg.names.len() + self.ext.nts.len() - self.t.cfg.perms.len()) as u32;
         self.ext.nts.push(PermState { perm, first: false, set: key.1.clone(), nullable, nt, bases: None });
         self.ext.ids.insert(key, nt);

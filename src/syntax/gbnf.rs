@@ -94,6 +94,8 @@ pub enum GKind {
         sep: Box<GExpr>,
         /// At least one item (a member or an extra) must appear.
         nonempty: bool,
+        /// Members that bring others: when member `i` appears, so must these.
+        requires: Vec<(usize, Vec<usize>)>,
     },
     /// The strings of `base` that are not strings of `except`; both
     /// regular. GBNF has no syntax for it either: the JSON Schema compiler

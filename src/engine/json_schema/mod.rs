@@ -92,8 +92,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("minContains", "not supported"),
     ("maxContains", "not supported"),
     ("propertyNames", "not supported"),
-    ("dependencies", "not supported"),
-    ("dependentRequired", "not supported"),
     ("dependentSchemas", "not supported"),
     ("unevaluatedProperties", "not supported"),
     ("unevaluatedItems", "not supported"),
@@ -587,12 +585,25 @@ impl<'s> Conv<'s> {
         // A required name without a schema may hold any value, unless
         // nothing but the listed properties (and the patterns') is allowed.
         static ANY: Value = Value::Bool(true);
+        static NONE: Value = Value::Bool(false);
         for r in &required {
             if !props.iter().any(|(k, _)| k == r) {
                 if obj.get("additionalProperties") == Some(&Value::Bool(false)) && matched(r).is_empty() {
                     return Err(EngineError::Unsatisfiable(format!("`{r}` is required but no property of that name is allowed")));
                 }
                 props.push((r.to_string(), Cow::Borrowed(&ANY)));
+            }
+        }
+        // "If x is there, so are these": every name in one is a member, so
+        // the parser knows which were written (a name no key may have, a
+        // member that never appears: see below).
+        let deps = dependencies(obj)?;
+        for (x, ys) in &deps {
+            for name in std::iter::once(x).chain(ys) {
+                if !props.iter().any(|(k, _)| k == *name) {
+                    let allowed = obj.get("additionalProperties") != Some(&Value::Bool(false)) || !matched(name).is_empty();
+                    props.push((name.to_string(), Cow::Borrowed(if allowed { &ANY } else { &NONE })));
+                }
             }
         }
         // A listed name that a pattern matches takes both schemas.
@@ -648,18 +659,29 @@ impl<'s> Conv<'s> {
             }
         }
         let extra = (!extra_keys.is_empty()).then(|| alt(extra_keys));
-        let mut members: Vec<(GExpr, bool)> = Vec::new();
+        let mut compiled: Vec<(&str, GExpr, bool)> = Vec::new();
         for (k, sub) in &props {
             let req = required.contains(&k.as_str());
-            let value = match self.schema(sub) {
+            match self.schema(sub) {
                 // An optional property no value can satisfy just never appears
                 // (its name stays excluded from the extra keys).
                 Err(EngineError::Unsatisfiable(_)) if !req => continue,
-                other => other?,
-            };
-            let key = lit(&json_text(&Value::String(k.clone())));
-            members.push((seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), req));
+                other => compiled.push((k, other?, req)),
+            }
         }
+        // A property whose companions never appear never appears either.
+        while let Some(x) = deps.iter().find(|(x, ys)| compiled.iter().any(|c| c.0 == *x) && ys.iter().any(|y| !compiled.iter().any(|c| c.0 == *y))).map(|d| d.0) {
+            if required.contains(&x) {
+                return Err(EngineError::Unsatisfiable(format!("`{x}` is required, but a property it depends on can never appear")));
+            }
+            compiled.retain(|c| c.0 != x);
+        }
+        let index = |n: &str| compiled.iter().position(|c| c.0 == n);
+        let requires: Vec<(usize, Vec<usize>)> = deps.iter().filter_map(|(x, ys)| Some((index(x)?, ys.iter().filter_map(|y| index(y)).collect()))).collect();
+        let members: Vec<(GExpr, bool)> = compiled
+            .into_iter()
+            .map(|(k, value, req)| (seq(vec![lit(&json_text(&Value::String(k.to_string()))), ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), req))
+            .collect();
         // Members in any order, each at most once: the parser makes a state
         // per set of members written as it reaches them. Each member is a
         // rule of its own, so equal members share their symbols.
@@ -695,12 +717,12 @@ impl<'s> Conv<'s> {
                 };
                 return Ok(seq(vec![lit("{"), ws, one, lit("}")]));
             }
-            if extra.is_some() || at_most < members.len() {
+            if extra.is_some() || at_most < members.len() || !requires.is_empty() {
                 return Err(unsupported("maxProperties", "above 1, with other keys allowed or fewer than the listed properties, is not supported"));
             }
         }
         let sep = Box::new(seq(vec![lit(","), ws.clone()]));
-        let permutation = e(GKind::Permutation { members, extra, sep, nonempty });
+        let permutation = e(GKind::Permutation { members, extra, sep, nonempty, requires });
         Ok(seq(vec![lit("{"), ws, permutation, lit("}")]))
     }
 }
@@ -736,6 +758,21 @@ fn not_names(names: &[&str]) -> String {
     let mut alts = Vec::new();
     go(&root, "", &mut alts);
     format!("(?:{})", alts.join("|"))
+}
+
+/// The object's property dependencies (`dependencies` with lists,
+/// `dependentRequired`): each name with the names it requires.
+fn dependencies(obj: &serde_json::Map<String, Value>) -> Result<Vec<(&str, Vec<&str>)>, EngineError> {
+    let mut out = Vec::new();
+    for key in ["dependencies", "dependentRequired"] {
+        for (x, v) in obj.get(key).and_then(Value::as_object).into_iter().flatten() {
+            let Some(ys) = v.as_array() else {
+                return Err(unsupported(key, "dependencies on a schema (rather than a list of names) are not supported"));
+            };
+            out.push((x.as_str(), ys.iter().map(|y| y.as_str().ok_or_else(|| unsupported(key, "must list names"))).collect::<Result<_, _>>()?));
+        }
+    }
+    Ok(out)
 }
 
 /// What `base` takes that `except` does not.
