@@ -511,4 +511,10 @@ fn contradictory_and_huge_bounds_are_errors_not_panics() {
     }
     let c = compile(json!({"type": "string", "maxLength": 4294967297u64}));
     assert!(accepts(&c, "\"abc\""), "a bound past u32 is no tighter than u32::MAX");
+    // Every pair of patterns is checked for overlap: their number is bounded.
+    let many: serde_json::Map<String, Value> = (0..65).map(|i| (format!("^p{i}_"), json!({"type": "integer"}))).collect();
+    let err = Constraint::json_schema(&json!({"patternProperties": many}), Whitespace::Compact, &Limits::default());
+    assert!(matches!(err, Err(EngineError::TooComplex(m)) if m.contains("patternProperties")));
+    let dense = json!({"type": "object", "maxProperties": 18446744073709551615u64, "dependencies": {"a": ["b"], "b": ["a"]}});
+    assert!(accepts(&compile(dense), r#"{"b":1,"a":2}"#));
 }

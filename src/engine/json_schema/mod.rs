@@ -696,7 +696,8 @@ impl<'s> Conv<'s> {
             })
             .collect();
         let extra = extra.map(|x| Box::new(seq(vec![x, ws.clone()])));
-        if let Some(at_most) = max_props.map(|m| m as usize) {
+        // A bound past any generation bounds nothing (as with lengths).
+        if let Some(at_most) = max_props.filter(|&m| m <= MAX_COUNT).map(|m| m as usize) {
             let required: Vec<&GExpr> = members.iter().filter(|(_, r)| *r).map(|(m, _)| m).collect();
             if at_most < required.len() || (at_most == 0 && nonempty) {
                 return Err(EngineError::Unsatisfiable("`maxProperties` is below the properties that must be there".into()));
@@ -805,11 +806,19 @@ impl PatternKey<'_> {
     }
 }
 
+/// Most `patternProperties` in one object.
+const MAX_PATTERNS: usize = 64;
+
 /// The object's `patternProperties`. Two patterns that share a key must
 /// share its schema too: a key they both match would need both.
 fn pattern_keys(obj: &serde_json::Map<String, Value>) -> Result<Vec<PatternKey<'_>>, EngineError> {
     let mut out: Vec<PatternKey> = Vec::new();
-    for (pattern, schema) in obj.get("patternProperties").and_then(Value::as_object).into_iter().flatten() {
+    let all = obj.get("patternProperties").and_then(Value::as_object);
+    // Each pair is checked for overlap: a product of two automata.
+    if all.is_some_and(|a| a.len() > MAX_PATTERNS) {
+        return Err(EngineError::TooComplex(format!("more than {MAX_PATTERNS} `patternProperties` in one object")));
+    }
+    for (pattern, schema) in all.into_iter().flatten() {
         let key = format!("\"{}\"", pattern_in_string(pattern)?);
         let limits = Limits::default();
         let dfa = Dfa::regex(&key, &limits)?;
