@@ -416,6 +416,15 @@ fn patterns_and_formats_take_the_lengths() {
     for bad in ["\"abc\"", "\"abcdefghi\"", "\"a b c d\"", "\"ab \""] {
         assert!(!accepts(&words, bad), "{bad}");
     }
+    // Alternatives anchored one by one.
+    let either = compile(json!({"type": "string", "pattern": "^$|(^\\d{1,3}$)"}));
+    assert!(accepts(&either, "\"\"") && accepts(&either, "\"123\"") && !accepts(&either, "\"1234\"") && !accepts(&either, "\"a1\""));
+    let factored = compile(json!({"type": "string", "pattern": "^$|^\\d{1,3}(?:\\.\\d)?$"}));
+    assert!(accepts(&factored, "\"\"") && accepts(&factored, "\"12.5\"") && !accepts(&factored, "\"12.\"") && !accepts(&factored, "\"x\""));
+    let anywhere = compile(json!({"type": "string", "pattern": "$"}));
+    assert!(accepts(&anywhere, "\"any text\""), "`$` alone is found in every string");
+    let ends = compile(json!({"type": "string", "pattern": "^a|b$", "maxLength": 3}));
+    assert!(accepts(&ends, "\"axy\"") && accepts(&ends, "\"xyb\"") && !accepts(&ends, "\"xay\"") && !accepts(&ends, "\"axyz\""));
     let date = compile(json!({"type": "string", "format": "date", "maxLength": 10}));
     assert!(accepts(&date, "\"2024-02-29\""));
     let short = Constraint::json_schema(&json!({"type": "string", "format": "date", "maxLength": 9}), Whitespace::Compact, &Limits::default());

@@ -944,18 +944,30 @@ fn pattern_in_string(p: &str) -> Result<String, EngineError> {
         .build()
         .parse(p)
         .map_err(|e| EngineError::Regex(format!("`pattern` {p:?}: {e}")))?;
-    let (starts, ends, core) = strip_anchors(hir);
-    let core = no_escapes(&core)?;
+    // `^$|^a+$` or `^(?:$|a+$)`: each alternative anchored on its own.
+    fn branches(h: Hir, starts: bool, ends: bool, out: &mut Vec<(bool, bool, Hir)>) {
+        let h = match h.kind() {
+            HirKind::Capture(c) => (*c.sub).clone(),
+            _ => h,
+        };
+        let (s, e, core) = strip_anchors(h);
+        match core.kind() {
+            HirKind::Alternation(v) => v.iter().for_each(|b| branches(b.clone(), starts || s, ends || e, out)),
+            _ => out.push((starts || s, ends || e, core)),
+        }
+    }
+    let mut parts = Vec::new();
+    branches(hir, false, false, &mut parts);
     let plain = r#"[^"\\\x00-\x1F]*"#;
-    let mut out = String::new();
-    if !starts {
-        out.push_str(plain);
+    let mut alts = Vec::new();
+    for (starts, ends, core) in parts {
+        let core = no_escapes(&core)?;
+        alts.push(format!("{}(?:{core}){}", if starts { "" } else { plain }, if ends { "" } else { plain }));
     }
-    out.push_str(&format!("(?:{core})"));
-    if !ends {
-        out.push_str(plain);
-    }
-    Ok(out)
+    Ok(match alts.as_slice() {
+        [one] => one.clone(),
+        _ => format!("(?:{})", alts.join("|")),
+    })
 }
 
 /// The string content for a `pattern` that is one repeated character class
@@ -999,7 +1011,8 @@ fn strip_anchors(h: Hir) -> (bool, bool, Hir) {
             }
             (starts, ends, Hir::concat(v))
         }
-        _ if is(&h, Look::Start) || is(&h, Look::End) => (true, true, Hir::empty()),
+        _ if is(&h, Look::Start) => (true, false, Hir::empty()),
+        _ if is(&h, Look::End) => (false, true, Hir::empty()),
         _ => (false, false, h),
     }
 }
