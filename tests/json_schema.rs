@@ -54,6 +54,9 @@ fn objects_arrays_numbers_and_references() {
     assert!(!accepts(&any, "\"2023-02-29\"") && !accepts(&any, "\"2024-04-31\""));
     let all = compile(json!({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"b": {"type": "boolean"}}}]}));
     assert!(accepts(&all, r#"{"a":1,"b":true}"#) && !accepts(&all, r#"{"b":true}"#));
+    // A property in two branches takes both schemas.
+    let both = compile(json!({"allOf": [{"properties": {"a": {"type": "integer", "minimum": 0}}}, {"properties": {"a": {"maximum": 5}}}]}));
+    assert!(accepts(&both, r#"{"a":5}"#) && !accepts(&both, r#"{"a":6}"#) && !accepts(&both, r#"{"a":-1}"#));
 }
 
 #[test]

@@ -887,7 +887,8 @@ fn merge_all_of(base: &serde_json::Map<String, Value>, all: &Value) -> Result<Va
                             Some(old) if old == s || *s == Value::Bool(true) => old.clone(),
                             Some(Value::Bool(false)) => Value::Bool(false),
                             Some(_) if *s == Value::Bool(false) => Value::Bool(false),
-                            Some(_) => return Err(unsupported("allOf", &format!("property `{name}` has two different schemas"))),
+                            // Both apply: merged in turn when the property is compiled.
+                            Some(old) => serde_json::json!({"allOf": [old, s]}),
                         };
                         p.insert(name.clone(), merged);
                     }
