@@ -103,18 +103,5 @@ pub(super) fn unused_rules(g: &GrammarBlock, entries: &[(String, String)], file:
 
 fn visit<'g>(e: &'g GExpr, f: &mut impl FnMut(&'g GExpr)) {
     f(e);
-    match &e.kind {
-        GKind::Alt(v) | GKind::Seq(v) => v.iter().for_each(|x| visit(x, f)),
-        GKind::Repeat { inner, .. } => visit(inner, f),
-        GKind::Permutation { members, extra, sep, .. } => {
-            members.iter().for_each(|(m, _)| visit(m, f));
-            extra.iter().for_each(|x| visit(x, f));
-            visit(sep, f);
-        }
-        GKind::Except { base, except } => {
-            visit(base, f);
-            visit(except, f);
-        }
-        _ => {}
-    }
+    e.for_each_child(|x| visit(x, f));
 }

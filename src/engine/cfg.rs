@@ -797,18 +797,7 @@ fn intern_lexeme(key: &str, make: impl FnOnce() -> Result<Dfa, EngineError>) -> 
 fn collect_refs<'a>(e: &'a GExpr, out: &mut Vec<&'a str>) {
     match &e.kind {
         GKind::Ref(r) => out.push(r),
-        GKind::Alt(v) | GKind::Seq(v) => v.iter().for_each(|x| collect_refs(x, out)),
-        GKind::Repeat { inner, .. } => collect_refs(inner, out),
-        GKind::Permutation { members, extra, sep, .. } => {
-            members.iter().for_each(|(m, _)| collect_refs(m, out));
-            extra.iter().for_each(|x| collect_refs(x, out));
-            collect_refs(sep, out);
-        }
-        GKind::Except { base, except } => {
-            collect_refs(base, out);
-            collect_refs(except, out);
-        }
-        _ => {}
+        _ => e.for_each_child(|x| collect_refs(x, out)),
     }
 }
 

@@ -108,6 +108,26 @@ pub enum GKind {
     },
 }
 
+impl GExpr {
+    /// Calls `f` on each expression directly inside this one.
+    pub fn for_each_child<'a>(&'a self, mut f: impl FnMut(&'a GExpr)) {
+        match &self.kind {
+            GKind::Alt(v) | GKind::Seq(v) => v.iter().for_each(f),
+            GKind::Repeat { inner, .. } => f(inner),
+            GKind::Permutation { members, extra, sep, .. } => {
+                members.iter().for_each(|(m, _)| f(m));
+                extra.iter().for_each(|x| f(x));
+                f(sep);
+            }
+            GKind::Except { base, except } => {
+                f(base);
+                f(except);
+            }
+            GKind::Literal(_) | GKind::Class { .. } | GKind::Ref(_) | GKind::Regex(_) | GKind::Any => {}
+        }
+    }
+}
+
 impl Grammar {
     /// The rule with this name.
     pub fn rule(&self, name: &str) -> Option<&GrammarRule> {
