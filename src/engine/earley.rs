@@ -438,8 +438,8 @@ impl Parser {
     }
 
     /// The number of productions of permutation state `state`, made on
-    /// first use: past the first item `ε` (once the required members are
-    /// written), `sep extra S` and `sep member_j S∪{j}` for each member not
+    /// first use: past the first item `ε` (once the members written may end
+    /// it, see `Perm::may_end`), `sep extra S` and `sep member_j S∪{j}` for each member not
     /// written; before it the same without `sep`, and `ε` if the entry is
     /// nullable.
     fn expand(&mut self, state: usize) -> usize {

@@ -217,14 +217,14 @@ impl<'s> Conv<'s> {
             }
         };
         let mut out = rest.clone();
+        let have = types(rest.get("type"));
         if keys == ["type"] {
             let gone = types(n.get("type"));
+            let number_gone = gone.iter().any(|g| g == "number");
             // "Not an integer" leaves the numbers with a fraction: no type says that.
-            let partial = gone.iter().any(|t| t == "integer") && !gone.iter().any(|t| t == "number");
-            if !partial || !types(rest.get("type")).iter().any(|t| t == "number") {
-                let number_gone = gone.iter().any(|g| g == "number");
-                let left: Vec<Value> =
-                    types(rest.get("type")).into_iter().filter(|t| !gone.contains(t) && !(t == "integer" && number_gone)).map(Value::String).collect();
+            let partial = gone.iter().any(|t| t == "integer") && !number_gone;
+            if !partial || !have.iter().any(|t| t == "number") {
+                let left: Vec<Value> = have.into_iter().filter(|t| !gone.contains(t) && !(t == "integer" && number_gone)).map(Value::String).collect();
                 if left.is_empty() {
                     return Err(EngineError::Unsatisfiable("`not` removes every type the schema allows".into()));
                 }
@@ -235,7 +235,7 @@ impl<'s> Conv<'s> {
         let required = n.get("required").and_then(Value::as_array).map(Vec::as_slice);
         if let (["required"], Some([Value::String(name)])) = (keys.as_slice(), required) {
             // Only an object can lack a property `required` asks for.
-            if !types(rest.get("type")).iter().any(|t| t == "object") {
+            if !have.iter().any(|t| t == "object") {
                 return Err(EngineError::Unsatisfiable("`not: {required}` takes objects only, and the schema allows none".into()));
             }
             out.insert("type".into(), Value::String("object".into()));
@@ -328,12 +328,11 @@ impl<'s> Conv<'s> {
                 if k == "multipleOf" && obj.get(k).and_then(Value::as_f64) == Some(1.0) && obj.get("type").and_then(Value::as_str) == Some("integer") {
                     continue;
                 }
-                // Branches no value can satisfy two of: `oneOf` is `anyOf`.
-                let one_of_is_any_of = |b: &Vec<Value>| disjoint::pairwise_disjoint(self.root, b);
-                if k == "oneOf" && !obj.contains_key("anyOf") && obj.get(k).and_then(Value::as_array).is_some_and(one_of_is_any_of) {
-                    continue;
-                }
                 if k == "oneOf" && !obj.contains_key("anyOf") {
+                    // Branches no value can satisfy two of: `oneOf` is `anyOf`.
+                    if obj.get(k).and_then(Value::as_array).is_some_and(|b| disjoint::pairwise_disjoint(self.root, b)) {
+                        continue;
+                    }
                     if let Some(g) = self.one_of_regular(obj)? {
                         return Ok(g);
                     }
@@ -507,8 +506,7 @@ impl<'s> Conv<'s> {
             if wrong.is_empty() {
                 return Ok(self.atomic(format!("\"{r}\"")));
             }
-            let except = rx(&format!("\"(?:{})\"", wrong.join("|")));
-            let body = e(GKind::Except { base: Box::new(rx(&format!("\"{r}\""))), except: Box::new(except) });
+            let body = minus(rx(&format!("\"{r}\"")), rx(&format!("\"(?:{})\"", wrong.join("|"))));
             return Ok(self.shared(format!("%{r}\0{min}\0{max:?}"), body));
         }
         // The character's regex is parsed once (and cached); each count
@@ -632,7 +630,7 @@ impl<'s> Conv<'s> {
         let max_props = obj.get("maxProperties").map(|m| m.as_u64().ok_or_else(|| unsupported("maxProperties", "must be a count"))).transpose()?;
         let mut extra_keys: Vec<GExpr> = Vec::new();
         let listed = || alt(names.iter().map(|n| lit(&json_text(&Value::String(n.to_string())))).collect());
-        let minus_names = |key: GExpr| if names.is_empty() { key } else { e(GKind::Except { base: Box::new(key), except: Box::new(listed()) }) };
+        let minus_names = |key: GExpr| if names.is_empty() { key } else { minus(key, listed()) };
         // Extra keys are any key but the listed ones (and the patterns').
         let other_key = if patterns.is_empty() {
             rx(&format!("\"{}\"", not_names(&names)))
@@ -641,7 +639,7 @@ impl<'s> Conv<'s> {
             if !names.is_empty() {
                 taken.push(listed());
             }
-            e(GKind::Except { base: Box::new(rx(&format!("\"{STRING_CHAR}*\""))), except: Box::new(alt(taken)) })
+            minus(rx(&format!("\"{STRING_CHAR}*\"")), alt(taken))
         };
         for p in &patterns {
             let value = self.schema(p.schema)?;
@@ -678,20 +676,17 @@ impl<'s> Conv<'s> {
         }
         let index = |n: &str| compiled.iter().position(|c| c.0 == n);
         let requires: Vec<(usize, Vec<usize>)> = deps.iter().filter_map(|(x, ys)| Some((index(x)?, ys.iter().filter_map(|y| index(y)).collect()))).collect();
-        let members: Vec<(GExpr, bool)> = compiled
-            .into_iter()
-            .map(|(k, value, req)| (seq(vec![lit(&json_text(&Value::String(k.to_string()))), ws.clone(), lit(":"), ws.clone(), value, ws.clone()]), req))
-            .collect();
         // Members in any order, each at most once: the parser makes a state
         // per set of members written as it reaches them. Each member is a
         // rule of its own, so equal members share their symbols.
         let id = self.rules.len();
-        let members: Vec<(GExpr, bool)> = members
+        let members: Vec<(GExpr, bool)> = compiled
             .into_iter()
             .enumerate()
-            .map(|(j, (m, req))| {
+            .map(|(j, (k, value, req))| {
+                let key = lit(&json_text(&Value::String(k.to_string())));
                 let rule = format!("obj{id}_m{j}");
-                self.add_rule(rule.clone(), m);
+                self.add_rule(rule.clone(), seq(vec![key, ws.clone(), lit(":"), ws.clone(), value, ws.clone()]));
                 (reference(&rule), req)
             })
             .collect();
@@ -818,9 +813,9 @@ fn pattern_keys(obj: &serde_json::Map<String, Value>) -> Result<Vec<PatternKey<'
     if all.is_some_and(|a| a.len() > MAX_PATTERNS) {
         return Err(EngineError::TooComplex(format!("more than {MAX_PATTERNS} `patternProperties` in one object")));
     }
+    let limits = Limits::default();
     for (pattern, schema) in all.into_iter().flatten() {
         let key = format!("\"{}\"", pattern_in_string(pattern)?);
-        let limits = Limits::default();
         let dfa = Dfa::regex(&key, &limits)?;
         for other in out.iter().filter(|o| o.schema != schema) {
             // Some key matches both: what one takes minus what only it takes.
@@ -941,10 +936,7 @@ fn format_regex(f: &str) -> Option<&'static str> {
 /// schema `pattern` (an unanchored search unless `^…$`). The pattern is
 /// limited to characters that need no escape in JSON.
 fn pattern_in_string(p: &str) -> Result<String, EngineError> {
-    let hir = regex_syntax::ParserBuilder::new()
-        .build()
-        .parse(p)
-        .map_err(|e| EngineError::Regex(format!("`pattern` {p:?}: {e}")))?;
+    let hir = parse_pattern(p)?;
     // `^$|^a+$` or `^(?:$|a+$)`: each alternative anchored on its own.
     fn branches(h: Hir, starts: bool, ends: bool, out: &mut Vec<(bool, bool, Hir)>) {
         let h = match h.kind() {
@@ -975,11 +967,7 @@ fn pattern_in_string(p: &str) -> Result<String, EngineError> {
 /// between anchors (`^[a-z0-9-]+$`) with the schema's lengths folded into
 /// the repetition count; `None` for other patterns.
 fn counted_pattern(p: &str, min: u32, max: Option<u32>) -> Result<Option<String>, EngineError> {
-    let hir = regex_syntax::ParserBuilder::new()
-        .build()
-        .parse(p)
-        .map_err(|e| EngineError::Regex(format!("`pattern` {p:?}: {e}")))?;
-    let (true, true, core) = strip_anchors(hir) else { return Ok(None) };
+    let (true, true, core) = strip_anchors(parse_pattern(p)?) else { return Ok(None) };
     let HirKind::Repetition(rep) = core.kind() else { return Ok(None) };
     if !matches!(rep.sub.kind(), HirKind::Class(_)) {
         return Ok(None);
@@ -994,6 +982,11 @@ fn counted_pattern(p: &str, min: u32, max: Option<u32>) -> Result<Option<String>
     }
     let counted = Hir::repetition(hir::Repetition { min: lo, max: hi, greedy: true, sub: rep.sub.clone() });
     no_escapes(&counted).map(Some)
+}
+
+/// The syntax tree of a schema's `pattern`.
+fn parse_pattern(p: &str) -> Result<Hir, EngineError> {
+    regex_syntax::ParserBuilder::new().build().parse(p).map_err(|e| EngineError::Regex(format!("`pattern` {p:?}: {e}")))
 }
 
 /// Removes a leading `^` and trailing `$`; reports which were there.
