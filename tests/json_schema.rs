@@ -250,6 +250,9 @@ fn max_properties_up_to_one_or_bounding_nothing() {
     assert!(accepts(&exactly, r#"{"b":1}"#) && !accepts(&exactly, "{}") && !accepts(&exactly, r#"{"a":1,"b":1}"#) && !accepts(&exactly, r#"{"d":1}"#));
     let req = compile(json!({"properties": {"a": {}, "b": {}}, "required": ["a"], "maxProperties": 1}));
     assert!(accepts(&req, r#"{"a":1}"#) && !accepts(&req, r#"{"b":1}"#) && !accepts(&req, r#"{"a":1,"x":2}"#));
+    // With one property at most, one that brings another cannot appear.
+    let deps = compile(json!({"type": "object", "maxProperties": 1, "dependencies": {"a": ["b"]}}));
+    assert!(accepts(&deps, "{}") && accepts(&deps, r#"{"b":1}"#) && !accepts(&deps, r#"{"a":1}"#) && !accepts(&deps, r#"{"a":1,"b":2}"#));
     let none = compile(json!({"type": "object", "maxProperties": 0}));
     assert!(accepts(&none, "{}") && !accepts(&none, r#"{"a":1}"#));
     let loose = compile(json!({"properties": {"a": {}, "b": {}}, "additionalProperties": false, "maxProperties": 3}));

@@ -700,9 +700,15 @@ impl<'s> Conv<'s> {
             // At most one item needs no permutation; at most as many as there
             // can be bounds nothing.
             if at_most <= 1 {
+                // A member that brings others cannot be the only one.
+                let alone = |j: usize| requires.iter().all(|(i, js)| *i != j || js.iter().all(|&k| k == j));
+                let alone: Vec<&GExpr> = members.iter().enumerate().filter(|(j, _)| alone(*j)).map(|(_, (m, _))| m).collect();
+                if required.len() == 1 && !alone.iter().any(|m| std::ptr::eq(*m, required[0])) {
+                    return Err(EngineError::Unsatisfiable("a required property depends on another, and `maxProperties` allows one".into()));
+                }
                 let items: Vec<GExpr> = match required.as_slice() {
                     [only] => vec![(*only).clone()],
-                    _ => members.iter().map(|(m, _)| m.clone()).chain(extra.as_deref().cloned()).collect(),
+                    _ => alone.into_iter().cloned().chain(extra.as_deref().cloned()).collect(),
                 };
                 let one = if at_most == 0 || items.is_empty() {
                     seq(vec![])
