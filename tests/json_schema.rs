@@ -93,6 +93,25 @@ fn objects_take_properties_in_any_order_each_once() {
 }
 
 #[test]
+fn other_keys_are_any_key_but_the_listed_names() {
+    let names = ["feature", "feat", "comment", "a-b", "x.y", "t", "tab", "é", "\"q\"", "line\n"];
+    let props: serde_json::Map<String, Value> = names.iter().map(|n| (n.to_string(), json!({"type": "null"}))).collect();
+    let c = compile(json!({"type": "object", "properties": props, "additionalProperties": {"type": "boolean"}}));
+    for n in names {
+        let key = serde_json::to_string(n).unwrap();
+        assert!(accepts(&c, &format!("{{{key}:null}}")), "{key} takes its own schema");
+        assert!(!accepts(&c, &format!("{{{key}:true}}")), "{key} is not another key");
+    }
+    for other in ["", "f", "fea", "feature2", "features", "comments", "a", "a-", "a-bc", "xy", "x.yz", "ta", "tabs", "z", "e", "é2", "\"q", "line"] {
+        let key = serde_json::to_string(other).unwrap();
+        assert!(accepts(&c, &format!("{{{key}:true}}")), "{key} is another key");
+        assert!(!accepts(&c, &format!("{{{key}:null}}")), "{key} takes additionalProperties");
+    }
+    // Escaped spellings of a listed name count as other keys (names are compared as written).
+    assert!(accepts(&c, r#"{"\u0074":true}"#));
+}
+
+#[test]
 fn object_masks_equal_brute_force() {
     use lmt::engine::{TokenMask, Vocab};
     use proptest::prelude::*;

@@ -377,7 +377,11 @@ impl<'g> Builder<'g> {
 
     /// The regular language of `e`: a regex, or a difference of them (also
     /// through rules whose body is one).
-    fn regular(&mut self, e: &'g GExpr, name: &str) -> Result<Regular, EngineError> {
+    fn regular(&mut self, e: &'g GExpr, name: &str) -> Result<Regular<'g>, EngineError> {
+        let mut literals = Vec::new();
+        if literal_set(e, &mut literals) {
+            return Ok(Regular::Literals(literals));
+        }
         if self.is_regular(e) {
             return Ok(Regular::Regex(self.hir(e)?));
         }
@@ -726,18 +730,34 @@ fn long_count(h: &Hir) -> bool {
     }
 }
 
-/// A regular language: a regex, or what one takes and another does not.
-enum Regular {
-    Regex(Hir),
-    Except(Box<Regular>, Box<Regular>),
+/// Into `out`, the strings of `e` when it is a literal or an alternation
+/// of them.
+fn literal_set<'g>(e: &'g GExpr, out: &mut Vec<&'g str>) -> bool {
+    match &e.kind {
+        GKind::Literal(s) => {
+            out.push(s);
+            true
+        }
+        GKind::Alt(v) => v.iter().all(|x| literal_set(x, out)),
+        _ => false,
+    }
 }
 
-impl Regular {
+/// A regular language: a regex, a finite set of literals, or what one
+/// takes and another does not.
+enum Regular<'g> {
+    Regex(Hir),
+    Literals(Vec<&'g str>),
+    Except(Box<Regular<'g>>, Box<Regular<'g>>),
+}
+
+impl Regular<'_> {
     /// The key of its lexeme. No regex prints with a NUL in it, so these
     /// keys cannot meet a regex's.
     fn key(&self) -> String {
         match self {
             Regular::Regex(h) => regex_text(h),
+            Regular::Literals(v) => v.iter().fold("(\0".to_string(), |k, l| format!("{k}{}:{l}\0", l.len())) + ")",
             Regular::Except(a, b) => format!("(\0{}\0-\0{}\0)", a.key(), b.key()),
         }
     }
@@ -745,8 +765,19 @@ impl Regular {
     fn build(&self, limits: &Limits) -> Result<Dfa, EngineError> {
         match self {
             Regular::Regex(h) => Dfa::from_hir(h, limits),
-            Regular::Except(a, b) => a.build(limits)?.difference(&b.build(limits)?, limits),
+            Regular::Literals(v) => Dfa::choices(v, limits),
+            // Names out of a key or value set: the literals' trie, not their automaton.
+            Regular::Except(a, b) => match &**b {
+                Regular::Literals(v) => a.interned(limits)?.minus_literals(&v.iter().map(|l| l.as_bytes()).collect::<Vec<_>>(), limits),
+                _ => a.interned(limits)?.difference(&*b.interned(limits)?, limits),
+            },
         }
+    }
+
+    /// [`Regular::build`] through the process's lexemes: the parts of
+    /// differences (a JSON string, a format) recur in every schema.
+    fn interned(&self, limits: &Limits) -> Result<Arc<Dfa>, EngineError> {
+        intern_lexeme(&self.key(), || self.build(limits))
     }
 }
 
