@@ -112,6 +112,24 @@ fn other_keys_are_any_key_but_the_listed_names() {
 }
 
 #[test]
+fn long_enums_are_lexemes_of_their_own_wherever_they_appear() {
+    let codes: Vec<String> = (0..300).map(|i| format!("C{i:03}")).collect();
+    let c = compile(json!({
+        "type": "object",
+        "properties": {
+            "one": {"enum": codes},
+            "many": {"type": "array", "items": {"enum": codes}},
+            "other": {"allOf": [{"type": "string"}, {"not": {"enum": codes}}]}
+        },
+        "additionalProperties": false
+    }));
+    assert!(accepts(&c, r#"{"one":"C000","many":["C299","C150"],"other":"C300"}"#));
+    for bad in [r#"{"one":"C300"}"#, r#"{"many":["C000","C30"]}"#, r#"{"other":"C123"}"#] {
+        assert!(!accepts(&c, bad), "{bad}");
+    }
+}
+
+#[test]
 fn object_masks_equal_brute_force() {
     use lmt::engine::{TokenMask, Vocab};
     use proptest::prelude::*;

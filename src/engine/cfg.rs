@@ -6,11 +6,12 @@
 //! grammar's — no maximal munch.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 use regex_syntax::hir::{Capture, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
 
 use super::dfa::{Dfa, COUNTED_MIN};
+use super::memo::Memo;
 use super::{EngineError, Limits};
 use crate::syntax::gbnf::{GExpr, GKind, Grammar};
 
@@ -121,6 +122,10 @@ pub struct Cfg {
 /// Largest inlined size of a regular rule before it is kept as a nonterminal.
 const MAX_INLINE: usize = 4_000;
 
+/// Largest inlined size of a `%` rule (a lexeme of its own where it
+/// stands alone) inside a bigger lexeme.
+const MAX_ATOMIC_INLINE: usize = 256;
+
 /// Largest number of copies `{m,n}` may make of a recursive part.
 const MAX_EXPANSION: u32 = 1_000;
 
@@ -152,6 +157,8 @@ struct Builder<'g> {
     rules: HashMap<&'g str, &'g GExpr>,
     /// Rules that take part in a cycle of references, or reference one.
     non_regular: HashMap<&'g str, bool>,
+    /// Regular `%` rules too large to copy into other lexemes.
+    atomic: std::collections::HashSet<&'g str>,
     hir_cache: HashMap<&'g str, Hir>,
     lexeme_ids: HashMap<String, u32>,
     lexemes: Vec<Arc<Dfa>>,
@@ -174,6 +181,7 @@ impl<'g> Builder<'g> {
             limits,
             rules,
             non_regular: HashMap::new(),
+            atomic: Default::default(),
             hir_cache: HashMap::new(),
             lexeme_ids: HashMap::new(),
             lexemes: Vec::new(),
@@ -270,8 +278,14 @@ impl<'g> Builder<'g> {
             GKind::Ref(r) => {
                 let key = self.rules.get_key_value(r.as_str()).map(|(k, _)| *k).expect("checked");
                 let c = self.inline_cost(key, cost);
-                // What uses a rule that cannot be inlined cannot be either.
-                if self.non_regular[key] {
+                // What uses a rule that cannot be inlined cannot be either;
+                // nor is a large `%` rule copied into bigger lexemes (a list
+                // of 200 countries in an array would be determinized anew
+                // with each property's key around it).
+                if key.starts_with('%') && c > MAX_ATOMIC_INLINE {
+                    self.atomic.insert(key);
+                }
+                if self.non_regular[key] || self.atomic.contains(key) {
                     usize::MAX
                 } else {
                     c
@@ -294,10 +308,16 @@ impl<'g> Builder<'g> {
     }
 
     fn is_regular(&self, e: &GExpr) -> bool {
+        self.regular_as(e, false)
+    }
+
+    /// Whether `e` is regular; with `atomic`, also through `%` rules too
+    /// large to copy into a bigger lexeme (a difference needs their text).
+    fn regular_as(&self, e: &GExpr, atomic: bool) -> bool {
         match &e.kind {
-            GKind::Ref(r) => !self.non_regular.get(r.as_str()).copied().unwrap_or(true),
-            GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.is_regular(x)),
-            GKind::Repeat { inner, .. } => self.is_regular(inner),
+            GKind::Ref(r) => !self.non_regular.get(r.as_str()).copied().unwrap_or(true) && (atomic || !self.atomic.contains(r.as_str())),
+            GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.regular_as(x, atomic)),
+            GKind::Repeat { inner, .. } => self.regular_as(inner, atomic),
             GKind::Permutation { .. } | GKind::Except { .. } => false,
             _ => true,
         }
@@ -382,7 +402,7 @@ impl<'g> Builder<'g> {
         if literal_set(e, &mut literals) {
             return Ok(Regular::Literals(literals));
         }
-        if self.is_regular(e) {
+        if self.regular_as(e, true) {
             return Ok(Regular::Regex(self.hir(e)?));
         }
         self.depth += 1;
@@ -454,6 +474,13 @@ impl<'g> Builder<'g> {
 
     /// The symbols of one alternative; adjacent regular items merge into one lexeme.
     fn sequence(&mut self, e: &'g GExpr, name: &str) -> Result<Vec<Sym>, EngineError> {
+        // A list of literals (an `enum`): its trie, keyed without printing a regex.
+        let mut literals = Vec::new();
+        if matches!(e.kind, GKind::Alt(_)) && literal_set(e, &mut literals) {
+            let r = Regular::Literals(literals);
+            let limits = self.limits;
+            return Ok(vec![self.lexeme_by(r.key(), || r.build(limits))?]);
+        }
         let items: Vec<&'g GExpr> = match &e.kind {
             GKind::Seq(v) => v.iter().collect(),
             _ => vec![e],
@@ -757,7 +784,16 @@ impl Regular<'_> {
     fn key(&self) -> String {
         match self {
             Regular::Regex(h) => regex_text(h),
-            Regular::Literals(v) => v.iter().fold("(\0".to_string(), |k, l| format!("{k}{}:{l}\0", l.len())) + ")",
+            Regular::Literals(v) => {
+                let mut k = String::from("(\0");
+                for l in v {
+                    k.push_str(&l.len().to_string());
+                    k.push(':');
+                    k.push_str(l);
+                    k.push('\0');
+                }
+                k + ")"
+            }
             Regular::Except(a, b) => format!("(\0{}\0-\0{}\0)", a.key(), b.key()),
         }
     }
@@ -786,23 +822,17 @@ impl Regular<'_> {
 /// in every property of every schema, and parsing was a quarter of a
 /// typical schema's compile.
 fn parse_regex(r: &str, limits: &Limits) -> Result<Hir, EngineError> {
-    type Parsed = HashMap<(String, usize), Hir>;
-    static PARSED: LazyLock<Mutex<Parsed>> = LazyLock::new(Default::default);
+    static PARSED: LazyLock<Memo<(String, usize), Hir>> = LazyLock::new(|| Memo::new(2048));
     let key = (r.to_string(), limits.max_nesting);
-    if let Some(h) = PARSED.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(h.clone());
+    if let Some(h) = PARSED.get(&key) {
+        return Ok(h);
     }
     let h = regex_syntax::ParserBuilder::new()
         .nest_limit(limits.max_nesting as u32)
         .build()
         .parse(r)
         .map_err(|err| EngineError::Regex(format!("/{r}/: {err}")))?;
-    let mut table = PARSED.lock().unwrap_or_else(|e| e.into_inner());
-    // Bounded like the lexemes below.
-    if table.len() >= 4096 {
-        table.clear();
-    }
-    table.insert(key, h.clone());
+    PARSED.insert(key, h.clone());
     Ok(h)
 }
 
@@ -810,18 +840,14 @@ fn parse_regex(r: &str, limits: &Limits) -> Result<Hir, EngineError> {
 /// JSON string body of one schema is the same automaton, with the same
 /// cached masks, as every other schema's.
 fn intern_lexeme(key: &str, make: impl FnOnce() -> Result<Dfa, EngineError>) -> Result<Arc<Dfa>, EngineError> {
-    static LEXEMES: LazyLock<Mutex<HashMap<String, Arc<Dfa>>>> = LazyLock::new(Default::default);
+    // Bounded (grammars keep their own Arcs); 512 a generation.
+    static LEXEMES: LazyLock<Memo<String, Arc<Dfa>>> = LazyLock::new(|| Memo::new(512));
     // One that outgrew its state limit is not handed out again.
-    if let Some(d) = LEXEMES.lock().unwrap_or_else(|e| e.into_inner()).get(key).filter(|d| d.check().is_ok()) {
-        return Ok(d.clone());
+    if let Some(d) = LEXEMES.get(&key.to_string()).filter(|d| d.check().is_ok()) {
+        return Ok(d);
     }
     let d = Arc::new(make()?);
-    let mut table = LEXEMES.lock().unwrap_or_else(|e| e.into_inner());
-    // Bounded: past 512 lexemes the table starts over (grammars keep their own Arcs).
-    if table.len() >= 512 {
-        table.clear();
-    }
-    table.insert(key.to_string(), d.clone());
+    LEXEMES.insert(key.to_string(), d.clone());
     Ok(d)
 }
 

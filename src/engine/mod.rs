@@ -16,6 +16,7 @@ mod dfa;
 mod earley;
 mod json_schema;
 mod matcher;
+mod memo;
 mod stop;
 mod trie;
 mod vocab;

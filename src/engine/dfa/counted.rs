@@ -6,7 +6,7 @@ use regex_automata::nfa::thompson::NFA;
 use regex_automata::util::primitives::StateID;
 use regex_syntax::hir::Hir;
 
-use super::{Determinizer, Dfa, DfaState, ACCEPTING, COMPLETE, LIVE};
+use super::{Determinizer, Dfa, DfaState, Rule, ACCEPTING, COMPLETE, LIVE};
 use crate::engine::{EngineError, Limits};
 
 /// Counted repetitions at least this long are run by [`Counted`]: their
@@ -164,6 +164,18 @@ impl Counted {
     }
 }
 
+impl Rule for Counted {
+    fn next(&self, key: &[StateID], byte: u8, out: &mut Vec<StateID>) {
+        if let Some(k) = Counted::next(self, Counted::decode(key), byte) {
+            out.extend(Counted::encode(k));
+        }
+    }
+
+    fn flags(&self, key: &[StateID]) -> u32 {
+        Counted::flags(self, Counted::decode(key))
+    }
+}
+
 impl Dfa {
     /// The automaton of a counted repetition, over byte classes that refine
     /// the unit's with each byte of the prefix and suffix on its own.
@@ -173,7 +185,7 @@ impl Dfa {
         let stride = reps.len();
         let start = Counted::encode(c.start()).to_vec();
         let mut det = Determinizer::new(NFA::never_match(), reps);
-        det.counted = Some(Box::new(c));
+        det.rule = Some(Box::new(c));
         Dfa::lazy(classes, stride, det, start, limits)
     }
 }
@@ -187,7 +199,7 @@ mod tests {
         let l = Limits::default();
         let matches = |d: &Dfa, s: &str| d.feed(d.start(), s.as_bytes()).is_some_and(|st| d.is_accepting(st));
         let s = Dfa::regex(r#""(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})){2,40000}""#, &l).unwrap();
-        assert!(s.det.lock().unwrap().as_ref().is_some_and(|d| d.counted.is_some()), "counted, not compiled to an NFA");
+        assert!(s.det.lock().unwrap().as_ref().is_some_and(|d| d.rule.is_some()), "counted, not compiled to an NFA");
         for yes in ["\"ab\"", "\"é\\u00e9\"", "\"\\n\\\"\""] {
             assert!(matches(&s, yes), "{yes}");
         }
@@ -220,7 +232,7 @@ mod tests {
         // not counted (the ordinary construction, still exact).
         for rx in ["(?:a+){300}", "x[a-z]{0,300}a"] {
             let d = Dfa::regex(rx, &l).unwrap();
-            assert!(d.det.lock().unwrap().as_ref().is_none_or(|d| d.counted.is_none()), "{rx}");
+            assert!(d.det.lock().unwrap().as_ref().is_none_or(|d| d.rule.is_none()), "{rx}");
         }
         let x = Dfa::regex("x[a-z]{0,300}a", &l).unwrap();
         assert!(matches(&x, "xa") && matches(&x, "xaa") && !matches(&x, "x"));

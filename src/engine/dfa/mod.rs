@@ -23,13 +23,16 @@ use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
 use regex_syntax::hir::Hir;
 
+use super::memo::Memo;
 use super::vocab::Vocab;
 use super::{EngineError, Limits, TokenMask, TokenSet};
 
 mod counted;
+mod literals;
 mod product;
 
 use counted::Counted;
+use literals::Literals;
 pub(crate) use counted::COUNTED_MIN;
 
 /// A state of a [`Dfa`]: an index into its transition table.
@@ -84,7 +87,7 @@ pub struct Dfa {
     overflow: AtomicBool,
     /// Per (vocabulary, state): the tokens that keep a match reachable, and
     /// the trie nodes where a match ends inside a token (see [`Dfa::sets`]).
-    sets: Mutex<HashMap<(u64, DfaState, bool), Sets>>,
+    sets: Memo<(u64, DfaState, bool), Sets>,
     /// Per (vocabulary, state): the first slice whose every text it takes
     /// without ever matching (see [`Vocab::slicer`]).
     absorbs: Mutex<HashMap<(u64, DfaState), Option<u8>>>,
@@ -183,11 +186,21 @@ impl Table {
     }
 }
 
+/// States made by a rule instead of from an NFA ([`Counted`], a literal
+/// trie): a state is a short key of NFA-id-shaped numbers, hashed and
+/// interned like an NFA state set.
+trait Rule: Send + std::fmt::Debug {
+    /// Into `out` (empty), the key after `byte`; left empty for none.
+    fn next(&self, key: &[StateID], byte: u8, out: &mut Vec<StateID>);
+    /// [`ACCEPTING`], [`LIVE`] and [`COMPLETE`] of a key.
+    fn flags(&self, key: &[StateID]) -> u32;
+}
+
 /// Subset construction over a Thompson NFA without look-around, one row
 /// at a time.
 struct Determinizer {
-    /// Set instead of the NFA for a counted repetition (see [`Counted`]).
-    counted: Option<Box<Counted>>,
+    /// Makes the states instead of the NFA (see [`Rule`]).
+    rule: Option<Box<dyn Rule>>,
     nfa: NFA,
     /// By NFA state: a match can be reached from it.
     coreachable: Vec<bool>,
@@ -253,7 +266,7 @@ impl Determinizer {
             }
         }
         Determinizer {
-            counted: None,
+            rule: None,
             seen: vec![0; n],
             nfa,
             coreachable,
@@ -290,11 +303,9 @@ impl Determinizer {
 
     /// The state set after reading `byte` from DFA state `from`, in `self.set`.
     fn next(&mut self, from: usize, byte: u8) {
-        if let Some(c) = &self.counted {
+        if let Some(r) = &self.rule {
             self.set.clear();
-            if let Some(k) = c.next(Counted::decode(&self.sets[from]), byte) {
-                self.set.extend(Counted::encode(k));
-            }
+            r.next(&self.sets[from], byte, &mut self.set);
             return;
         }
         let mut seeds = std::mem::take(&mut self.seeds);
@@ -315,8 +326,8 @@ impl Determinizer {
     }
 
     fn flags(&self, set: &[StateID]) -> u32 {
-        if let Some(c) = &self.counted {
-            return c.flags(Counted::decode(set));
+        if let Some(r) = &self.rule {
+            return r.flags(set);
         }
         let accepting = set.iter().any(|&id| matches!(self.nfa.state(id), thompson::State::Match { .. }));
         let live = set.iter().any(|&id| self.coreachable[id.as_usize()]);
@@ -352,12 +363,12 @@ fn successors(st: &thompson::State, mut f: impl FnMut(StateID)) {
 /// A state's token set and exits, computed together by one trie walk.
 pub type Sets = (Arc<TokenSet>, Arc<Exits>);
 
-/// Most entries per per-automaton cache (a 128k-token mask is 16 KiB: this
-/// bounds one automaton to 16 MiB).
-const MAX_CACHED: usize = 1024;
+/// Entries per generation of a per-automaton cache (a 128k-token mask is
+/// 16 KiB: two generations bound one automaton to 16 MiB).
+const MAX_CACHED: usize = 512;
 
-/// Entries in the shared table (32 MiB of masks at 128k tokens).
-const MAX_SHARED: usize = 2048;
+/// Entries per generation of the shared tables (32 MiB of masks at 128k tokens).
+const MAX_SHARED: usize = 1024;
 
 /// Bytes that must continue from a state for its masks to be shared.
 const MIN_SHARED_FANOUT: usize = 32;
@@ -369,26 +380,11 @@ const MAX_CANONICAL_STATES: usize = 48;
 /// the "inside a JSON string" state of every property lexeme of every
 /// schema shares one entry.
 type SharedKey = (u64, Arc<[u8]>, bool);
-static SHARED: LazyLock<Mutex<HashMap<SharedKey, Sets>>> = LazyLock::new(Default::default);
+static SHARED: LazyLock<Memo<SharedKey, Sets>> = LazyLock::new(|| Memo::new(MAX_SHARED));
 
 /// Merged tries of what follows exits, keyed by (vocabulary, slice, exit nodes).
 type MergedKey = (u64, Option<u8>, Vec<u32>);
-static MERGED: LazyLock<Mutex<HashMap<MergedKey, Arc<crate::engine::TokenTrie>>>> = LazyLock::new(Default::default);
-
-/// Looks `key` up in `table`, or makes, stores and returns it; past `cap`
-/// entries the table starts over.
-fn memo<K: std::hash::Hash + Eq, V: Clone>(table: &Mutex<HashMap<K, V>>, key: K, cap: usize, make: impl FnOnce() -> V) -> V {
-    if let Some(v) = table.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return v.clone();
-    }
-    let v = make();
-    let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
-    if t.len() >= cap {
-        t.clear();
-    }
-    t.insert(key, v.clone());
-    v
-}
+static MERGED: LazyLock<Memo<MergedKey, Arc<crate::engine::TokenTrie>>> = LazyLock::new(|| Memo::new(MAX_SHARED));
 
 /// What [`Dfa::takes_all`] found.
 enum Taken {
@@ -454,8 +450,7 @@ impl Dfa {
         if options.is_empty() {
             return Err(EngineError::Unsatisfiable("there are no options to choose from".into()));
         }
-        let alts = options.iter().map(|o| Hir::literal(o.as_ref().to_vec().into_boxed_slice())).collect();
-        Dfa::from_hir(&Hir::alternation(alts), limits)
+        Dfa::trie(Literals::new(options), limits)
     }
 
     /// Compiles a regex syntax tree, anchored at both ends.
@@ -513,7 +508,7 @@ impl Dfa {
             start,
             det: Mutex::new(det),
             overflow: AtomicBool::new(false),
-            sets: Mutex::new(HashMap::new()),
+            sets: Memo::new(MAX_CACHED),
             absorbs: Mutex::new(HashMap::new()),
             canonical: Mutex::new(HashMap::new()),
         }
@@ -854,8 +849,8 @@ impl Dfa {
     /// regex constraint never needs them, and a dense state of one can have
     /// 100,000 (`[^,]+` ends a match at every node).
     fn cached(&self, vocab: &Vocab, s: DfaState, exits: bool) -> Sets {
-        memo(&self.sets, (vocab.id(), s, exits), MAX_CACHED, || match self.canonical(s) {
-            Some(k) => memo(&SHARED, (vocab.id(), k, exits), MAX_SHARED, || self.walk(vocab, s, exits)),
+        self.sets.get_or((vocab.id(), s, exits), || match self.canonical(s) {
+            Some(k) => SHARED.get_or((vocab.id(), k, exits), || self.walk(vocab, s, exits)),
             None => self.walk(vocab, s, exits),
         })
     }
@@ -887,7 +882,7 @@ impl Dfa {
         // What each token holds past each exit, merged into one trie.
         let (big, small): (Vec<u32>, Vec<u32>) = x.into_iter().partition(|&e| trie.subtree(e as usize) > MAX_MERGED);
         // Many states (of many automata) end matches at the same places.
-        let after = memo(&MERGED, (vocab.id(), slice, small.clone()), MAX_SHARED, || {
+        let after = MERGED.get_or((vocab.id(), slice, small.clone()), || {
             let mut after: Vec<(u32, &[u8])> = Vec::new();
             for &e in &small {
                 let (e, depth) = (e as usize, trie.depth(e as usize));
@@ -914,7 +909,7 @@ impl Dfa {
 
     /// Number of states whose token sets are cached (for tests and statistics).
     pub fn cached_masks(&self) -> usize {
-        self.sets.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.sets.len()
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use super::literals::Literals;
 use super::{check_size, finish, Dfa, DfaState, DEAD, INDEX};
 use crate::engine::{EngineError, Limits};
 
@@ -40,37 +41,17 @@ pub(super) fn difference(a: &Dfa, b: &Dfa, limits: &Limits) -> Result<Dfa, Engin
 /// trie the pairs are `a`'s states). "Any key but the listed names" of
 /// a large object costs its names' bytes, not a determinized alternation.
 pub(super) fn minus_literals(a: &Dfa, literals: &[&[u8]], limits: &Limits) -> Result<Dfa, EngineError> {
-    // The trie: each node's children by byte, and whether a literal ends there.
-    let mut kids: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
-    let mut ends = vec![false];
-    let mut used = [false; 256];
-    for lit in literals {
-        let mut n = 0;
-        for &byte in *lit {
-            used[byte as usize] = true;
-            n = match kids[n].iter().find(|(b, _)| *b == byte) {
-                Some(&(_, k)) => k as usize,
-                None => {
-                    kids.push(Vec::new());
-                    ends.push(false);
-                    let k = kids.len() - 1;
-                    kids[n].push((byte, k as u32));
-                    k
-                }
-            };
-        }
-        ends[n] = true;
-    }
-    check_size(kids.len(), 0, limits)?;
+    let trie = Literals::new(literals);
+    check_size(trie.len(), 0, limits)?;
     // `a`'s classes with each byte of the literals in a class of its own.
-    let (classes, reps) = refine(|x| a.classes[x] != a.classes[x - 1] || used[x] || used[x - 1]);
+    let (classes, reps) = refine(|x| a.classes[x] != a.classes[x - 1] || trie.used[x] || trie.used[x - 1]);
     // The trie node, or `OFF` once off the trie; off it, each of `a`'s
     // states (by index) has one pair, or `OFF` for none yet.
     const OFF: u32 = u32::MAX;
     let mut off: Vec<u32> = Vec::new();
     let product = explore(a, &reps, 0, limits, |order, na, node, byte| {
-        match (node != OFF).then(|| kids[node as usize].iter().find(|(b, _)| *b == byte)).flatten() {
-            Some(&(_, k)) => {
+        match (node != OFF).then(|| trie.child(node, byte)).flatten() {
+            Some(k) => {
                 order.push((na, k));
                 order.len() as u32 - 1
             }
@@ -89,7 +70,7 @@ pub(super) fn minus_literals(a: &Dfa, literals: &[&[u8]], limits: &Limits) -> Re
     })?;
     Ok(match product {
         Some((order, raw)) => {
-            let accepting: Vec<bool> = order.iter().map(|&(sa, node)| a.is_accepting(sa) && (node == OFF || !ends[node as usize])).collect();
+            let accepting: Vec<bool> = order.iter().map(|&(sa, node)| a.is_accepting(sa) && (node == OFF || !trie.ends(node))).collect();
             finish(classes, reps.len(), &raw, &accepting)
         }
         None => finish(classes, reps.len(), &vec![DEAD; reps.len()], &[false]),

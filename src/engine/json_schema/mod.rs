@@ -80,6 +80,9 @@ const CANONICAL: &str = r#""(?:[^"\\\x00-\x1F]|\\["\\bfnrt]|\\u00(?:0[0-7]|0b|0e
 
 const STRING_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))"#;
 
+/// Bytes of `enum` texts past which the list is a lexeme of its own.
+const LONG_ENUM: usize = 256;
+
 /// Validation keywords the engine cannot enforce, with the reason.
 const UNSUPPORTED: &[(&str, &str)] = &[
     ("oneOf", "its branches may overlap, and exactly-one-of cannot be enforced while generating"),
@@ -362,11 +365,17 @@ impl<'s> Conv<'s> {
                     _ => false,
                 }),
             };
-            let kept: Vec<GExpr> = values.into_iter().filter(|v| fits(v)).map(|v| lit(&json_text(v))).collect();
+            let kept: Vec<String> = values.into_iter().filter(|v| fits(v)).map(json_text).collect();
             if kept.is_empty() {
                 return Err(EngineError::Unsatisfiable("no value of `enum`/`const` has the schema's `type`".into()));
             }
-            return Ok(alt(kept));
+            let body = alt(kept.iter().map(|t| lit(t)).collect());
+            // A long list is a lexeme of its own, shared by every place that
+            // lists it (country codes in two properties are one automaton).
+            if kept.iter().map(String::len).sum::<usize>() > LONG_ENUM {
+                return Ok(self.shared(format!("%enum\0{}", kept.join("\0")), body));
+            }
+            return Ok(body);
         }
         if let Some(all) = obj.get("allOf") {
             let resolved = self.resolve_refs(all)?;
