@@ -516,7 +516,7 @@ impl<'g> Builder<'g> {
         Ok(out)
     }
 
-    /// One symbol for a non-regular item.
+    /// One symbol for an item: a nonterminal, or for a difference a lexeme.
     fn symbol(&mut self, e: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
         match &e.kind {
             GKind::Ref(r) => self
@@ -574,7 +574,12 @@ impl<'g> Builder<'g> {
                 let mut syms = Vec::with_capacity(members.len());
                 let mut required = vec![0u64; members.len().div_ceil(64)];
                 for (j, (m, req)) in members.iter().enumerate() {
-                    syms.push(Some(self.symbol_any(m, name)?));
+                    // A nonterminal, not one lexeme: its value's `%` rule
+                    // stays a lexeme of its own, shared by every property
+                    // of that type, and the key's lexeme is a literal (a
+                    // lexeme of key and value per property was most of the
+                    // compile time of large schemas).
+                    syms.push(Some(self.symbol(m, name)?));
                     if *req {
                         add_member(&mut required, j);
                     }

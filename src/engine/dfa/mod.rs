@@ -458,11 +458,16 @@ impl Dfa {
         if let Some(c) = Counted::of(hir, limits)? {
             return Dfa::counted(c, limits);
         }
-        let nfa = thompson::Compiler::new()
-            .configure(
-                thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true).which_captures(WhichCaptures::None),
-            )
-            .build_from_hir(hir)
+        // One compiler per thread: a new one allocates its UTF-8 suffix
+        // cache each time (a tenth of a small lexeme's cost).
+        thread_local! {
+            static COMPILER: std::cell::RefCell<thompson::Compiler> = std::cell::RefCell::new(thompson::Compiler::new());
+        }
+        let nfa = COMPILER
+            .with_borrow_mut(|compiler| {
+                let config = thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true).which_captures(WhichCaptures::None);
+                compiler.configure(config).build_from_hir(hir)
+            })
             .map_err(|e| EngineError::TooComplex(format!("regex: {e}")))?;
         if !nfa.look_set_any().is_empty() {
             return Dfa::eager(&nfa, limits);
@@ -990,16 +995,25 @@ fn check_size(states: usize, transitions: usize, limits: &Limits) -> Result<(), 
 /// the others, and flattens the table.
 fn finish(classes: [u8; 256], stride: usize, raw: &[u32], accepting: &[bool]) -> Dfa {
     let n = accepting.len();
-    let mut reverse: Vec<Vec<u32>> = vec![Vec::new(); n];
+    // The transitions backwards, in one array by target (no vector per
+    // state: products of large objects have thousands of states).
+    let mut start = vec![0u32; n + 1];
+    raw.iter().filter(|&&t| t != DEAD).for_each(|&t| start[t as usize + 1] += 1);
+    for i in 0..n {
+        start[i + 1] += start[i];
+    }
+    let mut fill = start.clone();
+    let mut sources = vec![0u32; start[n] as usize];
     for (k, &t) in raw.iter().enumerate() {
         if t != DEAD {
-            reverse[t as usize].push((k / stride) as u32);
+            sources[fill[t as usize] as usize] = (k / stride) as u32;
+            fill[t as usize] += 1;
         }
     }
     let mut live = accepting.to_vec();
     let mut queue: Vec<usize> = (0..n).filter(|&i| live[i]).collect();
     while let Some(i) = queue.pop() {
-        for &p in &reverse[i] {
+        for &p in &sources[start[i] as usize..start[i + 1] as usize] {
             if !live[p as usize] {
                 live[p as usize] = true;
                 queue.push(p as usize);
