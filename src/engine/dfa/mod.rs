@@ -136,6 +136,11 @@ impl Table {
         }
     }
 
+    /// A table of `len` states whose rows are elsewhere (a flat copy).
+    fn rowless(stride: usize, len: usize, max_states: usize) -> Table {
+        Table { width: stride + 1, segments: Box::new([]), len: AtomicUsize::new(len), max_states }
+    }
+
     /// The segment of state `s` and its index there.
     #[inline(always)]
     fn locate(s: usize) -> (usize, usize) {
@@ -489,7 +494,8 @@ impl Dfa {
         let start: Box<[StateID]> = start.into();
         det.ids.insert(start.clone(), id);
         det.sets.push(start);
-        let mut d = Dfa::with_table(classes, stride, table, id, Some(det));
+        let start_live = table.flags(id) & LIVE != 0;
+        let mut d = Dfa::with_table(classes, stride, table, None, id, start_live, Some(det));
         let mut made = 0;
         while made < d.table.len() && d.table.len() <= EAGER_STATES {
             d.fill_row(made as DfaState);
@@ -503,13 +509,13 @@ impl Dfa {
         Ok(d)
     }
 
-    fn with_table(classes: [u8; 256], stride: usize, table: Table, start: DfaState, det: Option<Determinizer>) -> Dfa {
+    fn with_table(classes: [u8; 256], stride: usize, table: Table, flat: Option<Box<[u32]>>, start: DfaState, start_live: bool, det: Option<Determinizer>) -> Dfa {
         Dfa {
             classes,
             stride,
-            start_live: table.flags(start) & LIVE != 0,
+            start_live,
             table,
-            flat: None,
+            flat,
             start,
             det: Mutex::new(det),
             overflow: AtomicBool::new(false),
@@ -575,7 +581,7 @@ impl Dfa {
         self.flat = Some(flat.into_boxed_slice());
         // Every reader goes to the flat copy now: free the rows (hundreds of
         // lexemes per schema each held a 256-state segment).
-        self.table = Table { width: self.stride + 1, segments: Box::new([]), len: AtomicUsize::new(n), max_states: self.table.max_states };
+        self.table = Table::rowless(self.stride, n, self.table.max_states);
         *self.det.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
@@ -1020,22 +1026,12 @@ fn finish(classes: [u8; 256], stride: usize, raw: &[u32], accepting: &[bool]) ->
             }
         }
     }
-    let table = Table::new(stride, n);
     // Ids carry the accepting bit.
     let complete: Vec<bool> =
         (0..n).map(|i| accepting[i] && raw[i * stride..(i + 1) * stride].iter().all(|&t| t == DEAD || !live[t as usize])).collect();
     let id_of = |t: u32| t | if accepting[t as usize] { ACC } else { 0 } | if complete[t as usize] { DONE } else { 0 };
-    for i in 0..n {
-        let row = &raw[i * stride..(i + 1) * stride];
-        let cut = |t: u32| if t != DEAD && live[t as usize] { id_of(t) } else { DEAD };
-        let flags = ROW | (accepting[i] as u32 * ACCEPTING) | (live[i] as u32 * LIVE) | (complete[i] as u32 * COMPLETE);
-        let id = table.push(flags).expect("sized to the states");
-        let slots = table.row(id);
-        row.iter().enumerate().for_each(|(c, &t)| slots[c].store(cut(t), Ordering::Relaxed));
-    }
-    let mut d = Dfa::with_table(classes, stride, table, id_of(0), None);
-    d.flatten();
-    d
+    let flat = raw.iter().map(|&t| if t != DEAD && live[t as usize] { id_of(t) } else { DEAD }).collect();
+    Dfa::with_table(classes, stride, Table::rowless(stride, n, n), Some(flat), id_of(0), live[0], None)
 }
 
 #[cfg(test)]
