@@ -130,6 +130,20 @@ fn long_enums_are_lexemes_of_their_own_wherever_they_appear() {
 }
 
 #[test]
+fn differences_reach_through_rules_kept_whole_for_their_size() {
+    // 800 values (over the inlining limit): the array of them is a rule of
+    // its own, and `oneOf` still takes the difference through it.
+    let codes: Vec<String> = (0..800).map(|i| format!("C{i:04}")).collect();
+    let c = compile(json!({"oneOf": [{"type": "array", "items": {"enum": codes}}, {"type": "array", "items": {"type": "string"}, "maxItems": 1}]}));
+    for yes in [r#"["C0000","C0799"]"#, r#"["x"]"#] {
+        assert!(accepts(&c, yes), "{yes}");
+    }
+    for no in ["[]", r#"["C0001"]"#, r#"["C0001","x"]"#, "[1]"] {
+        assert!(!accepts(&c, no), "{no}: both branches or neither");
+    }
+}
+
+#[test]
 fn object_masks_equal_brute_force() {
     use lmt::engine::{TokenMask, Vocab};
     use proptest::prelude::*;

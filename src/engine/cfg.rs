@@ -159,6 +159,9 @@ struct Builder<'g> {
     non_regular: HashMap<&'g str, bool>,
     /// Regular `%` rules too large to copy into other lexemes.
     atomic: std::collections::HashSet<&'g str>,
+    /// Rules kept as nonterminals for their size alone (their language may
+    /// still be regular: a difference takes it through them).
+    costly: std::collections::HashSet<&'g str>,
     hir_cache: HashMap<&'g str, Hir>,
     lexeme_ids: HashMap<String, u32>,
     lexemes: Vec<Arc<Dfa>>,
@@ -182,6 +185,7 @@ impl<'g> Builder<'g> {
             rules,
             non_regular: HashMap::new(),
             atomic: Default::default(),
+            costly: Default::default(),
             hir_cache: HashMap::new(),
             lexeme_ids: HashMap::new(),
             lexemes: Vec::new(),
@@ -265,6 +269,7 @@ impl<'g> Builder<'g> {
         self.depth -= 1;
         let c = if c > MAX_INLINE {
             self.non_regular.insert(name, true);
+            self.costly.insert(name);
             1
         } else {
             c
@@ -311,13 +316,19 @@ impl<'g> Builder<'g> {
         self.regular_as(e, false)
     }
 
-    /// Whether `e` is regular; with `atomic`, also through `%` rules too
-    /// large to copy into a bigger lexeme (a difference needs their text).
+    /// Whether `e` is regular; with `atomic`, also through rules too large
+    /// to copy into a bigger lexeme (a difference needs their text).
     fn regular_as(&self, e: &GExpr, atomic: bool) -> bool {
+        self.regular_in(e, atomic, 0)
+    }
+
+    fn regular_in(&self, e: &GExpr, atomic: bool, depth: usize) -> bool {
         match &e.kind {
+            // Through chains of rules as deep as inlining goes (see `inline_cost`).
+            GKind::Ref(r) if atomic && self.costly.contains(r.as_str()) => depth < 64 && self.regular_in(self.rules[r.as_str()], true, depth + 1),
             GKind::Ref(r) => !self.non_regular.get(r.as_str()).copied().unwrap_or(true) && (atomic || !self.atomic.contains(r.as_str())),
-            GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.regular_as(x, atomic)),
-            GKind::Repeat { inner, .. } => self.regular_as(inner, atomic),
+            GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.regular_in(x, atomic, depth)),
+            GKind::Repeat { inner, .. } => self.regular_in(inner, atomic, depth),
             GKind::Permutation { .. } | GKind::Except { .. } => false,
             _ => true,
         }
