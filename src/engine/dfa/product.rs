@@ -1,13 +1,18 @@
-//! Products of automata, explored at once: the difference of two regular
-//! languages, which regex syntax cannot say (JSON Schema needs it for "any
-//! key but these names and patterns"), and its fast case, a language minus
-//! a finite set of literals.
+//! Products of automata: the difference of two regular languages, which
+//! regex syntax cannot say (JSON Schema needs it for "any key but these
+//! names and patterns"), explored at once; and its common case, a language
+//! minus a finite set of literals, made as walks reach it.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::sync::Arc;
+
+use regex_automata::nfa::thompson::NFA;
+use regex_automata::util::primitives::StateID;
 
 use super::literals::Literals;
-use super::{check_size, finish, Dfa, DfaState, SetHasher, DEAD, INDEX};
+use super::{check_size, finish, Determinizer, Dfa, DfaState, Rule, SetHasher, ACCEPTING, COMPLETE, DEAD, LIVE};
 use crate::engine::{EngineError, Limits};
 
 /// The automaton of the strings `a` accepts and `b` does not: the product
@@ -38,46 +43,87 @@ pub(super) fn difference(a: &Dfa, b: &Dfa, limits: &Limits) -> Result<Dfa, Engin
     })
 }
 
-/// The automaton of the strings `a` accepts but for `literals`: the
-/// product of `a` with the literals' trie, made without a table of pairs
-/// (a trie node is reached from one pair only, its parent's; past the
-/// trie the pairs are `a`'s states). "Any key but the listed names" of
-/// a large object costs its names' bytes, not a determinized alternation.
-pub(super) fn minus_literals(a: &Dfa, literals: &[&[u8]], limits: &Limits) -> Result<Dfa, EngineError> {
+/// The automaton of the strings `a` accepts but for `literals`: pairs of
+/// `a`'s state and a node of the literals' trie, made as walks reach them
+/// (an object's "any other key" is rarely walked past a few names, and the
+/// eager product of Kubernetes' hundreds of objects was half their compile).
+pub(super) fn minus_literals(a: Arc<Dfa>, literals: &[&[u8]], limits: &Limits) -> Result<Dfa, EngineError> {
     let trie = Literals::new(literals);
     check_size(trie.len(), 0, limits)?;
     // `a`'s classes with each byte of the literals in a class of its own.
     let (classes, reps) = refine(|x| a.classes[x] != a.classes[x - 1] || trie.used[x] || trie.used[x - 1]);
-    // The trie node, or `OFF` once off the trie; off it, each of `a`'s
-    // states (by index) has one pair, or `OFF` for none yet.
-    const OFF: u32 = u32::MAX;
-    let mut off: Vec<u32> = Vec::new();
-    let product = explore(a, &reps, 0, limits, |order, na, node, byte| {
-        match (node != OFF).then(|| trie.child(node, byte)).flatten() {
-            Some(k) => {
-                order.push((na, k));
-                order.len() as u32 - 1
-            }
-            None => {
-                let at = (na & INDEX) as usize;
-                if at >= off.len() {
-                    off.resize(at + 1, OFF);
-                }
-                if off[at] == OFF {
-                    off[at] = order.len() as u32;
-                    order.push((na, OFF));
-                }
-                off[at]
-            }
+    let stride = reps.len();
+    let start = Minus::key(a.start(), 0).to_vec();
+    let minus = Minus { a, trie, reps: reps.clone(), live: RefCell::new(HashMap::default()) };
+    let mut det = Determinizer::new(NFA::never_match(), reps);
+    det.rule = Some(Box::new(minus));
+    Dfa::lazy(classes, stride, det, start, limits)
+}
+
+/// A pair of `a`'s state and a trie node ([`OFF`] once off the trie).
+#[derive(Debug)]
+struct Minus {
+    a: Arc<Dfa>,
+    trie: Literals,
+    reps: Vec<u8>,
+    /// Pairs known to lead to a string `a` takes and the trie does not.
+    live: RefCell<HashMap<(DfaState, u32), bool, BuildHasherDefault<SetHasher>>>,
+}
+
+/// No trie node: what was read is no literal's prefix.
+const OFF: u32 = u32::MAX;
+
+impl Minus {
+    fn key(sa: DfaState, node: u32) -> [StateID; 4] {
+        let id = |x: u32| StateID::new(x as usize & 0xFFFF).expect("16 bits");
+        [id(sa), id(sa >> 16), id(node), id(node >> 16)]
+    }
+
+    fn decode(key: &[StateID]) -> (DfaState, u32) {
+        let x = |i: usize| key[i].as_usize() as u32;
+        (x(0) | x(1) << 16, x(2) | x(3) << 16)
+    }
+
+    /// The pair after `byte`, if `a` goes on.
+    fn step(&self, (sa, node): (DfaState, u32), byte: u8) -> Option<(DfaState, u32)> {
+        let na = self.a.step(sa, byte)?;
+        Some((na, if node == OFF { OFF } else { self.trie.child(node, byte).unwrap_or(OFF) }))
+    }
+
+    fn accepting(&self, (sa, node): (DfaState, u32)) -> bool {
+        self.a.is_accepting(sa) && (node == OFF || !self.trie.ends(node))
+    }
+
+    /// Whether some string `a` takes from `sa` is not one the trie takes
+    /// from `node`. Off the trie every live state of `a` is; on it the
+    /// search goes one trie level deeper a step, so it ends.
+    fn is_live(&self, pair: (DfaState, u32)) -> bool {
+        if pair.1 == OFF || self.accepting(pair) {
+            return true;
         }
-    })?;
-    Ok(match product {
-        Some((order, raw)) => {
-            let accepting: Vec<bool> = order.iter().map(|&(sa, node)| a.is_accepting(sa) && (node == OFF || !trie.ends(node))).collect();
-            finish(classes, reps.len(), &raw, &accepting)
+        if let Some(&known) = self.live.borrow().get(&pair) {
+            return known;
         }
-        None => finish(classes, reps.len(), &vec![DEAD; reps.len()], &[false]),
-    })
+        let live = self.reps.iter().any(|&b| self.step(pair, b).is_some_and(|next| self.is_live(next)));
+        self.live.borrow_mut().insert(pair, live);
+        live
+    }
+}
+
+impl Rule for Minus {
+    fn next(&self, key: &[StateID], byte: u8, out: &mut Vec<StateID>) {
+        if let Some(next) = self.step(Minus::decode(key), byte) {
+            out.extend(Minus::key(next.0, next.1));
+        }
+    }
+
+    fn flags(&self, key: &[StateID]) -> u32 {
+        let pair = Minus::decode(key);
+        let accepting = self.accepting(pair);
+        let live = self.is_live(pair);
+        let goes_on = self.reps.iter().any(|&b| self.step(pair, b).is_some_and(|next| self.is_live(next)));
+        (accepting as u32 * ACCEPTING) | (live as u32 * LIVE) | ((accepting && !goes_on) as u32 * COMPLETE)
+    }
 }
 
 /// Byte classes that start a new class at each byte `x` where `split(x)`
@@ -163,7 +209,7 @@ mod tests {
     #[test]
     fn minus_literals_agrees_with_the_difference() {
         let l = Limits::default();
-        let string = Dfa::regex(r#""(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*""#, &l).unwrap();
+        let string = Arc::new(Dfa::regex(r#""(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*""#, &l).unwrap());
         let names: Vec<String> = ["feature", "feat", "", "é", "a\\\"b", "x"].iter().map(|n| serde_json::to_string(n).unwrap()).collect();
         let lits: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
         let fast = string.minus_literals(&lits, &l).unwrap();
@@ -186,7 +232,7 @@ mod tests {
         }
         assert!(matches(&fast, b"\"features\""));
         // Minus every string of a finite language, nothing is left; bounded like any product.
-        let ab = Dfa::regex("a|ab", &l).unwrap();
+        let ab = Arc::new(Dfa::regex("a|ab", &l).unwrap());
         assert!(ab.minus_literals(&[b"a", b"ab"], &l).unwrap().is_empty());
         let small = Limits { max_states: 3, ..Limits::default() };
         assert!(matches!(string.minus_literals(&lits, &small), Err(EngineError::TooComplex(_))));
