@@ -292,8 +292,8 @@ impl<'g> Builder<'g> {
                 let c = self.inline_cost(key, cost);
                 // What uses a rule that cannot be inlined cannot be either;
                 // nor is a large `%` rule copied into bigger lexemes (a list
-                // of 200 countries in an array would be determinized anew
-                // with each property's key around it).
+                // of 200 countries went twice into each array of them, and
+                // was determinized anew for every such array).
                 if key.starts_with('%') && c > MAX_ATOMIC_INLINE {
                     self.atomic.insert(key);
                 }
