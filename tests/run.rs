@@ -550,3 +550,14 @@ fn the_record_nests_a_capture_around_exactly_its_text() {
         .collect();
     assert_eq!(shape, ["text \"Hello\"", "open x", "text \" world\"", "close x", "text \"!\""], "{name}");
 }
+
+#[test]
+fn loop_variables_exist_only_inside_their_loop() {
+    let (name, dir) = &models()[0];
+    let model = load(dir);
+    let text = "{% set x = \"before\" %}{% for x in [1, 2] %}{{ x }}{% endfor %} {{ x }} \
+                {% for y in [3] %}{{ y }}{% endfor %}{% if y is defined %}leaked{% else %}gone{% endif %}";
+    let (o, _) = run_text(&model, text, &[]);
+    assert!(o.error.is_none(), "{name}: {:?}", o.error);
+    assert_eq!(o.state.text(), "12 before 3gone", "{name}");
+}

@@ -184,6 +184,8 @@ enum FrameKind {
 struct LoopState {
     items: Arc<Vec<Value>>,
     next: usize,
+    /// The loop variables' values before the loop (`None`: undefined).
+    saved: Vec<(Sym, Option<Value>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -494,7 +496,7 @@ impl Vm<'_, '_> {
                     self.pop();
                 }
             }
-            Instr::PushLoop => {
+            Instr::PushLoop(vars) => {
                 let v = self.pop();
                 let items: Vec<Value> = match &v {
                     Value::List(l) => l.to_vec(),
@@ -504,7 +506,8 @@ impl Vm<'_, '_> {
                         None => return Err(Step::Err(format!("cannot loop over {}", v.a_type()))),
                     },
                 };
-                self.frames.last_mut().expect("frame").loops.push(LoopState { items: Arc::new(items), next: 0 });
+                let saved = vars.iter().map(|&s| (s, self.stored(s))).collect();
+                self.frames.last_mut().expect("frame").loops.push(LoopState { items: Arc::new(items), next: 0, saved });
             }
             Instr::Iterate(t) => {
                 let l = self.frames.last_mut().expect("frame").loops.last_mut().ok_or_else(|| Step::Err("internal: no loop".into()))?;
@@ -529,6 +532,11 @@ impl Vm<'_, '_> {
             }
             Instr::PopLoop(t) => {
                 let l = self.frames.last_mut().expect("frame").loops.pop();
+                if let Some(l) = &l {
+                    for (s, old) in &l.saved {
+                        self.put_back(*s, old.clone());
+                    }
+                }
                 if l.is_some_and(|l| !l.items.is_empty()) {
                     self.jump(t);
                 }
@@ -672,6 +680,27 @@ impl Vm<'_, '_> {
         }
         grammar_named(&self.program.modules[f.module], f.module, name)
             .or_else(|| crate::builtins::function(name).map(|(b, _)| Value::Builtin(b.name)))
+    }
+
+    /// The value `s` holds where [`Self::store`] would write it (not the
+    /// names a load falls back on).
+    fn stored(&self, s: Sym) -> Option<Value> {
+        let f = self.frame();
+        match &f.locals {
+            Some(l) => l.get(&s).cloned(),
+            None if self.core.entries[f.module] => self.core.shared.get(self.name(s)).cloned(),
+            None => self.core.globals[f.module].get(&s).cloned(),
+        }
+    }
+
+    /// Gives `s` back the value [`Self::stored`] read (or none).
+    fn put_back(&mut self, s: Sym, old: Option<Value>) {
+        let f = self.frames.last_mut().expect("frame");
+        match &mut f.locals {
+            Some(l) => restore(l, s, old),
+            None if self.core.entries[f.module] => restore(&mut self.core.shared, self.program.modules[f.module].names[s as usize].clone(), old),
+            None => restore(&mut self.core.globals[f.module], s, old),
+        }
     }
 
     fn store(&mut self, t: Store, v: Value) -> Result<(), Step> {
@@ -858,6 +887,14 @@ fn is_layout(n: &Node) -> bool {
 }
 
 /// Assigns `key` in `scope`, or appends to the list there.
+/// Sets `key` to `old`, or removes it when `old` is `None`.
+fn restore<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, old: Option<Value>) {
+    match old {
+        Some(v) => scope.insert(key, v),
+        None => scope.remove(&key),
+    };
+}
+
 fn put<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, v: Value, append: bool) -> Result<(), Step> {
     if !append {
         scope.insert(key, v);

@@ -195,7 +195,8 @@ impl Compiler<'_> {
             }
             Node::For(f) => {
                 self.expr(&f.iter);
-                self.emit(Instr::PushLoop, f.open);
+                let vars = f.vars.iter().map(|v| self.sym(&v.name)).collect();
+                self.emit(Instr::PushLoop(vars), f.open);
                 let top = self.emit(Instr::Iterate(0), f.open);
                 self.emit(Instr::Unpack(f.vars.len() as u32), f.open);
                 for v in f.vars.iter().rev() {

@@ -93,7 +93,7 @@ fn instr(m: &CodeModule, i: &Instr) -> String {
         Instr::JumpIfFalse(t) => format!("JUMP_IF_FALSE {t:04}"),
         Instr::JumpIfFalseOrPop(t) => format!("JUMP_IF_FALSE_OR_POP {t:04}"),
         Instr::JumpIfTrueOrPop(t) => format!("JUMP_IF_TRUE_OR_POP {t:04}"),
-        Instr::PushLoop => "PUSH_LOOP".into(),
+        Instr::PushLoop(vars) => format!("PUSH_LOOP {}", vars.iter().map(name).collect::<Vec<_>>().join(",")),
         Instr::Iterate(t) => format!("ITERATE exit={t:04}"),
         Instr::Unpack(n) => format!("UNPACK {n}"),
         Instr::PopLoop(t) => format!("POP_LOOP ran={t:04}"),

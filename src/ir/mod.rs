@@ -157,8 +157,10 @@ pub enum Instr {
     JumpIfFalseOrPop(Pc),
     /// If the top is true jump (keeping it), else pop (`or`).
     JumpIfTrueOrPop(Pc),
-    /// Pop an iterable and start a loop over it (provides `loop`).
-    PushLoop,
+    /// Pop an iterable and start a loop over it (provides `loop`); the
+    /// loop variables, listed, get their values from before it back when
+    /// it ends (they exist only inside it).
+    PushLoop(Vec<Sym>),
     /// Push the next item, or end the loop by jumping.
     Iterate(Pc),
     /// Pop an item and push its `n` parts (unpacking when n > 1; the item
