@@ -6,7 +6,10 @@ use std::path::Path;
 
 fn main() {
     println!("cargo:rerun-if-changed=stdlib");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("stdlib");
+    // Read when the script runs, not when it was compiled: a build script
+    // compiled for one checkout is reused for another with the same target
+    // directory, and must not embed the first one's files.
+    let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it")).join("stdlib");
     let mut entries: Vec<(String, String)> = std::fs::read_dir(&dir)
         .expect("stdlib/ exists")
         .filter_map(|e| e.ok().map(|e| e.path()))
