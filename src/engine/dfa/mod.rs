@@ -468,12 +468,10 @@ impl Dfa {
         thread_local! {
             static COMPILER: std::cell::RefCell<thompson::Compiler> = std::cell::RefCell::new(thompson::Compiler::new());
         }
-        let nfa = COMPILER
-            .with_borrow_mut(|compiler| {
-                let config = thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true).which_captures(WhichCaptures::None);
-                compiler.configure(config).build_from_hir(hir)
-            })
-            .map_err(|e| EngineError::TooComplex(format!("regex: {e}")))?;
+        let nfa = COMPILER.with_borrow_mut(|compiler| {
+            let config = thompson::Config::new().nfa_size_limit(Some(limits.max_automaton_bytes)).shrink(true).which_captures(WhichCaptures::None);
+            compiler.configure(config).build_from_hir(hir).map_err(|e| EngineError::TooComplex(format!("regex: {e}")))
+        })?;
         if !nfa.look_set_any().is_empty() {
             return Dfa::eager(&nfa, limits);
         }

@@ -131,11 +131,11 @@ impl Rule for Minus {
 pub(super) fn refine(split: impl Fn(usize) -> bool) -> ([u8; 256], Vec<u8>) {
     let mut classes = [0u8; 256];
     let mut reps = vec![0u8];
-    for x in 1..256 {
+    for (x, class) in classes.iter_mut().enumerate().skip(1) {
         if split(x) {
             reps.push(x as u8);
         }
-        classes[x] = (reps.len() - 1) as u8;
+        *class = (reps.len() - 1) as u8;
     }
     (classes, reps)
 }
