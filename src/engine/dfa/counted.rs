@@ -34,7 +34,7 @@ pub(super) struct Counted {
 
 /// Where a [`Counted`] automaton is.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum At {
+enum At {
     Prefix(u32),
     /// In the unit at its state, after this many units.
     Body(DfaState, u32),
@@ -96,7 +96,7 @@ impl Counted {
         Ok(Some(Counted { prefix, unit, min: rep.min, max: rep.max, suffix }))
     }
 
-    pub(super) fn start(&self) -> At {
+    fn start(&self) -> At {
         if self.prefix.is_empty() {
             At::Body(self.unit.start(), 0)
         } else {
@@ -104,7 +104,7 @@ impl Counted {
         }
     }
 
-    pub(super) fn next(&self, at: At, byte: u8) -> Option<At> {
+    fn step_at(&self, at: At, byte: u8) -> Option<At> {
         let after_prefix = |i: u32| if i as usize == self.prefix.len() { At::Body(self.unit.start(), 0) } else { At::Prefix(i) };
         match at {
             At::Prefix(i) => (self.prefix[i as usize] == byte).then(|| after_prefix(i + 1)),
@@ -131,7 +131,7 @@ impl Counted {
         }
     }
 
-    pub(super) fn flags(&self, at: At) -> u32 {
+    fn flags_at(&self, at: At) -> u32 {
         let (accepting, complete) = match at {
             At::Prefix(_) => (false, false),
             At::Suffix(j) => (j as usize == self.suffix.len(), j as usize == self.suffix.len()),
@@ -144,7 +144,7 @@ impl Counted {
         (accepting as u32 * ACCEPTING) | LIVE | (complete as u32 * COMPLETE)
     }
 
-    pub(super) fn encode(at: At) -> [StateID; 4] {
+    fn encode(at: At) -> [StateID; 4] {
         let id = |x: u32| StateID::new(x as usize & 0xFFFF).expect("16 bits");
         match at {
             At::Prefix(i) => [id(0), id(i), id(0), id(0)],
@@ -154,7 +154,7 @@ impl Counted {
         }
     }
 
-    pub(super) fn decode(key: &[StateID]) -> At {
+    fn decode(key: &[StateID]) -> At {
         let x = |i: usize| key[i].as_usize() as u32;
         match x(0) {
             0 => At::Prefix(x(1)),
@@ -166,13 +166,13 @@ impl Counted {
 
 impl Rule for Counted {
     fn next(&self, key: &[StateID], byte: u8, out: &mut Vec<StateID>) {
-        if let Some(k) = Counted::next(self, Counted::decode(key), byte) {
+        if let Some(k) = self.step_at(Counted::decode(key), byte) {
             out.extend(Counted::encode(k));
         }
     }
 
     fn flags(&self, key: &[StateID]) -> u32 {
-        Counted::flags(self, Counted::decode(key))
+        self.flags_at(Counted::decode(key))
     }
 }
 

@@ -7,7 +7,7 @@ use regex_automata::nfa::thompson::NFA;
 use regex_automata::util::primitives::StateID;
 
 use super::product::refine;
-use super::{Determinizer, Dfa, Rule, ACCEPTING, COMPLETE, LIVE};
+use super::{check_size, Determinizer, Dfa, Rule, ACCEPTING, COMPLETE, LIVE};
 use crate::engine::{EngineError, Limits};
 
 /// The trie of a set of byte strings.
@@ -79,9 +79,7 @@ impl Dfa {
     /// The automaton of a trie's literals, over classes that give each byte
     /// of them its own.
     pub(super) fn trie(t: Literals, limits: &Limits) -> Result<Dfa, EngineError> {
-        if t.len() > limits.max_states {
-            return Err(EngineError::TooComplex(format!("the options make more than {} states", limits.max_states)));
-        }
+        check_size(t.len(), 0, limits)?;
         let (classes, reps) = refine(|x| t.used[x] || t.used[x - 1]);
         let stride = reps.len();
         let mut det = Determinizer::new(NFA::never_match(), reps);

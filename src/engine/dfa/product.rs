@@ -22,25 +22,37 @@ pub(super) fn difference(a: &Dfa, b: &Dfa, limits: &Limits) -> Result<Dfa, Engin
     let (classes, reps) = refine(|x| a.classes[x] != a.classes[x - 1] || b.classes[x] != b.classes[x - 1]);
     // `None` for `b`: no string of `b` starts with what was read.
     let start = b.is_live(b.start()).then(|| b.start());
+    if !a.is_live(a.start()) {
+        return Ok(finish(classes, reps.len(), &vec![DEAD; reps.len()], &[false]));
+    }
     // Pairs as one number, hashed by multiply-rotate (SipHash was a third
     // of the compile time of schemas with large products).
-    let mut ids: HashMap<u64, u32, BuildHasherDefault<SetHasher>> = HashMap::default();
-    let product = explore(a, &reps, start, limits, |order, na, sb, byte| {
-        let nb = sb.and_then(|sb| b.step(sb, byte));
-        let fresh = order.len() as u32;
-        *ids.entry((na as u64) << 32 | nb.unwrap_or(DEAD) as u64).or_insert_with(|| {
-            order.push((na, nb));
-            fresh
-        })
-    })?;
-    b.check()?;
-    Ok(match product {
-        Some((order, raw)) => {
-            let accepting: Vec<bool> = order.iter().map(|&(sa, sb)| a.is_accepting(sa) && !sb.is_some_and(|sb| b.is_accepting(sb))).collect();
-            finish(classes, reps.len(), &raw, &accepting)
+    let key = |(sa, sb): (DfaState, Option<DfaState>)| (sa as u64) << 32 | sb.unwrap_or(DEAD) as u64;
+    let mut order = vec![(a.start(), start)];
+    let mut ids: HashMap<u64, u32, BuildHasherDefault<SetHasher>> = HashMap::from_iter([(key(order[0]), 0)]);
+    let mut raw: Vec<u32> = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        check_size(order.len(), raw.len(), limits)?;
+        let (sa, sb) = order[i];
+        i += 1;
+        for &byte in &reps {
+            let Some(na) = a.step(sa, byte) else {
+                raw.push(DEAD);
+                continue;
+            };
+            let next = (na, sb.and_then(|sb| b.step(sb, byte)));
+            let fresh = order.len() as u32;
+            raw.push(*ids.entry(key(next)).or_insert_with(|| {
+                order.push(next);
+                fresh
+            }));
         }
-        None => finish(classes, reps.len(), &vec![DEAD; reps.len()], &[false]),
-    })
+    }
+    a.check()?;
+    b.check()?;
+    let accepting: Vec<bool> = order.iter().map(|&(sa, sb)| a.is_accepting(sa) && !sb.is_some_and(|sb| b.is_accepting(sb))).collect();
+    Ok(finish(classes, reps.len(), &raw, &accepting))
 }
 
 /// The automaton of the strings `a` accepts but for `literals`: pairs of
@@ -138,41 +150,6 @@ pub(super) fn refine(split: impl Fn(usize) -> bool) -> ([u8; 256], Vec<u8>) {
         *class = (reps.len() - 1) as u8;
     }
     (classes, reps)
-}
-
-/// The pairs of `a`'s states and another automaton's (`P`) reachable from
-/// both starts, breadth-first over the class representatives `reps`, and
-/// each pair's row of targets ([`DEAD`] where `a` has none). `next` gives
-/// the id of the pair after `byte` (`a` already at `na`), pushing it to the
-/// order when new. `None` when `a` matches nothing at all.
-#[allow(clippy::type_complexity)]
-fn explore<P: Copy>(
-    a: &Dfa,
-    reps: &[u8],
-    start: P,
-    limits: &Limits,
-    mut next: impl FnMut(&mut Vec<(DfaState, P)>, DfaState, P, u8) -> u32,
-) -> Result<Option<(Vec<(DfaState, P)>, Vec<u32>)>, EngineError> {
-    if !a.is_live(a.start()) {
-        return Ok(None);
-    }
-    let mut order = vec![(a.start(), start)];
-    let mut raw: Vec<u32> = Vec::new();
-    let mut i = 0;
-    while i < order.len() {
-        check_size(order.len(), raw.len(), limits)?;
-        let (sa, sp) = order[i];
-        i += 1;
-        for &byte in reps {
-            let id = match a.step(sa, byte) {
-                Some(na) => next(&mut order, na, sp, byte),
-                None => DEAD,
-            };
-            raw.push(id);
-        }
-    }
-    a.check()?;
-    Ok(Some((order, raw)))
 }
 
 #[cfg(test)]
