@@ -148,14 +148,15 @@ pub fn encode(tok: &ModelTokenizer, r: &Rendered) -> Result<Vec<u32>, String> {
 /// no SentencePiece prefix space is added at its start, as none would be
 /// in the middle of a longer text.
 pub fn encode_in(tok: &ModelTokenizer, r: &Rendered, continues: bool) -> Result<Vec<(u32, usize)>, String> {
-    let enc = tok.tokenizer.encode(r.text.as_str(), false).map_err(|e| e.to_string())?;
+    let whole = tok.encoder.encode_template(&r.text)?;
     let is_special = |id: u32| tok.vocab.is_special_or_added(id);
-    let forged = enc.get_ids().iter().zip(enc.get_offsets()).any(|(&id, &(s, e))| {
+    let forged = whole.iter().enumerate().any(|(i, &(id, s))| {
         if !is_special(id) {
             return false;
         }
         // The match of a token that strips whitespace around it covers that
         // whitespace too: where its own text sits is what counts.
+        let e = whole.get(i + 1).map_or(r.text.len(), |&(_, next)| next.max(s));
         let own = std::str::from_utf8(tok.vocab.bytes(id)).unwrap_or("");
         let start = r.text.get(s..e).and_then(|m| m.find(own)).map_or(s, |i| s + i);
         let end = start + own.len();
@@ -165,7 +166,7 @@ pub fn encode_in(tok: &ModelTokenizer, r: &Rendered, continues: bool) -> Result<
     // one and the tokenizer would add its prefix space.
     let adds_prefix = || tok.encoder.encode("a").ok() != tok.encoder.encode_split("a").ok();
     if !(forged || continues && adds_prefix()) {
-        return Ok(enc.get_ids().iter().copied().zip(enc.get_offsets().iter().map(|o| o.0)).collect());
+        return Ok(whole);
     }
     let mut ids: Vec<(u32, usize)> = Vec::new();
     let mut at = 0;
@@ -196,8 +197,7 @@ fn template_ids(tok: &ModelTokenizer, text: &str, base: usize) -> Result<Vec<(u3
     if text.is_empty() {
         return Ok(Vec::new());
     }
-    let enc = tok.tokenizer.encode(text, false).map_err(|e| e.to_string())?;
-    Ok(enc.get_ids().iter().copied().zip(enc.get_offsets().iter().map(|o| base + o.0)).collect())
+    Ok(tok.encoder.encode_template(text)?.into_iter().map(|(id, o)| (id, base + o)).collect())
 }
 
 /// The current UTC time formatted with the `strftime` codes templates use

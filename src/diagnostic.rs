@@ -172,6 +172,7 @@ codes! {
     SchemaFile = "E0409", "schema-file", Error, "A JSON Schema file named by `json=` cannot be read or is not JSON.";
     UnknownSchemaKeyword = "W0410", "unknown-schema-keyword", Warning, "A JSON Schema keyword that lmt does not know (often a typo).";
     UnsupportedConstraint = "E0411", "unsupported-constraint", Error, "A constraint the grammar engine cannot enforce: an unsupported JSON Schema keyword, a regex feature automata lack, or a size past the engine's limits.";
+    OpenObject = "W0412", "open-object", Warning, "A JSON Schema object takes any other key (`additionalProperties: true`) with no `maxProperties`: generation may not end.";
     // Names and calls.
     UnknownName = "E0501", "unknown-name", Error, "A name is used but never defined or declared with `input`.";
     MaybeUndefined = "W0502", "maybe-undefined", Warning, "A name is defined on some paths only (one branch of an `if`, a loop body that may not run).";

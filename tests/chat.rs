@@ -27,7 +27,7 @@ fn chat_templates_match_the_transformers_goldens() {
         let cfg: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap()).unwrap();
         let bos = cfg["bos_token"].as_str().map(String::from).unwrap_or_else(|| name(tok.bos));
         let eos = cfg["eos_token"].as_str().map(String::from).unwrap_or_else(|| name(tok.eos.first().copied()));
-        let t = ChatTemplate::new(tok.chat_template.as_deref().unwrap(), &bos, &eos).unwrap();
+        let t = ChatTemplate::new(&tok.chat_template.as_ref().unwrap().text, &bos, &eos).unwrap();
         let messages: Vec<Message> = serde_json::from_value::<Vec<Value>>(g["messages"].clone())
             .unwrap()
             .iter()
@@ -72,7 +72,7 @@ fn content_can_never_forge_a_role_marker() {
     for name in ["llama3-tiny", "phi3-tiny"] {
         let model = Model::load_path(&data.join("tiny_models").join(name), &LoadOptions::default()).unwrap();
         let tok = &model.tokenizer;
-        let t = ChatTemplate::new(tok.chat_template.as_deref().unwrap(), "<s>", "</s>").unwrap();
+        let t = ChatTemplate::new(&tok.chat_template.as_ref().unwrap().text, "<s>", "</s>").unwrap();
         // Every special and added token's text, as content.
         let specials: Vec<String> = (0..tok.vocab.len() as u32)
             .filter(|&i| tok.vocab.is_special_or_added(i))

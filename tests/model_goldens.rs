@@ -84,9 +84,9 @@ fn special_ids_come_from_the_configs() {
         let t = &model.tokenizer;
         let id = |s: &str| t.tokenizer.token_to_id(s).unwrap();
         let (bos, eos, eot) = match name.as_str() {
-            // Llama 3 starts with <|begin_of_text|> although this
-            // tokenizer.json's post-processor does not add it.
-            "llama3-tiny" => (Some(id("<|begin_of_text|>")), id("<|eot_id|>"), id("<|eot_id|>")),
+            // transformers adds no BOS here: this tokenizer.json's
+            // post-processor (converted from tiktoken) has no template.
+            "llama3-tiny" => (None, id("<|eot_id|>"), id("<|eot_id|>")),
             "mistral-tiny" => (Some(id("<s>")), id("</s>"), id("</s>")),
             // Phi-3's tokenizer_config says add_bos_token: false.
             "phi3-tiny" => (None, id("<|endoftext|>"), id("<|end|>")),

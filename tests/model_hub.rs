@@ -60,8 +60,7 @@ fn fake_cache(root: &Path) -> (String, std::path::PathBuf) {
     std::fs::write(repo.join("refs/main"), &commit).unwrap();
     let snap = repo.join("snapshots").join(&commit);
     let tok = common::trained_byte_level();
-    let mut spec = Spec::small("qwen2");
-    spec.vocab = tok.get_vocab_size(true);
+    let spec = Spec::small("qwen2").with_tokenizer(&tok);
     spec.write_hf(&snap);
     tok.save(snap.join("tokenizer.json"), false).unwrap();
     (commit, snap)

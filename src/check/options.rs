@@ -3,6 +3,7 @@
 //! the checks of literal option values.
 
 use crate::diagnostic::{Code, Diagnostic};
+use crate::engine::Objects;
 use crate::span::{FileId, Span};
 use crate::syntax::ast::{Const, Expr, ExprKind, GenOption};
 use crate::syntax::literal;
@@ -64,7 +65,8 @@ pub const GEN_OPTIONS: &[OptionSpec] = &[
     o("stop_regex", OptKind::Regexes, "regex or list of regexes", "none", "Stop where one of these regexes matches; the match is cut from the value."),
     o("regex", OptKind::Regex, "regex", "none", "The value must match this regex in full."),
     o("grammar", OptKind::Grammar, "grammar name", "none", "The value must match this grammar (`{% grammar NAME %}`, optionally `NAME.rule`)."),
-    o("json", OptKind::Schema, "JSON Schema map, or path to a schema file", "none", "The value must be JSON valid against this schema."),
+    o("json", OptKind::Schema, "JSON Schema map, or path to a schema file", "none", "The value must be JSON valid against this schema; an object that lists its properties takes no other key unless the schema says so (see `json_open`)."),
+    o("json_open", OptKind::Bool, "boolean", "false", "With `json`: JSON Schema's validation semantics, where an object takes keys it does not list unless `additionalProperties` is false."),
     o("bias", OptKind::Bias, "map of regex to number", "none", "Adds the number to the logits of tokens that keep the regex matching (a soft constraint)."),
     o("temperature", OptKind::NonNegativeNumber, "number ≥ 0", "0 (greedy), or --temperature", "Sampling temperature; 0 picks the most likely token."),
     o("top_p", OptKind::Probability, "number in (0, 1]", "1", "Nucleus sampling: sample from the smallest set of tokens with this much probability."),
@@ -105,6 +107,9 @@ pub fn check(options: &[GenOption], is_select: bool, ctx: &super::Ctx<'_>, out: 
     let what = if is_select { "select" } else { "gen" };
     let file = ctx.file;
     let mut seen: Vec<&GenOption> = Vec::new();
+    // A schema is checked as the run will compile it.
+    let open = options.iter().any(|o| o.name.name == "json_open" && matches!(o.value.to_const(), Some(Const::Bool(true))));
+    let objects = if open { Objects::Open } else { Objects::Closed };
     for opt in options {
         let name = opt.name.name.as_str();
         if let Some(prev) = seen.iter().find(|p| p.name.name == name) {
@@ -120,7 +125,7 @@ pub fn check(options: &[GenOption], is_select: bool, ctx: &super::Ctx<'_>, out: 
             out.push(unknown_option(file, what, name, opt.name.span, specs, is_select));
             continue;
         };
-        check_value(spec, &opt.value, ctx, out);
+        check_value(spec, &opt.value, objects, ctx, out);
     }
     let constraints: Vec<&&GenOption> =
         seen.iter().filter(|o| matches!(o.name.name.as_str(), "regex" | "grammar" | "json")).collect();
@@ -174,7 +179,7 @@ fn describe(c: &Const) -> String {
     }
 }
 
-fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+fn check_value(spec: &OptionSpec, value: &Expr, objects: Objects, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let file = ctx.file;
     if matches!(value.kind, ExprKind::Error) {
         return;
@@ -269,10 +274,10 @@ fn check_value(spec: &OptionSpec, value: &Expr, ctx: &super::Ctx<'_>, out: &mut 
                 let before = out.len();
                 super::schema::check_literal(value, file, out);
                 if !out[before..].iter().any(Diagnostic::is_error) {
-                    check_engine_schema(&c.to_json(), value.span, ctx, out);
+                    check_engine_schema(&c.to_json(), value.span, objects, ctx, out);
                 }
             }
-            Const::Str(path) => super::schema::check_file(path, value.span, ctx, out),
+            Const::Str(path) => super::schema::check_file(path, value.span, objects, ctx, out),
             _ => bad(out),
         },
         OptKind::Grammar => {}
@@ -305,11 +310,28 @@ fn check_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) -> Opt
     }
 }
 
-/// A JSON Schema compiled by the grammar engine, as `json=` will be.
-pub(super) fn check_engine_schema(schema: &serde_json::Value, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+/// A JSON Schema compiled by the grammar engine, as `json=` will be, and
+/// a warning for each object it leaves open to any other key with no bound
+/// on their number (generation may then never end).
+pub(super) fn check_engine_schema(schema: &serde_json::Value, span: Span, objects: Objects, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let limits = crate::engine::Limits::default();
-    if let Err(err) = crate::engine::Constraint::json_schema(schema, crate::engine::Whitespace::Any, &limits) {
+    if let Err(err) = crate::engine::Constraint::json_schema(schema, crate::engine::Whitespace::Any, objects, &limits) {
         out.push(engine_error(err, span, ctx));
+        return;
+    }
+    let mut open = Vec::new();
+    super::schema::open_objects(schema, "", &mut open);
+    for pointer in open {
+        let at = if pointer.is_empty() { "/".to_string() } else { pointer };
+        out.push(
+            Diagnostic::new(
+                Code::OpenObject,
+                ctx.file,
+                span,
+                format!("the object at `{at}` takes any other key (`additionalProperties: true`) and sets no `maxProperties`, so generation may not end"),
+            )
+            .with_help("list the keys it may have and drop `additionalProperties`, or bound them with `maxProperties`; `max_tokens` still stops the run"),
+        );
     }
 }
 

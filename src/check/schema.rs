@@ -48,7 +48,7 @@ pub fn check_literal(e: &Expr, file: FileId, out: &mut Vec<Diagnostic>) {
 }
 
 /// Checks a schema file named by `json="path"`, relative to the template.
-pub fn check_file(path: &str, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+pub fn check_file(path: &str, span: Span, objects: crate::engine::Objects, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let full = match &ctx.base_dir {
         Some(dir) => dir.join(path),
         None => std::path::PathBuf::from(path),
@@ -83,7 +83,7 @@ pub fn check_file(path: &str, span: Span, ctx: &super::Ctx<'_>, out: &mut Vec<Di
         out.push(make(ctx.file, span, &p));
     }
     if clean {
-        super::options::check_engine_schema(&value, span, ctx, out);
+        super::options::check_engine_schema(&value, span, objects, ctx, out);
     }
 }
 
@@ -259,5 +259,30 @@ fn walk(root: &Value, v: &Value, ptr: &str, out: &mut Vec<Problem>) {
                 err(out, format!("{ptr}/{hi}"), format!("`{hi}` ({b}) is below `{lo}` ({a}): nothing can match"));
             }
         }
+    }
+}
+
+/// JSON pointers of the objects in `schema` that an explicit
+/// `additionalProperties: true` (or `{}`) opens to any other key with no
+/// `maxProperties` to bound them.
+pub(super) fn open_objects(schema: &Value, pointer: &str, out: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            let open = matches!(map.get("additionalProperties"), Some(Value::Bool(true))) || map.get("additionalProperties").is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()));
+            if open && !map.contains_key("maxProperties") {
+                out.push(pointer.to_string());
+            }
+            // Values of these are data, not schemas.
+            for (k, v) in map.iter().filter(|(k, _)| !matches!(k.as_str(), "enum" | "const" | "default" | "examples")) {
+                let escaped = k.replace('~', "~0").replace('/', "~1");
+                open_objects(v, &format!("{pointer}/{escaped}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                open_objects(v, &format!("{pointer}/{i}"), out);
+            }
+        }
+        _ => {}
     }
 }

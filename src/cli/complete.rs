@@ -2,10 +2,9 @@
 //! The quickest check that a model spec resolves, loads and generates.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::model::{LoadOptions, Model, ModelSpec, Sampler, SamplingParams, DEFAULT_MODEL};
+use crate::model::{Model, ModelSpec, Sampler, SamplingParams, DEFAULT_MODEL};
 use crate::tokenizer::Utf8Stream;
 
 /// Exit code: the model could not be loaded or failed while running.
@@ -16,13 +15,9 @@ pub const EXIT_MODEL_ERROR: i32 = 3;
 pub struct CompleteArgs {
     /// The prompt to continue (only the model summary is printed without one).
     pub prompt: Option<String>,
-    /// A model directory, a .gguf file, or a hub id `org/name[@revision]`
-    /// (default: $LMT_MODEL, else the default model).
-    #[arg(long, short)]
-    pub model: Option<String>,
-    /// A tokenizer.json to use instead of the one beside the weights.
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
+    /// Which model.
+    #[command(flatten)]
+    pub model: super::run::ModelArgs,
     /// Most tokens to generate.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
@@ -62,7 +57,7 @@ pub fn run(args: &CompleteArgs) -> i32 {
 }
 
 fn complete(args: &CompleteArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let spec_text = model_spec(args.model.as_deref());
+    let spec_text = model_spec(args.model.model.as_deref());
     let spec = ModelSpec::parse(&spec_text)?;
     let params = SamplingParams {
         temperature: args.temperature,
@@ -75,9 +70,7 @@ fn complete(args: &CompleteArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut sampler = Sampler::new(params)?;
     eprintln!("loading {spec_text} …");
     let started = Instant::now();
-    let mut opts = LoadOptions::best_device();
-    opts.tokenizer = args.tokenizer.clone();
-    let model = Model::load(&spec, &opts)?;
+    let model = Model::load(&spec, &args.model.load_options())?;
     let cfg = &model.decoder.config;
     eprintln!(
         "{} · {} layers · hidden {} · {} heads ({} kv) · {} logits · {:.0} MB weights · {:?} · from {} · loaded in {:.1?}",

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::engine::{Constraint, Limits, Matcher, TokenMask, Vocab, Whitespace};
+use crate::engine::{Constraint, Limits, Matcher, Objects, TokenMask, Vocab, Whitespace};
 use crate::syntax::ast::{ExprKind, Node};
 use crate::tokenizer::TextEncoder;
 use crate::workspace::{FsLoader, Workspace};
@@ -28,9 +28,15 @@ pub struct MatchArgs {
     /// A regex a template sets with `{% set NAME = "…" %}`, as `FILE.lmt#NAME`, e.g. `std/regex#date`.
     #[arg(long = "regex-from", value_name = "FILE.lmt#NAME")]
     pub regex_from: Option<String>,
-    /// A JSON Schema file.
+    /// A JSON Schema file (objects that list their properties are closed
+    /// unless the schema opens them, as for `json=` in a template).
     #[arg(long = "json-schema")]
     pub json_schema: Option<PathBuf>,
+    /// With --json-schema: JSON Schema's validation semantics (an object
+    /// takes keys it does not list unless `additionalProperties` is false),
+    /// as `json_open=true` in a template.
+    #[arg(long = "json-open", requires = "json_schema")]
+    pub json_open: bool,
     /// The text to check.
     #[arg(long)]
     pub text: Option<String>,
@@ -105,7 +111,8 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
     if let Some(path) = &args.json_schema {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
         let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
-        return Constraint::json_schema(&schema, Whitespace::Flexible(20), limits).map_err(|e| e.to_string());
+        let objects = if args.json_open { Objects::Open } else { Objects::Closed };
+        return Constraint::json_schema(&schema, Whitespace::Flexible(20), objects, limits).map_err(|e| e.to_string());
     }
     if let Some(spec) = &args.regex_from {
         let (file, name) = spec.split_once('#').ok_or("--regex-from takes FILE.lmt#NAME")?;
@@ -311,7 +318,7 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             }
         };
         let t0 = Instant::now();
-        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Any, &limits) {
+        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Any, Objects::Open, &limits) {
             Ok(c) => c,
             Err(e) => {
                 let reason = e.to_string();

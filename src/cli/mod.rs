@@ -4,6 +4,7 @@
 
 pub mod complete;
 pub mod matching;
+pub mod model;
 pub mod repl;
 pub mod report;
 pub mod run;
@@ -43,6 +44,9 @@ pub enum Command {
     Match(matching::MatchArgs),
     /// Load a model and continue a plain prompt (no template).
     Complete(complete::CompleteArgs),
+    /// Describe a model from its metadata (`lmt model info`).
+    #[command(subcommand)]
+    Model(model::ModelCommand),
     /// Run the language server over standard input/output (for editors).
     Lsp,
     /// Explain a diagnostic code, e.g. `lmt explain E0201`.
@@ -99,6 +103,7 @@ pub fn main() -> i32 {
         Command::Check(args) => check(&args),
         Command::Match(args) => matching::run(&args),
         Command::Complete(args) => complete::run(&args),
+        Command::Model(cmd) => model::run(&cmd),
         Command::Lsp => crate::lsp::run_stdio(),
         Command::Explain { code } => explain(code.as_deref()),
     }

@@ -44,16 +44,31 @@ pub struct RunArgs {
     pub quiet: bool,
 }
 
-/// Which model to load (`lmt run`, `lmt repl`).
+/// Which model to load (`lmt run`, `lmt repl`, `lmt complete`, `lmt model info`).
 #[derive(Debug, clap::Args)]
 pub struct ModelArgs {
-    /// A model directory, a .gguf file, or a hub id `org/name[@revision]`
+    /// A model directory, a .gguf file, a hub id `org/name[@revision]`, or
+    /// a GGUF on the hub: `org/name:QUANT` or `org/name/file.gguf`
     /// (default: $LMT_MODEL, else the default model).
     #[arg(long, short)]
     pub model: Option<String>,
-    /// A tokenizer.json to use instead of the one beside the weights.
+    /// A tokenizer.json (or a directory holding one) to use instead of the
+    /// model's own tokenizer.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template file to use instead of the model's.
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<PathBuf>,
+}
+
+impl ModelArgs {
+    /// The load options these arguments ask for, on the best device.
+    pub fn load_options(&self) -> LoadOptions {
+        let mut opts = LoadOptions::best_device();
+        opts.tokenizer = self.tokenizer.clone();
+        opts.chat_template = self.chat_template.clone();
+        opts
+    }
 }
 
 /// Input values and sampling defaults (`lmt run`, `lmt repl`).
@@ -245,8 +260,7 @@ pub(super) fn read_vars(args: &InputArgs) -> Result<IndexMap<String, Value>, Str
 pub(super) fn load_model(args: &ModelArgs, quiet: bool) -> Result<Model, String> {
     let spec_text = model_spec(args.model.as_deref());
     let spec = ModelSpec::parse(&spec_text).map_err(|e| e.to_string())?;
-    let mut opts = LoadOptions::best_device();
-    opts.tokenizer = args.tokenizer.clone();
+    let opts = args.load_options();
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
     } else {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::cfg::Cfg;
 use super::dfa::{Dfa, DfaState};
 use super::earley::{Parser, Tables};
-use super::json_schema::{schema_grammar, Whitespace};
+use super::json_schema::{schema_grammar, Objects, Whitespace};
 use super::vocab::Vocab;
 use super::{EngineError, Limits, TokenMask};
 use crate::syntax::gbnf::Grammar;
@@ -37,9 +37,10 @@ impl Constraint {
         Ok(Constraint::ContextFree(Arc::new(Tables::new(Cfg::from_gbnf(g, start, limits)?))))
     }
 
-    /// JSON valid against `schema`.
-    pub fn json_schema(schema: &serde_json::Value, ws: Whitespace, limits: &Limits) -> Result<Constraint, EngineError> {
-        let g = schema_grammar(schema, ws)?;
+    /// JSON valid against `schema`, with objects closed or open as
+    /// `objects` says where the schema is silent.
+    pub fn json_schema(schema: &serde_json::Value, ws: Whitespace, objects: Objects, limits: &Limits) -> Result<Constraint, EngineError> {
+        let g = schema_grammar(schema, ws, objects)?;
         Constraint::grammar(&g, "root", limits)
     }
 

@@ -24,7 +24,7 @@ mod vocab;
 pub use bias::Bias;
 pub use cfg::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
-pub use json_schema::{schema_grammar, Whitespace};
+pub use json_schema::{schema_grammar, Objects, Whitespace};
 pub use matcher::{Constraint, Matcher};
 pub use dfa::{Dfa, DfaState, Exits};
 pub use stop::{StopEvent, StopMatcher};

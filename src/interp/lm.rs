@@ -132,7 +132,9 @@ impl<'m> Lm<'m> {
         let template = match &tok.chat_template {
             Some(src) => {
                 let name = |id: Option<u32>| id.map(|i| String::from_utf8_lossy(tok.vocab.bytes(i)).into_owned()).unwrap_or_default();
-                Some(ChatTemplate::new(src, &name(tok.bos), &name(tok.eos.first().copied()))?)
+                let t = ChatTemplate::new(&src.text, &name(tok.bos_token), &name(tok.eos.first().copied()))
+                    .map_err(|e| format!("the chat template from {}: {e}", src.origin))?;
+                Some(t)
             }
             None => None,
         };
@@ -240,7 +242,8 @@ impl<'m> Lm<'m> {
     /// extend what the template wrote before.
     fn render_with(&self, more: &[Message]) -> LmResult<Rendered> {
         let t = self.template.as_ref().ok_or_else(|| {
-            "this model has no chat template (no `chat_template` in its tokenizer_config.json), so role blocks cannot be rendered"
+            "this model has no chat template (none in its GGUF metadata, chat_template.jinja or tokenizer_config.json), \
+             so role blocks cannot be rendered: pass one with --chat-template FILE"
                 .to_string()
         })?;
         let msgs: Vec<Message> = self.messages.iter().chain(more).cloned().collect();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::lm::{GenSpec, Lm};
 use super::value::{Choice, Meta};
 use super::*;
-use crate::engine::{Bias, Constraint, Whitespace};
+use crate::engine::{Bias, Constraint, Objects, Whitespace};
 use crate::model::{Sampler, SamplingParams};
 
 /// Default `max_tokens`.
@@ -104,9 +104,15 @@ impl Vm<'_, '_> {
                     None => return Err(Step::Err(format!("`json` must be a schema map or a path, not {}", v.a_type()))),
                 },
             };
-            let key = format!("json:{schema}");
-            constraint =
-                Some(self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Compact, &limits)).map_err(Step::Err)?);
+            let objects = match o.get("json_open") {
+                None => Objects::Closed,
+                Some(Value::Bool(b)) => if *b { Objects::Open } else { Objects::Closed },
+                Some(v) => return Err(Step::Err(format!("`json_open` must be a boolean, not {}", v.a_type()))),
+            };
+            let key = format!("json:{objects:?}:{schema}");
+            constraint = Some(
+                self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Compact, objects, &limits)).map_err(Step::Err)?,
+            );
         }
         let bias = match o.get("bias") {
             None => None,

@@ -1,7 +1,8 @@
 //! Model specs (`--model` / `LMT_MODEL`): a local directory, a `.gguf`
-//! file, or a Hugging Face hub id `org/name[@revision]` found in the
-//! Hugging Face cache (shared with Python tools) and downloaded into it when
-//! absent. The cache directory, token and offline mode are resolved here, by
+//! file, a Hugging Face hub id `org/name[@revision]`, or one GGUF file of a
+//! hub repository (`org/name:QUANT` as llama.cpp's `-hf`, or
+//! `org/name/file.gguf`), found in the Hugging Face cache (shared with
+//! Python tools) and downloaded into it when absent. The cache directory, token and offline mode are resolved here, by
 //! the rules `huggingface_hub` uses, not by the download crate.
 
 use std::path::{Path, PathBuf};
@@ -24,6 +25,55 @@ pub enum ModelSpec {
         /// `main` unless given after `@`.
         revision: String,
     },
+    /// One GGUF file of a hub repository.
+    HubGguf {
+        /// `org/name`.
+        repo: String,
+        /// `main` unless given after `@`.
+        revision: String,
+        /// Which file.
+        file: GgufPick,
+    },
+}
+
+/// How a GGUF file of a repository is named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GgufPick {
+    /// By its quantization tag (`Q4_K_M`), as llama.cpp's `-hf org/name:QUANT`.
+    Quant(String),
+    /// By its path in the repository.
+    File(String),
+}
+
+impl GgufPick {
+    /// The file among a repository's `names` that this pick means: the path
+    /// itself, or the `.gguf` whose name holds the tag (case-insensitive;
+    /// projector files left out). Split files (`-00001-of-00003`) are refused.
+    pub fn choose(&self, names: &[String]) -> Result<String, String> {
+        let quant = match self {
+            GgufPick::File(f) => {
+                return names.iter().find(|n| *n == f).cloned().ok_or_else(|| format!("has no file `{f}`"));
+            }
+            GgufPick::Quant(q) => q.to_ascii_lowercase(),
+        };
+        let mut hits: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                let l = n.to_ascii_lowercase();
+                let base = l.rsplit('/').next().unwrap_or(&l);
+                l.ends_with(".gguf") && !base.starts_with("mmproj") && base.contains(&quant)
+            })
+            .collect();
+        hits.sort();
+        match hits.first() {
+            Some(n) if n.contains("-of-") => Err(format!("stores `{n}` in parts, which lmt cannot load")),
+            Some(n) => Ok((*n).clone()),
+            None => {
+                let ggufs: Vec<&str> = names.iter().filter(|n| n.ends_with(".gguf")).map(String::as_str).collect();
+                Err(format!("has no .gguf file tagged `{}` (its GGUF files: {})", quant.to_ascii_uppercase(), if ggufs.is_empty() { "none".into() } else { ggufs.join(", ") }))
+            }
+        }
+    }
 }
 
 impl ModelSpec {
@@ -31,21 +81,43 @@ impl ModelSpec {
     /// something shaped like `org/name[@revision]`.
     pub fn parse(s: &str) -> Result<ModelSpec, ModelError> {
         let path = Path::new(s);
-        if path.exists() || s.ends_with(".gguf") || s.starts_with('.') || s.starts_with('/') || s.starts_with('~') {
+        let ok_part = |p: &str| !p.is_empty() && p != ".." && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        let parts: Vec<&str> = s.split('/').collect();
+        // `org/name/file.gguf` (or deeper): a file of a hub repository,
+        // unless such a local file exists.
+        let hub_file = parts.len() >= 3 && s.ends_with(".gguf") && parts.iter().all(|p| ok_part(p)) && !path.exists();
+        if !hub_file && (path.exists() || s.ends_with(".gguf") || s.starts_with('.') || s.starts_with('/') || s.starts_with('~')) {
             return Ok(ModelSpec::Path(path.to_path_buf()));
         }
-        let (repo, revision) = match s.split_once('@') {
-            Some((r, v)) => (r, v),
-            None => (s, "main"),
+        if hub_file {
+            return Ok(ModelSpec::HubGguf {
+                repo: parts[..2].join("/"),
+                revision: "main".into(),
+                file: GgufPick::File(parts[2..].join("/")),
+            });
+        }
+        let (rest, quant) = match s.rsplit_once(':') {
+            Some((r, q)) => (r, Some(q)),
+            None => (s, None),
         };
-        let ok_part = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        let (repo, revision) = match rest.split_once('@') {
+            Some((r, v)) => (r, v),
+            None => (rest, "main"),
+        };
         let parts: Vec<&str> = repo.split('/').collect();
-        if parts.len() == 2 && parts.iter().all(|p| ok_part(p)) && !revision.is_empty() && !revision.contains("..") {
-            return Ok(ModelSpec::Hub { repo: repo.to_string(), revision: revision.to_string() });
+        let ok_quant = quant.is_none_or(|q| !q.is_empty() && q.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        if parts.len() == 2 && parts.iter().all(|p| ok_part(p)) && !revision.is_empty() && !revision.contains("..") && ok_quant {
+            let (repo, revision) = (repo.to_string(), revision.to_string());
+            return Ok(match quant {
+                Some(q) => ModelSpec::HubGguf { repo, revision, file: GgufPick::Quant(q.to_string()) },
+                None => ModelSpec::Hub { repo, revision },
+            });
         }
         Err(ModelError::MissingFile {
             path: path.to_path_buf(),
-            what: "a model directory, a .gguf file, or a hub id like `org/name[@revision]`".into(),
+            what: "a model directory, a .gguf file, a hub id like `org/name[@revision]`, or a hub GGUF like \
+                   `org/name:Q4_K_M` or `org/name/file.gguf`"
+                .into(),
         })
     }
 
@@ -62,13 +134,13 @@ impl ModelSpec {
             }
             ModelSpec::Hub { repo, revision } => match env.cached(repo, revision) {
                 Some(dir) => Ok(dir),
-                None if env.offline => Err(ModelError::Hub(format!(
-                    "model `{repo}@{revision}` is not in the Hugging Face cache at `{}`, and HF_HUB_OFFLINE is set, \
-                     so it cannot be downloaded: set HF_HUB_CACHE (or HF_HOME) to a cache that holds it, \
-                     or unset HF_HUB_OFFLINE to download it",
-                    env.cache.display()
-                ))),
+                None if env.offline => Err(env.not_cached(repo, revision)),
                 None => env.download(repo, revision),
+            },
+            ModelSpec::HubGguf { repo, revision, file } => match env.cached_gguf(repo, revision, file) {
+                Some(path) => Ok(path),
+                None if env.offline => Err(env.not_cached(repo, revision)),
+                None => env.download_gguf(repo, revision, file),
             },
         }
     }
@@ -130,6 +202,25 @@ impl HubEnv {
     /// The cached snapshot of `repo` at `revision`, if it holds a complete
     /// model (config, weights, tokenizer).
     pub fn cached(&self, repo: &str, revision: &str) -> Option<PathBuf> {
+        let snap = self.snapshot(repo, revision)?;
+        let complete = snap.join("config.json").is_file()
+            && snap.join("tokenizer.json").is_file()
+            && super::safetensors_files(&snap).is_ok();
+        complete.then_some(snap)
+    }
+
+    /// The error for a model that is not cached while offline.
+    fn not_cached(&self, repo: &str, revision: &str) -> ModelError {
+        ModelError::Hub(format!(
+            "model `{repo}@{revision}` is not in the Hugging Face cache at `{}`, and HF_HUB_OFFLINE is set, \
+             so it cannot be downloaded: set HF_HUB_CACHE (or HF_HOME) to a cache that holds it, \
+             or unset HF_HUB_OFFLINE to download it",
+            self.cache.display()
+        ))
+    }
+
+    /// The snapshot directory of `repo` at `revision`, if the cache has it.
+    fn snapshot(&self, repo: &str, revision: &str) -> Option<PathBuf> {
         let dir = self.repo_dir(repo);
         let is_commit = revision.len() == 40 && revision.chars().all(|c| c.is_ascii_hexdigit());
         let commit = if is_commit {
@@ -138,35 +229,65 @@ impl HubEnv {
             std::fs::read_to_string(dir.join("refs").join(revision)).ok()?.trim().to_string()
         };
         let snap = dir.join("snapshots").join(commit);
-        let complete = snap.join("config.json").is_file()
-            && snap.join("tokenizer.json").is_file()
-            && super::safetensors_files(&snap).is_ok();
-        complete.then_some(snap)
+        snap.is_dir().then_some(snap)
+    }
+
+    /// The cached GGUF file of `repo` at `revision` that `pick` names.
+    pub fn cached_gguf(&self, repo: &str, revision: &str, pick: &GgufPick) -> Option<PathBuf> {
+        let snap = self.snapshot(repo, revision)?;
+        let mut names = Vec::new();
+        list_files(&snap, "", 2, &mut names);
+        let name = pick.choose(&names).ok()?;
+        Some(snap.join(name)).filter(|p| p.is_file())
+    }
+
+    /// A hub client on this environment's cache, endpoint and token.
+    fn api(&self, fail: &dyn Fn(&str, &dyn std::fmt::Display) -> ModelError) -> Result<hf_hub::api::sync::Api, ModelError> {
+        hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(self.cache.clone()))
+            .with_endpoint(self.endpoint.clone())
+            .with_token(self.token.clone())
+            .with_progress(true)
+            .build()
+            .map_err(|e| fail("client", &e))
+    }
+
+    /// The error for a failed download, saying how to work offline.
+    fn download_error(&self, repo: &str, revision: &str, what: &str, e: &dyn std::fmt::Display) -> ModelError {
+        ModelError::Hub(format!(
+            "cannot download `{repo}@{revision}` from {} ({what}): {e}. Without a network, set HF_HUB_OFFLINE=1 \
+             and point HF_HUB_CACHE (or HF_HOME) at a cache that holds the model, or pass a local directory",
+            self.endpoint
+        ))
+    }
+
+    /// Downloads one GGUF file of a repository into the cache.
+    fn download_gguf(&self, repo: &str, revision: &str, pick: &GgufPick) -> Result<PathBuf, ModelError> {
+        use hf_hub::{Repo, RepoType};
+        let fail = |what: &str, e: &dyn std::fmt::Display| self.download_error(repo, revision, what, e);
+        let hub = self.api(&fail)?.repo(Repo::with_revision(repo.to_string(), RepoType::Model, revision.to_string()));
+        let info = hub.info().map_err(|e| fail("repository info", &e))?;
+        let names: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
+        let file = pick.choose(&names).map_err(|e| ModelError::Hub(format!("`{repo}@{revision}` {e}")))?;
+        hub.get(&file).map_err(|e| fail(&file, &e))
     }
 
     /// Downloads the files a model needs into the cache, with a progress
     /// bar, and returns the snapshot directory.
     fn download(&self, repo: &str, revision: &str) -> Result<PathBuf, ModelError> {
-        use hf_hub::api::sync::ApiBuilder;
-        use hf_hub::{Cache, Repo, RepoType};
-        let fail = |what: &str, e: &dyn std::fmt::Display| {
-            ModelError::Hub(format!(
-                "cannot download `{repo}@{revision}` from {} ({what}): {e}. Without a network, set HF_HUB_OFFLINE=1 \
-                 and point HF_HUB_CACHE (or HF_HOME) at a cache that holds the model, or pass a local directory",
-                self.endpoint
-            ))
-        };
-        let api = ApiBuilder::from_cache(Cache::new(self.cache.clone()))
-            .with_endpoint(self.endpoint.clone())
-            .with_token(self.token.clone())
-            .with_progress(true)
-            .build()
-            .map_err(|e| fail("client", &e))?;
-        let hub = api.repo(Repo::with_revision(repo.to_string(), RepoType::Model, revision.to_string()));
+        use hf_hub::{Repo, RepoType};
+        let fail = |what: &str, e: &dyn std::fmt::Display| self.download_error(repo, revision, what, e);
+        let hub = self.api(&fail)?.repo(Repo::with_revision(repo.to_string(), RepoType::Model, revision.to_string()));
         let info = hub.info().map_err(|e| fail("repository info", &e))?;
         let names: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
         let has = |n: &str| names.iter().any(|s| s == n);
-        let mut wanted: Vec<String> = ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+        let mut wanted: Vec<String> = [
+            "config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+            "chat_template.jinja",
+            "chat_template.json",
+        ]
             .into_iter()
             .filter(|n| has(n))
             .map(String::from)
@@ -191,7 +312,7 @@ impl HubEnv {
         } else {
             return Err(ModelError::Hub(format!(
                 "`{repo}@{revision}` has no safetensors weights (lmt loads model.safetensors or a sharded index; \
-                 for GGUF, download the .gguf file and pass its path)"
+                 for a GGUF repository, name the file: `{repo}:Q4_K_M` or `{repo}/FILE.gguf`)"
             )));
         }
         for needed in ["config.json", "tokenizer.json"] {
@@ -207,5 +328,22 @@ impl HubEnv {
             }
         }
         dir.ok_or_else(|| ModelError::Hub(format!("`{repo}@{revision}`: nothing downloaded")))
+    }
+}
+
+/// Files under `dir` (relative, `/`-separated), at most `depth` levels down.
+fn list_files(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let p = e.path();
+        if p.is_dir() {
+            if depth > 1 {
+                list_files(&p, &rel, depth - 1, out);
+            }
+        } else {
+            out.push(rel);
+        }
     }
 }

@@ -10,6 +10,7 @@
 mod config;
 mod decoder;
 pub mod hub;
+mod info;
 mod sample;
 mod weights;
 
@@ -19,11 +20,12 @@ use candle_core::{DType, Device};
 
 pub use config::{Arch, ModelConfig, Rope, RopeScaling, SUPPORTED};
 pub use decoder::{log_softmax, Decoder, ForwardStats, KvState};
-pub use hub::{HubEnv, ModelSpec, DEFAULT_MODEL};
+pub use hub::{GgufPick, HubEnv, ModelSpec, DEFAULT_MODEL};
+pub use info::{ModelInfo, WeightType};
 pub use sample::{Sampled, Sampler, SamplingParams};
 pub use weights::safetensors_files;
 
-use crate::tokenizer::ModelTokenizer;
+use crate::tokenizer::{GgufVocab, ModelTokenizer};
 
 /// Why a model could not be loaded or run.
 #[derive(Debug)]
@@ -76,6 +78,7 @@ impl ModelError {
     pub fn in_file(self, path: &Path) -> ModelError {
         match self {
             ModelError::Config(m) => ModelError::Config(format!("{}: {m}", path.display())),
+            ModelError::Tokenizer(m) => ModelError::Tokenizer(format!("{}: {m}", path.display())),
             other => other,
         }
     }
@@ -113,13 +116,16 @@ impl From<candle_core::Error> for ModelError {
 pub struct LoadOptions {
     /// The device (CPU unless a `cuda` build asks for a GPU).
     pub device: Device,
-    /// A `tokenizer.json` to use instead of the one beside the weights.
+    /// A `tokenizer.json` (or a directory holding one) to use instead of
+    /// the model's own tokenizer.
     pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template file to use instead of the model's.
+    pub chat_template: Option<PathBuf>,
 }
 
 impl Default for LoadOptions {
     fn default() -> LoadOptions {
-        LoadOptions { device: Device::Cpu, tokenizer: None }
+        LoadOptions { device: Device::Cpu, tokenizer: None, chat_template: None }
     }
 }
 
@@ -129,7 +135,7 @@ impl LoadOptions {
     pub fn best_device() -> LoadOptions {
         #[cfg(feature = "cuda")]
         if let Ok(d) = Device::new_cuda(0) {
-            return LoadOptions { device: d, tokenizer: None };
+            return LoadOptions { device: d, ..LoadOptions::default() };
         }
         LoadOptions::default()
     }
@@ -154,22 +160,77 @@ impl Model {
         Model::load_path(&path, opts)
     }
 
-    /// Loads a model directory or a `.gguf` file.
+    /// Loads a model directory or a `.gguf` file. The tokenizer is
+    /// `opts.tokenizer` when given; else a directory's `tokenizer.json`;
+    /// else the GGUF file's own (`tokenizer.ggml.*`); else, for a GGUF
+    /// without one, the `tokenizer.json` beside it.
     pub fn load_path(path: &Path, opts: &LoadOptions) -> Result<Model, ModelError> {
-        let decoder = Decoder::load(path, &opts.device)?;
-        let dir = if path.is_dir() { path } else { path.parent().unwrap_or(Path::new(".")) };
-        let tok_file = match &opts.tokenizer {
-            Some(t) => t.clone(),
-            None => dir.join("tokenizer.json"),
-        };
-        if !tok_file.is_file() {
-            return Err(ModelError::MissingFile {
-                path: tok_file,
-                what: "the tokenizer (put tokenizer.json beside the weights or pass --tokenizer)".into(),
-            });
+        let weights = weights_path(path)?;
+        let (decoder, gguf) = Decoder::load_with_vocab(&weights, &opts.device)?;
+        let tokenizer = load_tokenizer(path, &weights, gguf.as_ref(), &decoder.config, opts)?;
+        Ok(Model { decoder, tokenizer, source: weights })
+    }
+}
+
+/// The tokenizer of the model at `path` (weights in `weights`): the one
+/// `opts` names, else a directory's `tokenizer.json`, else the GGUF's own,
+/// else a `tokenizer.json` beside the GGUF; with `opts`' chat template.
+pub(crate) fn load_tokenizer(
+    path: &Path,
+    weights: &Path,
+    gguf: Option<&GgufVocab>,
+    cfg: &ModelConfig,
+    opts: &LoadOptions,
+) -> Result<ModelTokenizer, ModelError> {
+    let json = |p: &Path| if p.is_dir() { p.join("tokenizer.json") } else { p.to_path_buf() };
+    let beside = weights.parent().map(|d| d.join("tokenizer.json")).filter(|p| p.is_file());
+    let tokenizer = if let Some(t) = &opts.tokenizer {
+        let file = json(t);
+        if !file.is_file() {
+            return Err(ModelError::MissingFile { path: file, what: "the tokenizer given with --tokenizer".into() });
         }
-        let tokenizer = ModelTokenizer::load(&tok_file, &decoder.config)?;
-        Ok(Model { decoder, tokenizer, source: path.to_path_buf() })
+        ModelTokenizer::load(&file, cfg)?
+    } else if path.is_dir() && path.join("tokenizer.json").is_file() {
+        ModelTokenizer::load(&path.join("tokenizer.json"), cfg)?
+    } else if let Some(v) = gguf {
+        ModelTokenizer::from_gguf(v, weights)?
+    } else if let Some(file) = beside {
+        ModelTokenizer::load(&file, cfg)?
+    } else {
+        return Err(ModelError::MissingFile {
+            path: json(path),
+            what: "the tokenizer (this model has no tokenizer.ggml metadata: put tokenizer.json beside the weights \
+                   or pass --tokenizer)"
+                .into(),
+        });
+    };
+    Ok(match &opts.chat_template {
+        Some(t) => tokenizer.with_chat_template(crate::tokenizer::read_template_file(t)?),
+        None => tokenizer,
+    })
+}
+
+/// The weights a path names: a `.gguf` file; a directory with `config.json`
+/// (safetensors); or a directory holding exactly one `.gguf` file.
+pub fn weights_path(path: &Path) -> Result<PathBuf, ModelError> {
+    if !path.is_dir() || path.join("config.json").is_file() {
+        return Ok(path.to_path_buf());
+    }
+    let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| ModelError::io(path, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")) && p.is_file())
+        .collect();
+    ggufs.sort();
+    match ggufs.len() {
+        0 => Ok(path.to_path_buf()),
+        1 => Ok(ggufs.remove(0)),
+        _ => Err(ModelError::Config(format!(
+            "`{}` has no config.json and holds {} .gguf files ({}): name the one to load",
+            path.display(),
+            ggufs.len(),
+            ggufs.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy()).collect::<Vec<_>>().join(", ")
+        ))),
     }
 }
 
@@ -177,16 +238,22 @@ impl Decoder {
     /// Loads weights only: a Hugging Face directory (`config.json` and
     /// safetensors) or a `.gguf` file.
     pub fn load(path: &Path, device: &Device) -> Result<Decoder, ModelError> {
+        Decoder::load_with_vocab(path, device).map(|(d, _)| d)
+    }
+
+    /// Loads weights, and the tokenizer a GGUF file carries, if any.
+    fn load_with_vocab(path: &Path, device: &Device) -> Result<(Decoder, Option<GgufVocab>), ModelError> {
         if path.is_dir() {
             let cfg = ModelConfig::from_hf_file(&path.join("config.json"))?;
             let files = safetensors_files(path)?;
             // CPU matmuls are fast in f32 only; GPUs keep half precision.
             let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
             let weights = weights::load_safetensors(&files, &cfg, device, dtype)?;
-            Ok(Decoder { config: cfg, weights, device: device.clone(), dtype })
+            Ok((Decoder { config: cfg, weights, device: device.clone(), dtype }, None))
         } else if path.is_file() {
-            let (cfg, weights) = weights::load_gguf(path, device)?;
-            Ok(Decoder { config: cfg, weights, device: device.clone(), dtype: DType::F32 })
+            let (cfg, weights, content) = weights::load_gguf(path, device)?;
+            let vocab = GgufVocab::read(&content).map_err(|e| e.in_file(path))?;
+            Ok((Decoder { config: cfg, weights, device: device.clone(), dtype: DType::F32 }, vocab))
         } else {
             Err(ModelError::MissingFile { path: path.to_path_buf(), what: "a model directory or .gguf file".into() })
         }

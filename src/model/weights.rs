@@ -200,7 +200,7 @@ pub(crate) fn load_safetensors(
 }
 
 /// A GGUF file's configuration and weights.
-pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, Weights), ModelError> {
+pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, Weights, gguf_file::Content), ModelError> {
     let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
     let content = gguf_file::Content::read(&mut file)
         .map_err(|e| ModelError::Weights(format!("`{}` is not a readable GGUF file: {e}", path.display())))?;
@@ -263,7 +263,8 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
         cfg.rope.freq_factors = Some(f);
     }
     let lm_head = QMatMul::from_qtensor(lm_head)?;
-    Ok((cfg, Weights { embed, layers, norm, lm_head, bytes: r.bytes }))
+    let bytes = r.bytes;
+    Ok((cfg, Weights { embed, layers, norm, lm_head, bytes }, content))
 }
 
 /// Reads tensors from a GGUF file, counting the bytes read.
@@ -331,7 +332,7 @@ fn fused_or_split(ws: Vec<QTensor>, bs: Vec<Option<Tensor>>, device: &Device) ->
 }
 
 /// The configuration stored in GGUF metadata (llama.cpp's keys).
-fn gguf_config(content: &gguf_file::Content) -> Result<ModelConfig, ModelError> {
+pub(crate) fn gguf_config(content: &gguf_file::Content) -> Result<ModelConfig, ModelError> {
     let md = &content.metadata;
     let arch_name = md
         .get("general.architecture")

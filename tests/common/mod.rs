@@ -2,6 +2,7 @@
 //! train themselves so nothing depends on `../shared` being there.
 #![allow(dead_code)]
 
+pub mod gguf_vocab;
 pub mod tiny;
 
 use std::path::PathBuf;
@@ -15,9 +16,32 @@ pub fn shared_data() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("SKIPPED: shared test data not found at {} (set LMT_SHARED_DATA)", dir.display());
+        skip(&format!("shared test data not found at {} (set LMT_SHARED_DATA)", dir.display()));
         None
     }
+}
+
+/// Says that a test skips part of its work because `what` is missing:
+/// loudly, and as a failure when `LMT_REQUIRE_ALL=1` (as CI sets it).
+pub fn skip(what: &str) {
+    if std::env::var("LMT_REQUIRE_ALL").is_ok_and(|v| v == "1") {
+        panic!("LMT_REQUIRE_ALL=1, but {what}");
+    }
+    eprintln!("SKIPPED: {what}");
+}
+
+/// The real SmolLM2-135M-Instruct Q4_1 GGUF that
+/// `../shared/scripts/fetch-smollm2.sh` fetches (into `$LMT_TEST_MODELS`,
+/// else `~/.cache/lmt-test-models`), if it is there.
+pub fn smollm2_gguf() -> Option<PathBuf> {
+    let dir = std::env::var_os("LMT_TEST_MODELS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/lmt-test-models")));
+    let path = dir.map(|d| d.join("SmolLM2-135M-Instruct.Q4_1.gguf")).filter(|p| p.is_file());
+    if path.is_none() {
+        skip("the SmolLM2 GGUF is not fetched (run ../shared/scripts/fetch-smollm2.sh)");
+    }
+    path
 }
 
 /// The real tokenizers in the shared data: (name, tokenizer directory).
@@ -81,8 +105,7 @@ pub fn write_trained_chat_model(dir: &std::path::Path) {
     let mut tok = trained_byte_level();
     tok.add_special_tokens([tokenizers::AddedToken::from("<|im_start|>", true), tokenizers::AddedToken::from("<|im_end|>", true)])
         .expect("special tokens");
-    let mut spec = tiny::Spec::small("qwen2");
-    spec.vocab = tok.get_vocab_size(true);
+    let spec = tiny::Spec::small("qwen2").with_tokenizer(&tok);
     spec.write_hf(dir);
     tok.save(dir.join("tokenizer.json"), false).expect("tokenizer written");
     let cfg = serde_json::json!({"eos_token": "</s>", "chat_template": CHATML});

@@ -26,6 +26,10 @@ pub struct Spec {
     /// Mistral's attention window.
     pub window: Option<usize>,
     pub seed: u64,
+    /// The BOS and EOS ids the configs name (a tokenizer paired with the
+    /// model must have special tokens there: see [`Spec::with_tokenizer`]).
+    pub bos: Option<u32>,
+    pub eos: u32,
 }
 
 impl Spec {
@@ -44,6 +48,8 @@ impl Spec {
             llama3_rope: false,
             window: None,
             seed: 7,
+            bos: Some(1),
+            eos: 2,
         };
         match arch {
             "llama" => {
@@ -74,7 +80,18 @@ impl Spec {
             llama3_rope: false,
             window: None,
             seed: 11,
+            bos: Some(1),
+            eos: 2,
         }
+    }
+
+    /// This shape for `tok`: its vocabulary size, its `</s>` as EOS, no BOS
+    /// (the trained test tokenizers have none).
+    pub fn with_tokenizer(mut self, tok: &tokenizers::Tokenizer) -> Spec {
+        self.vocab = tok.get_vocab_size(true);
+        self.eos = tok.token_to_id("</s>").expect("the test tokenizer has </s>");
+        self.bos = None;
+        self
     }
 
     /// The Hugging Face `config.json`, with every key the
@@ -97,8 +114,8 @@ impl Spec {
             "max_position_embeddings": 512,
             "tie_word_embeddings": self.tied,
             "hidden_act": "silu",
-            "bos_token_id": 1,
-            "eos_token_id": 2,
+            "bos_token_id": self.bos,
+            "eos_token_id": self.eos,
             "attention_bias": false,
             "sliding_window": null,
             "use_sliding_window": false,
@@ -223,9 +240,12 @@ impl Spec {
             (format!("{a}.rope.dimension_count"), V::U32(self.head_dim as u32)),
             (format!("{a}.rope.freq_base"), V::F32(10000.0)),
             (format!("{a}.context_length"), V::U32(512)),
-            ("tokenizer.ggml.bos_token_id".into(), V::U32(1)),
-            ("tokenizer.ggml.eos_token_id".into(), V::U32(2)),
+            ("tokenizer.ggml.eos_token_id".into(), V::U32(self.eos)),
         ];
+        let mut md = md;
+        if let Some(b) = self.bos {
+            md.push(("tokenizer.ggml.bos_token_id".into(), V::U32(b)));
+        }
         let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let mut f = std::fs::File::create(path).unwrap();

@@ -4,8 +4,10 @@
 //! naming the keyword (never silently ignored): `oneOf` and `not` beyond
 //! the forms below, `uniqueItems: true`, `multipleOf`, unknown `format`s,
 //! remote `$ref`s. Properties may come in any order, each at most once (a
-//! [`GKind::Permutation`]), with additional properties (allowed by default,
-//! as the spec says) anywhere among them.
+//! [`GKind::Permutation`]), with additional properties anywhere among them
+//! where the schema allows them: for generation an object that lists its
+//! keys is closed unless it says otherwise ([`Objects::Closed`]); validation
+//! semantics ([`Objects::Open`]) allow what the schema does not forbid.
 //!
 //! Differences of regular languages (a [`GKind::Except`], one automaton)
 //! make the rest exact: keys by `patternProperties` and "any other key"
@@ -40,9 +42,25 @@ pub enum Whitespace {
     Any,
 }
 
+/// What an object schema allows beside the keys it lists when it says
+/// nothing of `additionalProperties` (and a tuple beside its items when it
+/// says nothing of `additionalItems` / `items`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Objects {
+    /// Nothing more: an object that lists `properties` or
+    /// `patternProperties` takes no other key, a tuple no other item, unless
+    /// the schema opens it. What generation engines do (llama.cpp,
+    /// XGrammar's strict mode, OpenAI's structured outputs): an open object
+    /// invites a small model to ramble. `{"type": "object"}` alone stays open.
+    #[default]
+    Closed,
+    /// JSON Schema's validation semantics: anything not forbidden is allowed.
+    Open,
+}
+
 /// Compiles `schema` to a grammar whose start rule is `root`.
-pub fn schema_grammar(schema: &Value, ws: Whitespace) -> Result<Grammar, EngineError> {
-    let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, depth: 0 };
+pub fn schema_grammar(schema: &Value, ws: Whitespace, objects: Objects) -> Result<Grammar, EngineError> {
+    let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, objects, depth: 0 };
     let body = c.schema(schema)?;
     c.rules.insert(0, GrammarRule { name: "root".into(), name_span: Default::default(), body, span: Default::default() });
     Ok(Grammar { rules: c.rules })
@@ -122,6 +140,7 @@ struct Conv<'s> {
     rules: Vec<GrammarRule>,
     refs: HashMap<String, String>,
     ws: Whitespace,
+    objects: Objects,
     depth: usize,
 }
 
@@ -534,12 +553,12 @@ impl<'s> Conv<'s> {
             Some(Value::Array(a)) if prefix.is_empty() => {
                 // Draft-4 tuples: `items` as a list, `additionalItems` after.
                 let tuple: Vec<&Value> = a.iter().collect();
-                return self.tuple(obj, tuple, obj.get("additionalItems"));
+                return self.tuple(obj, tuple, obj.get("additionalItems").or(self.closed()));
             }
             other => other,
         };
         if !prefix.is_empty() {
-            return self.tuple(obj, prefix, items);
+            return self.tuple(obj, prefix, items.or(self.closed()));
         }
         let item = match items {
             Some(s) => self.schema(s)?,
@@ -579,8 +598,16 @@ impl<'s> Conv<'s> {
         Ok(seq(vec![lit("["), ws, tail, lit("]")]))
     }
 
+    /// `false` where an unsaid `additional*` closes a schema.
+    fn closed(&self) -> Option<&'static Value> {
+        static FALSE: Value = Value::Bool(false);
+        (self.objects == Objects::Closed).then_some(&FALSE)
+    }
+
     fn object(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
         let ws = self.ws();
+        let lists_keys = obj.contains_key("properties") || obj.contains_key("patternProperties");
+        let additional = obj.get("additionalProperties").or(if lists_keys { self.closed() } else { None });
         let mut props: Vec<(String, Cow<Value>)> = obj
             .get("properties")
             .and_then(Value::as_object)
@@ -595,7 +622,7 @@ impl<'s> Conv<'s> {
         static NONE: Value = Value::Bool(false);
         for r in &required {
             if !props.iter().any(|(k, _)| k == r) {
-                if obj.get("additionalProperties") == Some(&Value::Bool(false)) && matched(r).is_empty() {
+                if additional == Some(&Value::Bool(false)) && matched(r).is_empty() {
                     return Err(EngineError::Unsatisfiable(format!("`{r}` is required but no property of that name is allowed")));
                 }
                 props.push((r.to_string(), Cow::Borrowed(&ANY)));
@@ -608,7 +635,7 @@ impl<'s> Conv<'s> {
         for (x, ys) in &deps {
             for name in std::iter::once(x).chain(ys) {
                 if !props.iter().any(|(k, _)| k == *name) {
-                    let allowed = obj.get("additionalProperties") != Some(&Value::Bool(false)) || !matched(name).is_empty();
+                    let allowed = additional != Some(&Value::Bool(false)) || !matched(name).is_empty();
                     props.push((name.to_string(), Cow::Borrowed(if allowed { &ANY } else { &NONE })));
                 }
             }
@@ -654,7 +681,7 @@ impl<'s> Conv<'s> {
             let value = self.schema(p.schema)?;
             extra_keys.push(seq(vec![minus_names(rx(&p.key)), ws.clone(), lit(":"), ws.clone(), value]));
         }
-        match obj.get("additionalProperties") {
+        match additional {
             Some(Value::Bool(false)) => {}
             None | Some(Value::Bool(true)) => {
                 let any = self.any_value();

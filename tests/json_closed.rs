@@ -1,0 +1,112 @@
+//! JSON generation that ends: `json=` closes an object that lists its keys
+//! (as llama.cpp, XGrammar and OpenAI do), `json_open=true` and `lmt match
+//! --json-open` keep JSON Schema's validation semantics, and `lmt match
+//! --json-schema` agrees with `gen`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::tiny::temp_dir;
+use lmt::engine::{Constraint, Limits, Objects, Whitespace};
+use lmt::interp::{self, RunOptions};
+use lmt::model::{LoadOptions, Model};
+use lmt::workspace::{FsLoader, Workspace};
+use serde_json::{json, Value};
+
+fn accepts(schema: &Value, objects: Objects, text: &str) -> bool {
+    let limits = Limits::default();
+    let c = Constraint::json_schema(schema, Whitespace::Compact, objects, &limits).unwrap();
+    let mut m = c.matcher(&limits);
+    m.feed(text.as_bytes()).unwrap() && m.is_accepting()
+}
+
+#[test]
+fn objects_that_list_their_keys_are_closed_unless_the_schema_opens_them() {
+    let listed = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    for (text, closed, open) in [(r#"{"a":1}"#, true, true), (r#"{}"#, true, true), (r#"{"a":1,"b":2}"#, false, true), (r#"{"b":2}"#, false, true)] {
+        assert_eq!(accepts(&listed, Objects::Closed, text), closed, "closed: {text}");
+        assert_eq!(accepts(&listed, Objects::Open, text), open, "open: {text}");
+    }
+    // Nested objects close too (the pydantic shape).
+    let nested = json!({"type": "object", "properties": {"address": {"type": "object", "properties": {"street": {"type": "string"}}}}});
+    assert!(!accepts(&nested, Objects::Closed, r#"{"address":{"street":"x","street_address":"y"}}"#));
+    assert!(accepts(&nested, Objects::Open, r#"{"address":{"street":"x","street_address":"y"}}"#));
+    // The schema opens an object: `true`, or a schema for the other keys.
+    let opened = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true});
+    assert!(accepts(&opened, Objects::Closed, r#"{"a":1,"b":[true]}"#));
+    let typed = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}});
+    assert!(accepts(&typed, Objects::Closed, r#"{"a":1,"b":"x"}"#));
+    assert!(!accepts(&typed, Objects::Closed, r#"{"a":1,"b":2}"#));
+    // Keys by pattern list keys too: nothing else.
+    let patterned = json!({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}});
+    assert!(accepts(&patterned, Objects::Closed, r#"{"x-a":1}"#));
+    assert!(!accepts(&patterned, Objects::Closed, r#"{"y":1}"#));
+    // An object that lists nothing stays open.
+    let bare = json!({"type": "object"});
+    assert!(accepts(&bare, Objects::Closed, r#"{"anything":[1,{"b":null}]}"#));
+    // Tuples: no item past the listed ones unless the schema allows them.
+    let tuple = json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]});
+    assert!(accepts(&tuple, Objects::Closed, r#"[1,"a"]"#));
+    assert!(!accepts(&tuple, Objects::Closed, r#"[1,"a",true]"#));
+    assert!(accepts(&tuple, Objects::Open, r#"[1,"a",true]"#));
+    let draft4 = json!({"type": "array", "items": [{"type": "integer"}]});
+    assert!(!accepts(&draft4, Objects::Closed, "[1,2]"));
+    assert!(accepts(&json!({"type": "array", "items": [{"type": "integer"}], "additionalItems": true}), Objects::Closed, "[1,2]"));
+}
+
+fn lmt(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lmt")).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The keys of every object in `v`, depth first.
+fn keys(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                out.push(k.clone());
+                keys(x, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn gen_and_lmt_match_agree_on_closed_objects() {
+    let dir = temp_dir("json-closed-model");
+    common::write_trained_chat_model(&dir);
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}}, "required": ["a"]});
+    let schema_file: PathBuf = dir.join("schema.json");
+    std::fs::write(&schema_file, schema.to_string()).unwrap();
+    let tok = dir.join("tokenizer.json");
+    let (tok, schema_path) = (tok.to_str().unwrap(), schema_file.to_str().unwrap());
+    // A key the schema does not list: closed for match as for gen, open on request.
+    let extra = r#"{"a":1,"c":2}"#;
+    assert_eq!(lmt(&["match", "--tokenizer", tok, "--json-schema", schema_path, "--text", extra]).0, 1);
+    assert_eq!(lmt(&["match", "--tokenizer", tok, "--json-schema", schema_path, "--json-open", "--text", extra]).0, 0);
+    // What gen writes at a high temperature: only listed keys, and lmt match accepts each value.
+    let model = Model::load_path(&dir, &LoadOptions::default()).unwrap();
+    let src = format!("Data: {{% gen v json={schema} max_tokens=60 temperature=2 %}}");
+    let ws = Workspace::load_text("t.lmt", &src, None, &FsLoader::default());
+    assert!(!ws.has_errors(), "{:?}", ws.diagnostics);
+    let program = lmt::ir::compile(&ws);
+    let mut finished = 0;
+    for seed in 0..12 {
+        let opts = RunOptions { seed, ..Default::default() };
+        let out = interp::run(&program, &ws.sources, &model, &opts, &mut |_| {});
+        let Some(v) = out.state.captures.iter().find(|c| c.name == "v") else { continue };
+        let text = v.value.text.clone();
+        if let Ok(parsed) = serde_json::from_str::<Value>(&text) {
+            finished += 1;
+            let mut ks = Vec::new();
+            keys(&parsed, &mut ks);
+            assert!(ks.iter().all(|k| k == "a" || k == "b"), "seed {seed}: {text}");
+            assert_eq!(lmt(&["match", "--tokenizer", tok, "--json-schema", schema_path, "--text", &text]).0, 0, "{text}");
+        }
+    }
+    assert!(finished >= 6, "only {finished} of 12 values finished");
+}
