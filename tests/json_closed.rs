@@ -110,3 +110,117 @@ fn gen_and_lmt_match_agree_on_closed_objects() {
     }
     assert!(finished >= 6, "only {finished} of 12 values finished");
 }
+
+/// The keys of every object in `text` (JSON, possibly cut short), decoded:
+/// how many there are, and the first key an object holds twice.
+/// Independent of the engine's own scan.
+fn keys_and_repeat(text: &str) -> (usize, Option<String>) {
+    let mut n = 0;
+    let repeat = first_repeated_key(text, &mut n);
+    (n, repeat)
+}
+
+fn first_repeated_key(text: &str, count: &mut usize) -> Option<String> {
+    let b = text.as_bytes();
+    let mut stack: Vec<Option<Vec<String>>> = Vec::new();
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'{' => {
+                stack.push(Some(Vec::new()));
+                expect_key = true;
+            }
+            b'[' => stack.push(None),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => expect_key = matches!(stack.last(), Some(Some(_))),
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                if i >= b.len() {
+                    return None;
+                }
+                if expect_key {
+                    let key: String = serde_json::from_slice(&b[start..=i]).unwrap();
+                    let Some(Some(keys)) = stack.last_mut() else { unreachable!() };
+                    *count += 1;
+                    if keys.contains(&key) {
+                        return Some(key);
+                    }
+                    keys.push(key);
+                    expect_key = false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+#[test]
+fn the_repeat_checker_finds_repeats() {
+    assert_eq!(keys_and_repeat(r#"{"a":1,"b":{"a":2},"a":3}"#), (4, Some("a".into())));
+    assert_eq!(keys_and_repeat(r#"{"a":"{\"a\":1}","b":[{"a":1},{"a":2}]}"#), (4, None));
+    assert_eq!(keys_and_repeat(r#"{"x":{"k":1,"\u006b":2"#), (3, Some("k".into())));
+}
+
+#[test]
+fn open_objects_never_repeat_a_key() {
+    let dir = temp_dir("json-open-model");
+    common::write_trained_chat_model(&dir);
+    let model = Model::load_path(&dir, &LoadOptions::default()).unwrap();
+    // Random open schemas: a few listed properties, other keys of any or
+    // of a given type, nested open objects.
+    let names = ["a", "b", "name", "age", "x"];
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut keys_seen = 0;
+    for case in 0..8 {
+        let mut props = serde_json::Map::new();
+        for n in names {
+            if next() % 2 == 0 {
+                continue;
+            }
+            let ty = ["integer", "string", "boolean"][(next() % 3) as usize];
+            props.insert(n.to_string(), json!({ "type": ty }));
+        }
+        let extra = match next() % 3 {
+            0 => json!(true),
+            1 => json!({"type": "integer"}),
+            _ => json!({"type": "object", "additionalProperties": {"type": "boolean"}}),
+        };
+        // Half the cases draw keys from a pattern of 26 one-letter keys, so
+        // that keys meet often: an unguarded sampler repeats one in most
+        // samples (the letters stay too many to be used up in 64 tokens).
+        let schema = if case % 2 == 0 {
+            json!({"type": "object", "properties": props, "additionalProperties": extra})
+        } else {
+            json!({"type": "object", "patternProperties": {"^[a-z]$": {"type": "integer"}}})
+        };
+        let src = format!("Data: {{% gen v json={schema} max_tokens=64 temperature=1.5 %}}");
+        let ws = Workspace::load_text("t.lmt", &src, None, &FsLoader::default());
+        let program = lmt::ir::compile(&ws);
+        for seed in 0..10 {
+            let opts = RunOptions { seed: case * 100 + seed, ..Default::default() };
+            let out = interp::run(&program, &ws.sources, &model, &opts, &mut |_| {});
+            // Cut short by max_tokens or not, no object may hold a key twice.
+            let Some(v) = out.state.captures.iter().find(|c| c.name == "v") else { panic!("{schema}: no value: {:?}", out.error) };
+            let text = &v.value.text;
+            let (n, repeat) = keys_and_repeat(text);
+            assert_eq!(repeat, None, "{schema}: {text}");
+            keys_seen += n;
+        }
+    }
+    assert!(keys_seen > 50, "the samples wrote only {keys_seen} keys");
+}

@@ -14,6 +14,7 @@ mod bias;
 mod cfg;
 mod dfa;
 mod earley;
+mod json_keys;
 mod json_schema;
 mod matcher;
 mod memo;
@@ -24,7 +25,7 @@ mod vocab;
 pub use bias::Bias;
 pub use cfg::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
-pub use json_schema::{schema_grammar, Objects, Whitespace};
+pub use json_schema::{schema_grammar, Objects, SchemaGrammar, Whitespace};
 pub use matcher::{Constraint, Matcher};
 pub use dfa::{Dfa, DfaState, Exits};
 pub use stop::{StopEvent, StopMatcher};
@@ -157,6 +158,14 @@ impl TokenMask {
         let i = id as usize;
         if i < self.len {
             self.words[i / 64] |= 1 << (i % 64);
+        }
+    }
+
+    /// Forbids `id`.
+    pub fn unset(&mut self, id: u32) {
+        let i = id as usize;
+        if i < self.len {
+            self.words[i / 64] &= !(1 << (i % 64));
         }
     }
 

@@ -48,6 +48,7 @@ pub struct Vocab {
     trie: TokenTrie,
     eos: Vec<u32>,
     slicer: std::sync::OnceLock<Slicer>,
+    quoted: std::sync::OnceLock<Vec<u32>>,
 }
 
 /// Slices of the vocabulary, precomputed: where an automaton state takes
@@ -188,7 +189,7 @@ impl Vocab {
         let trie = TokenTrie::build(generable);
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Vocab { id, bytes, kinds, encoding, trie, eos, slicer: std::sync::OnceLock::new() }
+        Vocab { id, bytes, kinds, encoding, trie, eos, slicer: std::sync::OnceLock::new(), quoted: std::sync::OnceLock::new() }
     }
 
     /// A number unique to this vocabulary (caches are keyed by it).
@@ -249,6 +250,12 @@ impl Vocab {
             };
             Slicer { slices: vec![slice(SliceKind::Text, usize::MAX), slice(SliceKind::Text, SHORT_TEXT), slice(SliceKind::Plain, usize::MAX)] }
         })
+    }
+
+    /// The generable tokens whose bytes hold a `"` (those that can close a
+    /// JSON string), made on first use.
+    pub fn tokens_with_quote(&self) -> &[u32] {
+        self.quoted.get_or_init(|| (0..self.len() as u32).filter(|&t| self.is_generable(t) && self.bytes(t).contains(&b'"')).collect())
     }
 
     /// End-of-sequence ids (allowed where a constraint accepts).

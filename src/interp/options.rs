@@ -111,7 +111,7 @@ impl Vm<'_, '_> {
             };
             let key = format!("json:{objects:?}:{schema}");
             constraint = Some(
-                self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Compact, objects, &limits)).map_err(Step::Err)?,
+                self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Pretty, objects, &limits)).map_err(Step::Err)?,
             );
         }
         let bias = match o.get("bias") {

@@ -40,6 +40,10 @@ pub enum Whitespace {
     Flexible(u32),
     /// Any amount of white space (llguidance's default; bound it with `max_tokens`).
     Any,
+    /// As llama.cpp's JSON grammars: nothing, one space, or one or two line
+    /// breaks and up to 20 spaces or tabs of indent. Room for the layouts
+    /// models learnt JSON in (`{"a": 1}`, pretty-printed), none for junk.
+    Pretty,
 }
 
 /// What an object schema allows beside the keys it lists when it says
@@ -58,12 +62,22 @@ pub enum Objects {
     Open,
 }
 
+/// A schema's grammar, and what the grammar alone cannot enforce.
+#[derive(Debug, Clone)]
+pub struct SchemaGrammar {
+    /// The grammar; its start rule is `root`.
+    pub grammar: Grammar,
+    /// Some object takes keys it does not list (other keys or keys by
+    /// pattern), which must not repeat each other: the matcher sees to it.
+    pub other_keys: bool,
+}
+
 /// Compiles `schema` to a grammar whose start rule is `root`.
-pub fn schema_grammar(schema: &Value, ws: Whitespace, objects: Objects) -> Result<Grammar, EngineError> {
-    let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, objects, depth: 0 };
+pub fn schema_grammar(schema: &Value, ws: Whitespace, objects: Objects) -> Result<SchemaGrammar, EngineError> {
+    let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, objects, other_keys: false, depth: 0 };
     let body = c.schema(schema)?;
     c.rules.insert(0, GrammarRule { name: "root".into(), name_span: Default::default(), body, span: Default::default() });
-    Ok(Grammar { rules: c.rules })
+    Ok(SchemaGrammar { grammar: Grammar { rules: c.rules }, other_keys: c.other_keys })
 }
 
 fn e(kind: GKind) -> GExpr {
@@ -141,6 +155,8 @@ struct Conv<'s> {
     refs: HashMap<String, String>,
     ws: Whitespace,
     objects: Objects,
+    /// Some object compiled so far takes keys it does not list.
+    other_keys: bool,
     depth: usize,
 }
 
@@ -154,6 +170,7 @@ impl<'s> Conv<'s> {
             Whitespace::Compact => seq(vec![]),
             Whitespace::Flexible(n) => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n')] }), 0, Some(n)),
             Whitespace::Any => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n'), ('\r', '\r')] }), 0, None),
+            Whitespace::Pretty => rx(r"(?: |\n{1,2}[ \t]{0,20})?"),
         }
     }
 
@@ -692,6 +709,7 @@ impl<'s> Conv<'s> {
                 extra_keys.push(seq(vec![other_key.clone(), ws.clone(), lit(":"), ws.clone(), value]));
             }
         }
+        self.other_keys |= !extra_keys.is_empty();
         let extra = (!extra_keys.is_empty()).then(|| alt(extra_keys));
         let mut compiled: Vec<(&str, GExpr, bool)> = Vec::new();
         for (k, sub) in &props {
