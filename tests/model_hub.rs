@@ -210,3 +210,92 @@ fn lmt_complete_reports_model_errors_with_exit_code_3() {
     let out = lmt_complete(&[], &[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1"), ("LMT_MODEL", "org/from-env")]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("org/from-env"));
 }
+
+#[test]
+fn gguf_specs_name_a_quantization_or_a_file() {
+    use lmt::model::GgufPick;
+    let gguf = |r: &str, v: &str, f: GgufPick| ModelSpec::HubGguf { repo: r.into(), revision: v.into(), file: f };
+    assert_eq!(
+        ModelSpec::parse("Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M").unwrap(),
+        gguf("Qwen/Qwen2.5-0.5B-Instruct-GGUF", "main", GgufPick::Quant("Q4_K_M".into()))
+    );
+    assert_eq!(ModelSpec::parse("org/name@v2:q8_0").unwrap(), gguf("org/name", "v2", GgufPick::Quant("q8_0".into())));
+    assert_eq!(ModelSpec::parse("org/name/sub/model-f16.gguf").unwrap(), gguf("org/name", "main", GgufPick::File("sub/model-f16.gguf".into())));
+    for bad in ["org/name:", "org/name:Q4 K", "org/../x.gguf:Q4"] {
+        let e = ModelSpec::parse(bad);
+        assert!(!matches!(e, Ok(ModelSpec::HubGguf { .. })), "{bad}: {e:?}");
+    }
+    // Which file a tag names: case-insensitive, projectors left out, parts refused.
+    let names: Vec<String> = ["README.md", "mmproj-q4_k_m.gguf", "qwen-q4_k_m.gguf", "qwen-q8_0.gguf", "big-Q6_K-00001-of-00002.gguf"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(GgufPick::Quant("Q4_K_M".into()).choose(&names).unwrap(), "qwen-q4_k_m.gguf");
+    assert_eq!(GgufPick::File("qwen-q8_0.gguf".into()).choose(&names).unwrap(), "qwen-q8_0.gguf");
+    assert!(GgufPick::Quant("Q6_K".into()).choose(&names).unwrap_err().contains("in parts"));
+    let err = GgufPick::Quant("IQ2_XS".into()).choose(&names).unwrap_err();
+    assert!(err.contains("IQ2_XS") && err.contains("qwen-q8_0.gguf"), "{err}");
+}
+
+#[test]
+fn a_self_contained_gguf_resolves_from_the_cache_and_loads_with_its_own_tokenizer() {
+    use candle_core::quantized::GgmlDType;
+    let root = temp_dir("hf-gguf-cache");
+    let commit = "feed000000000000000000000000000000000002";
+    let repo = root.join("models--org--tiny-GGUF");
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+    let snap = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snap).unwrap();
+    // The tokenizer lives only in the GGUF's metadata, as a converter writes it.
+    let tok = common::trained_byte_level();
+    let tok_dir = root.join("tokenizer-source");
+    std::fs::create_dir_all(&tok_dir).unwrap();
+    tok.save(tok_dir.join("tokenizer.json"), false).unwrap();
+    std::fs::write(tok_dir.join("tokenizer_config.json"), r#"{"eos_token": "</s>", "chat_template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}"}"#).unwrap();
+    let spec = Spec::small("llama").with_tokenizer(&tok);
+    let md = common::gguf_vocab::metadata(&tok_dir, common::gguf_vocab::Kind::Bpe("gpt-2"));
+    spec.write_gguf_with(&snap.join("tiny-Q8_0.gguf"), GgmlDType::Q8_0, md);
+    let e = env(&[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1"), ("HF_ENDPOINT", "http://127.0.0.1:9")]);
+    let path = ModelSpec::parse("org/tiny-GGUF:q8_0").unwrap().local_path(&e).unwrap();
+    assert_eq!(path, snap.join("tiny-Q8_0.gguf"));
+    assert_eq!(ModelSpec::parse("org/tiny-GGUF/tiny-Q8_0.gguf").unwrap().local_path(&e).unwrap(), path);
+    let err = ModelSpec::parse("org/tiny-GGUF:Q4_0").unwrap().local_path(&e).unwrap_err().to_string();
+    assert!(err.contains("HF_HUB_OFFLINE"), "{err}");
+    let model = Model::load_path(&path, &LoadOptions::default()).unwrap();
+    let t = &model.tokenizer;
+    let reference = lmt::tokenizer::TextEncoder::new(&tok);
+    for text in ["The quick brown fox", "{\"name\": \"Ada\", \"age\": 36}", "日本語, café 😀"] {
+        assert_eq!(t.encoder.encode(text).unwrap(), reference.encode(text).unwrap(), "{text}");
+    }
+    assert_eq!(t.eos, [tok.token_to_id("</s>").unwrap()]);
+    assert!(t.chat_template.as_ref().unwrap().origin.contains("tokenizer.chat_template"));
+    assert!(t.origin.contains("GGUF"), "{}", t.origin);
+}
+
+#[test]
+fn a_broken_gguf_tokenizer_exits_3_naming_the_key() {
+    use candle_core::quantized::{gguf_file::Value as V, GgmlDType};
+    let root = temp_dir("bad-gguf-tokenizer");
+    let tok = common::trained_byte_level();
+    let tok_dir = root.join("tok");
+    std::fs::create_dir_all(&tok_dir).unwrap();
+    tok.save(tok_dir.join("tokenizer.json"), false).unwrap();
+    let spec = Spec::small("llama").with_tokenizer(&tok);
+    let cases: Vec<(&str, V)> = vec![
+        ("tokenizer.ggml.pre", V::String("mystery-pre".into())),
+        ("tokenizer.ggml.model", V::String("bert".into())),
+        ("tokenizer.ggml.tokens", V::Array(vec![V::U32(3)])),
+    ];
+    for (key, value) in cases {
+        let mut md = common::gguf_vocab::metadata(&tok_dir, common::gguf_vocab::Kind::Bpe("gpt-2"));
+        md.retain(|(k, _)| k != key);
+        md.push((key.to_string(), value));
+        let path = root.join("bad.gguf");
+        spec.write_gguf_with(&path, GgmlDType::F32, md);
+        let out = lmt_complete(&["--model", path.to_str().unwrap(), "hi"], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{key}: {err}");
+        assert!(err.contains(key) && err.contains("--tokenizer") && !err.contains("panicked"), "{key}: {err}");
+    }
+}

@@ -39,7 +39,7 @@ fn the_examples_run_on_the_lone_gguf() {
         if example != "vehicles" {
             assert_eq!(id(&tokens[0]), 1, "{example}: the conversation opens with <|im_start|>");
         }
-        assert!(!doc["captures"].as_array().unwrap().is_empty(), "{example}: no captures");
+        assert!(!doc["captures"].as_object().unwrap().is_empty(), "{example}: no captures");
     }
 }
 

@@ -112,7 +112,8 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
         let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
         let objects = if args.json_open { Objects::Open } else { Objects::Closed };
-        return Constraint::json_schema(&schema, Whitespace::Flexible(20), objects, limits).map_err(|e| e.to_string());
+        // The white space and objects of `json=` in a template.
+        return Constraint::json_schema(&schema, Whitespace::Pretty, objects, limits).map_err(|e| e.to_string());
     }
     if let Some(spec) = &args.regex_from {
         let (file, name) = spec.split_once('#').ok_or("--regex-from takes FILE.lmt#NAME")?;

@@ -110,6 +110,9 @@ impl Vm<'_, '_> {
                 Some(v) => return Err(Step::Err(format!("`json_open` must be a boolean, not {}", v.a_type()))),
             };
             let key = format!("json:{objects:?}:{schema}");
+            // llama.cpp's white space: the layouts models learnt JSON in.
+            // With none allowed, SmolLM2 wrote `{"order_id":"1234…` until
+            // `max_tokens` where pretty-printed output closed.
             constraint = Some(
                 self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Pretty, objects, &limits)).map_err(Step::Err)?,
             );

@@ -5,6 +5,8 @@
 //! result is a Hugging Face `Tokenizer` (vocabulary, added tokens, byte
 //! table) and, for SentencePiece, llama.cpp's own merge rule beside it.
 
+use std::collections::HashMap;
+
 use candle_core::quantized::gguf_file::{Content, Value};
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel;
@@ -232,36 +234,21 @@ impl GgufVocab {
             return Err(bad("tokenizer.ggml.tokens", "is empty"));
         }
         let n = tokens.len();
-        let types = match md.get("tokenizer.ggml.token_type") {
-            None => vec![TokenType::Normal; n],
-            Some(v) => {
-                let list = v.to_vec().map_err(|_| bad("tokenizer.ggml.token_type", "is not an array"))?;
-                if list.len() < n {
-                    return Err(bad("tokenizer.ggml.token_type", &format!("has {} entries for {n} tokens", list.len())));
-                }
-                list.iter()
-                    .take(n)
-                    .map(|x| x.to_i32().map(TokenType::from_i32).map_err(|_| bad("tokenizer.ggml.token_type", "holds a value that is not an i32")))
-                    .collect::<Result<_, _>>()?
+        // A value per token: `default` for each when the key is absent.
+        fn per_token<T: Clone>(md: &HashMap<String, Value>, key: &str, n: usize, default: T, what: &str, read: impl Fn(&Value) -> Option<T>) -> Result<Vec<T>, ModelError> {
+            let Some(v) = md.get(key) else { return Ok(vec![default; n]) };
+            let list = v.to_vec().map_err(|_| bad(key, "is not an array"))?;
+            if list.len() < n {
+                return Err(bad(key, &format!("has {} entries for {n} tokens", list.len())));
             }
-        };
-        let scores = match md.get("tokenizer.ggml.scores") {
-            None => vec![0.0; n],
-            Some(v) => {
-                let list = v.to_vec().map_err(|_| bad("tokenizer.ggml.scores", "is not an array"))?;
-                if list.len() < n {
-                    return Err(bad("tokenizer.ggml.scores", &format!("has {} entries for {n} tokens", list.len())));
-                }
-                list.iter()
-                    .take(n)
-                    .map(|x| match x {
-                        Value::F32(f) => Ok(*f),
-                        Value::I32(i) => Ok(*i as f32),
-                        _ => Err(bad("tokenizer.ggml.scores", "holds a value that is not a number")),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-        };
+            list.iter().take(n).map(|x| read(x).ok_or_else(|| bad(key, &format!("holds a value that is not {what}")))).collect()
+        }
+        let types = per_token(md, "tokenizer.ggml.token_type", n, TokenType::Normal, "an i32", |x| x.to_i32().ok().map(TokenType::from_i32))?;
+        let scores = per_token(md, "tokenizer.ggml.scores", n, 0.0, "a number", |x| match x {
+            Value::F32(f) => Some(*f),
+            Value::I32(i) => Some(*i as f32),
+            _ => None,
+        })?;
         let merges = strings("tokenizer.ggml.merges")?.unwrap_or_default();
         if model == GgufModel::Bpe && merges.is_empty() {
             return Err(bad("tokenizer.ggml.merges", "is missing (a `gpt2` tokenizer needs its merges)"));

@@ -199,6 +199,11 @@ impl Spec {
     /// converter does. Tensors are made and quantized one at a time, so a
     /// TinyLlama-sized file needs little more memory than its own size.
     pub fn write_gguf(&self, path: &Path, ty: GgmlDType) {
+        self.write_gguf_with(path, ty, Vec::new());
+    }
+
+    /// [`Spec::write_gguf`] with more metadata (a tokenizer's, say).
+    pub fn write_gguf_with(&self, path: &Path, ty: GgmlDType, extra: Vec<(String, gguf_file::Value)>) {
         // llama.cpp's converter permutes q/k only for Llama-type models.
         let permute_qk = matches!(self.arch, "llama" | "mistral");
         let mut rng = Rng(self.seed);
@@ -220,11 +225,15 @@ impl Spec {
             let dtype = if shape.len() == 1 || shape[shape.len() - 1] % ty.block_size() != 0 { GgmlDType::F32 } else { ty };
             tensors.push((gguf_name, QTensor::quantize(&t, dtype).unwrap()));
         }
-        self.write_gguf_tensors(path, &tensors);
+        self.write_gguf_tensors_with(path, &tensors, extra);
     }
 
     /// Writes `tensors` with this spec's llama.cpp metadata.
     pub fn write_gguf_tensors(&self, path: &Path, tensors: &[(String, QTensor)]) {
+        self.write_gguf_tensors_with(path, tensors, Vec::new());
+    }
+
+    fn write_gguf_tensors_with(&self, path: &Path, tensors: &[(String, QTensor)], extra: Vec<(String, gguf_file::Value)>) {
         use gguf_file::Value as V;
         // llama.cpp files Mistral under `llama`.
         let a = if self.arch == "mistral" { "llama" } else { self.arch };
@@ -246,6 +255,9 @@ impl Spec {
         if let Some(b) = self.bos {
             md.push(("tokenizer.ggml.bos_token_id".into(), V::U32(b)));
         }
+        // Later entries win, as a converter's tokenizer keys would.
+        md.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+        md.extend(extra);
         let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let mut f = std::fs::File::create(path).unwrap();
