@@ -254,7 +254,8 @@ fn a_self_contained_gguf_resolves_from_the_cache_and_loads_with_its_own_tokenize
     tok.save(tok_dir.join("tokenizer.json"), false).unwrap();
     std::fs::write(tok_dir.join("tokenizer_config.json"), r#"{"eos_token": "</s>", "chat_template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}"}"#).unwrap();
     let spec = Spec::small("llama").with_tokenizer(&tok);
-    let md = common::gguf_vocab::metadata(&tok_dir, common::gguf_vocab::Kind::Bpe("gpt-2"));
+    let mut md = common::gguf_vocab::metadata(&tok_dir, common::gguf_vocab::Kind::Bpe("gpt-2"));
+    md.push(("tokenizer.chat_template.tool_use".into(), candle_core::quantized::gguf_file::Value::String("TOOLS {{ messages }}".into())));
     spec.write_gguf_with(&snap.join("tiny-Q8_0.gguf"), GgmlDType::Q8_0, md);
     let e = env(&[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1"), ("HF_ENDPOINT", "http://127.0.0.1:9")]);
     let path = ModelSpec::parse("org/tiny-GGUF:q8_0").unwrap().local_path(&e).unwrap();
@@ -271,6 +272,12 @@ fn a_self_contained_gguf_resolves_from_the_cache_and_loads_with_its_own_tokenize
     assert_eq!(t.eos, [tok.token_to_id("</s>").unwrap()]);
     assert!(t.chat_template.as_ref().unwrap().origin.contains("tokenizer.chat_template"));
     assert!(t.origin.contains("GGUF"), "{}", t.origin);
+    // A named template of the file, chosen by name; an unknown name lists them.
+    let opts = |c: &str| LoadOptions { chat_template: Some(c.into()), ..LoadOptions::default() };
+    let tools = Model::load_path(&path, &opts("tool_use")).unwrap();
+    assert_eq!(tools.tokenizer.chat_template.as_ref().unwrap().text, "TOOLS {{ messages }}");
+    let err = Model::load_path(&path, &opts("rag")).unwrap_err().to_string();
+    assert!(err.contains("rag") && err.contains("tool_use"), "{err}");
 }
 
 #[test]

@@ -82,5 +82,9 @@ pub fn describe(spec: &str, info: &ModelInfo) -> String {
             let _ = writeln!(out, "chat template none (role blocks need --chat-template FILE)");
         }
     }
+    if !t.named_templates.is_empty() {
+        let names: Vec<&str> = t.named_templates.iter().map(|(n, _)| n.as_str()).collect();
+        let _ = writeln!(out, "named         {} (--chat-template NAME)", names.join(", "));
+    }
     out
 }

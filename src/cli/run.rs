@@ -56,8 +56,9 @@ pub struct ModelArgs {
     /// model's own tokenizer.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// A Jinja chat template file to use instead of the model's.
-    #[arg(long, value_name = "FILE")]
+    /// A Jinja chat template file, or the name of one of the model's named
+    /// templates (`tool_use`), to use instead of its default template.
+    #[arg(long, value_name = "FILE|NAME")]
     pub chat_template: Option<PathBuf>,
 }
 

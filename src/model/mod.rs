@@ -119,7 +119,8 @@ pub struct LoadOptions {
     /// A `tokenizer.json` (or a directory holding one) to use instead of
     /// the model's own tokenizer.
     pub tokenizer: Option<PathBuf>,
-    /// A Jinja chat template file to use instead of the model's.
+    /// A Jinja chat template file (or the name of one of the model's
+    /// named templates) to use instead of the model's default.
     pub chat_template: Option<PathBuf>,
 }
 
@@ -204,10 +205,10 @@ pub(crate) fn load_tokenizer(
                 .into(),
         });
     };
-    Ok(match &opts.chat_template {
-        Some(t) => tokenizer.with_chat_template(crate::tokenizer::read_template_file(t)?),
-        None => tokenizer,
-    })
+    match &opts.chat_template {
+        Some(t) => tokenizer.choose_chat_template(t),
+        None => Ok(tokenizer),
+    }
 }
 
 /// The weights a path names: a `.gguf` file; a directory with `config.json`

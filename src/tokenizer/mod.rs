@@ -217,6 +217,9 @@ pub struct ModelTokenizer {
     pub eot: Vec<u32>,
     /// The chat template, if the model has one.
     pub chat_template: Option<ChatTemplateSource>,
+    /// Other templates the model names (`tokenizer.chat_template.NAME` in a
+    /// GGUF, a list in `tokenizer_config.json`): `tool_use`, say.
+    pub named_templates: Vec<(String, ChatTemplateSource)>,
     /// Where the tokenizer was read from.
     pub origin: String,
 }
@@ -273,6 +276,15 @@ impl ModelTokenizer {
         eos.extend(&cfg.eos_token_ids);
         let chat_template = read_chat_template(dir, &config)?;
         let bos_token = named("bos_token").or(cfg.bos_token_id);
+        let origin = dir.join("tokenizer_config.json").display().to_string();
+        let named_templates = config["chat_template"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| Some((t["name"].as_str()?.to_string(), t["template"].as_str()?.to_string())))
+            .filter(|(n, _)| n != "default")
+            .map(|(n, text)| (n, ChatTemplateSource { text, origin: origin.clone() }))
+            .collect();
         Ok(ModelTokenizer::assemble(
             TextEncoder::new(&tok),
             tok,
@@ -282,7 +294,8 @@ impl ModelTokenizer {
             eos,
             chat_template,
             path.display().to_string(),
-        ))
+        )
+        .with_named_templates(named_templates))
     }
 
     /// The tokenizer stored in a GGUF file's metadata (read from `origin`),
@@ -299,6 +312,13 @@ impl ModelTokenizer {
             text: t.clone(),
             origin: format!("`tokenizer.chat_template` in {}", origin.display()),
         });
+        let named = v
+            .named_templates
+            .iter()
+            .map(|(n, text)| {
+                (n.clone(), ChatTemplateSource { text: text.clone(), origin: format!("`tokenizer.chat_template.{n}` in {}", origin.display()) })
+            })
+            .collect();
         Ok(ModelTokenizer::assemble(
             encoder,
             tok,
@@ -308,13 +328,45 @@ impl ModelTokenizer {
             eos,
             chat_template,
             format!("the GGUF metadata of {}", origin.display()),
-        ))
+        )
+        .with_named_templates(named))
     }
 
     /// The same tokenizer with another chat template (`--chat-template`).
     pub fn with_chat_template(mut self, template: ChatTemplateSource) -> ModelTokenizer {
         self.chat_template = Some(template);
         self
+    }
+
+    fn with_named_templates(mut self, named: Vec<(String, ChatTemplateSource)>) -> ModelTokenizer {
+        self.named_templates = named;
+        self
+    }
+
+    /// The chat template `choice` names: a Jinja file, else one of the
+    /// model's named templates.
+    pub fn choose_chat_template(self, choice: &Path) -> Result<ModelTokenizer, ModelError> {
+        if choice.is_file() {
+            let t = read_template_file(choice)?;
+            return Ok(self.with_chat_template(t));
+        }
+        let name = choice.to_string_lossy();
+        match self.named_templates.iter().find(|(n, _)| *n == name) {
+            Some((_, t)) => {
+                let t = t.clone();
+                Ok(self.with_chat_template(t))
+            }
+            None => {
+                let names: Vec<&str> = self.named_templates.iter().map(|(n, _)| n.as_str()).collect();
+                Err(ModelError::MissingFile {
+                    path: choice.to_path_buf(),
+                    what: format!(
+                        "a chat template file, or the name of one of the model's templates ({})",
+                        if names.is_empty() { "it names none".to_string() } else { names.join(", ") }
+                    ),
+                })
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -343,7 +395,18 @@ impl ModelTokenizer {
             }
         }
         vocab.set_eos(eos.clone());
-        ModelTokenizer { encoder, tokenizer: tok, vocab: Arc::new(vocab), bos, bos_token, eos, eot, chat_template, origin }
+        ModelTokenizer {
+            encoder,
+            tokenizer: tok,
+            vocab: Arc::new(vocab),
+            bos,
+            bos_token,
+            eos,
+            eot,
+            chat_template,
+            named_templates: Vec::new(),
+            origin,
+        }
     }
 }
 
