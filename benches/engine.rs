@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::Criterion;
-use lmt::engine::{Constraint, Limits, Objects, TokenKind, TokenMask, Vocab, Whitespace};
+use lmt::engine::{Constraint, Limits, Semantics, TokenKind, TokenMask, Vocab, Whitespace};
 use lmt::tokenizer::TextEncoder;
 use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 
@@ -109,7 +109,7 @@ fn run<C>(
 fn run_lmt(cases: &[Case], vocab: &Vocab, only: Option<&[bool]>) -> (Stats, Vec<bool>) {
     let limits = Limits::default();
     let mut mask = TokenMask::new(vocab.len());
-    let compile = |schema: &serde_json::Value| Constraint::json_schema(schema, Whitespace::Any, Objects::Open, &limits).ok();
+    let compile = |schema: &serde_json::Value| Constraint::json_schema(schema, Whitespace::Any, Semantics::Validation, &limits).ok();
     run(cases, only, compile, |cons, toks, times| {
         let mut m = cons.matcher(&limits);
         for &t in toks {
@@ -237,7 +237,7 @@ fn main() {
         let mut g = crit.benchmark_group("json_schema_walk");
         g.bench_function("lmt", |b| {
             b.iter(|| {
-                let c = Constraint::json_schema(&case.schema, Whitespace::Any, Objects::Open, &limits).unwrap();
+                let c = Constraint::json_schema(&case.schema, Whitespace::Any, Semantics::Validation, &limits).unwrap();
                 let mut m = c.matcher(&limits);
                 let mut mask = TokenMask::new(vocab.len());
                 for &t in &case.instances[0] {

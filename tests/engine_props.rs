@@ -3,7 +3,7 @@
 
 mod common;
 
-use lmt::engine::{Constraint, Limits, Objects, TokenMask, Vocab, Whitespace};
+use lmt::engine::{Constraint, Limits, Semantics, TokenMask, Vocab, Whitespace};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -58,7 +58,7 @@ proptest! {
     fn any_schema_compiles_or_errors(s in schema(), ws in 0u8..3, text in "[\\[\\]{}\",:0-9a-z ]{0,24}") {
         let vocab = Vocab::from_tokenizer(&common::trained_byte_level());
         let ws = match ws { 0 => Whitespace::Compact, 1 => Whitespace::Flexible(3), _ => Whitespace::Any };
-        if let Ok(c) = Constraint::json_schema(&s, ws, Objects::Open, &Limits::default()) {
+        if let Ok(c) = Constraint::json_schema(&s, ws, Semantics::Validation, &Limits::default()) {
             exercise(&c, &vocab, text.as_bytes());
         }
     }

@@ -9,15 +9,15 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::tiny::temp_dir;
-use lmt::engine::{Constraint, Limits, Objects, Whitespace};
+use lmt::engine::{Constraint, Limits, Semantics, Whitespace};
 use lmt::interp::{self, RunOptions};
 use lmt::model::{LoadOptions, Model};
 use lmt::workspace::{FsLoader, Workspace};
 use serde_json::{json, Value};
 
-fn accepts(schema: &Value, objects: Objects, text: &str) -> bool {
+fn accepts(schema: &Value, semantics: Semantics, text: &str) -> bool {
     let limits = Limits::default();
-    let c = Constraint::json_schema(schema, Whitespace::Compact, objects, &limits).unwrap();
+    let c = Constraint::json_schema(schema, Whitespace::Compact, semantics, &limits).unwrap();
     let mut m = c.matcher(&limits);
     m.feed(text.as_bytes()).unwrap() && m.is_accepting()
 }
@@ -26,34 +26,54 @@ fn accepts(schema: &Value, objects: Objects, text: &str) -> bool {
 fn objects_that_list_their_keys_are_closed_unless_the_schema_opens_them() {
     let listed = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
     for (text, closed, open) in [(r#"{"a":1}"#, true, true), (r#"{}"#, true, true), (r#"{"a":1,"b":2}"#, false, true), (r#"{"b":2}"#, false, true)] {
-        assert_eq!(accepts(&listed, Objects::Closed, text), closed, "closed: {text}");
-        assert_eq!(accepts(&listed, Objects::Open, text), open, "open: {text}");
+        assert_eq!(accepts(&listed, Semantics::Generation, text), closed, "closed: {text}");
+        assert_eq!(accepts(&listed, Semantics::Validation, text), open, "open: {text}");
     }
+    // Listed properties come in the schema's order when generating.
+    let two = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}, "c": {"type": "null"}}, "required": ["b"]});
+    for (text, generation, validation) in [
+        (r#"{"a":1,"b":true,"c":null}"#, true, true),
+        (r#"{"b":true}"#, true, true),
+        (r#"{"a":1,"b":true}"#, true, true),
+        (r#"{"b":true,"c":null}"#, true, true),
+        (r#"{"b":true,"a":1}"#, false, true),
+        (r#"{"a":1}"#, false, false),
+        (r#"{"a":1,"b":true,}"#, false, false),
+        (r#"{,"b":true}"#, false, false),
+    ] {
+        assert_eq!(accepts(&two, Semantics::Generation, text), generation, "generation: {text}");
+        assert_eq!(accepts(&two, Semantics::Validation, text), validation, "validation: {text}");
+    }
+    // Other keys an open object takes come after the listed ones.
+    let open_after = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "integer"}});
+    assert!(accepts(&open_after, Semantics::Generation, r#"{"a":1,"z":2,"y":3}"#));
+    assert!(accepts(&open_after, Semantics::Generation, r#"{"z":2}"#));
+    assert!(!accepts(&open_after, Semantics::Generation, r#"{"z":2,"a":1}"#));
     // Nested objects close too (the pydantic shape).
     let nested = json!({"type": "object", "properties": {"address": {"type": "object", "properties": {"street": {"type": "string"}}}}});
-    assert!(!accepts(&nested, Objects::Closed, r#"{"address":{"street":"x","street_address":"y"}}"#));
-    assert!(accepts(&nested, Objects::Open, r#"{"address":{"street":"x","street_address":"y"}}"#));
+    assert!(!accepts(&nested, Semantics::Generation, r#"{"address":{"street":"x","street_address":"y"}}"#));
+    assert!(accepts(&nested, Semantics::Validation, r#"{"address":{"street":"x","street_address":"y"}}"#));
     // The schema opens an object: `true`, or a schema for the other keys.
     let opened = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true});
-    assert!(accepts(&opened, Objects::Closed, r#"{"a":1,"b":[true]}"#));
+    assert!(accepts(&opened, Semantics::Generation, r#"{"a":1,"b":[true]}"#));
     let typed = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}});
-    assert!(accepts(&typed, Objects::Closed, r#"{"a":1,"b":"x"}"#));
-    assert!(!accepts(&typed, Objects::Closed, r#"{"a":1,"b":2}"#));
+    assert!(accepts(&typed, Semantics::Generation, r#"{"a":1,"b":"x"}"#));
+    assert!(!accepts(&typed, Semantics::Generation, r#"{"a":1,"b":2}"#));
     // Keys by pattern list keys too: nothing else.
     let patterned = json!({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}});
-    assert!(accepts(&patterned, Objects::Closed, r#"{"x-a":1}"#));
-    assert!(!accepts(&patterned, Objects::Closed, r#"{"y":1}"#));
+    assert!(accepts(&patterned, Semantics::Generation, r#"{"x-a":1}"#));
+    assert!(!accepts(&patterned, Semantics::Generation, r#"{"y":1}"#));
     // An object that lists nothing stays open.
     let bare = json!({"type": "object"});
-    assert!(accepts(&bare, Objects::Closed, r#"{"anything":[1,{"b":null}]}"#));
+    assert!(accepts(&bare, Semantics::Generation, r#"{"anything":[1,{"b":null}]}"#));
     // Tuples: no item past the listed ones unless the schema allows them.
     let tuple = json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]});
-    assert!(accepts(&tuple, Objects::Closed, r#"[1,"a"]"#));
-    assert!(!accepts(&tuple, Objects::Closed, r#"[1,"a",true]"#));
-    assert!(accepts(&tuple, Objects::Open, r#"[1,"a",true]"#));
+    assert!(accepts(&tuple, Semantics::Generation, r#"[1,"a"]"#));
+    assert!(!accepts(&tuple, Semantics::Generation, r#"[1,"a",true]"#));
+    assert!(accepts(&tuple, Semantics::Validation, r#"[1,"a",true]"#));
     let draft4 = json!({"type": "array", "items": [{"type": "integer"}]});
-    assert!(!accepts(&draft4, Objects::Closed, "[1,2]"));
-    assert!(accepts(&json!({"type": "array", "items": [{"type": "integer"}], "additionalItems": true}), Objects::Closed, "[1,2]"));
+    assert!(!accepts(&draft4, Semantics::Generation, "[1,2]"));
+    assert!(accepts(&json!({"type": "array", "items": [{"type": "integer"}], "additionalItems": true}), Semantics::Generation, "[1,2]"));
 }
 
 fn lmt(args: &[&str]) -> (i32, String) {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use lmt::engine::{Constraint, EngineError, Limits, Objects, Whitespace};
+use lmt::engine::{Constraint, EngineError, Limits, Semantics, Whitespace};
 use serde_json::{json, Value};
 
 fn accepts(c: &Constraint, text: &str) -> bool {
@@ -12,7 +12,7 @@ fn accepts(c: &Constraint, text: &str) -> bool {
 }
 
 fn compile(schema: Value) -> Constraint {
-    Constraint::json_schema(&schema, Whitespace::Compact, Objects::Open, &Limits::default()).unwrap()
+    Constraint::json_schema(&schema, Whitespace::Compact, Semantics::Validation, &Limits::default()).unwrap()
 }
 
 #[test]
@@ -232,7 +232,7 @@ fn pattern_properties_beside_other_keys() {
     let same = json!({"patternProperties": {"^a": {"type": "null"}, "b$": {"type": "null"}}, "additionalProperties": false});
     assert!(accepts(&compile(same), r#"{"ab":null,"a":null,"b":null}"#));
     let differ = json!({"patternProperties": {"^a": {"type": "null"}, "b$": {"type": "integer"}}});
-    match Constraint::json_schema(&differ, Whitespace::Compact, Objects::Open, &Limits::default()) {
+    match Constraint::json_schema(&differ, Whitespace::Compact, Semantics::Validation, &Limits::default()) {
         Err(EngineError::Unsupported(m)) => assert!(m.contains("`patternProperties`") && m.contains("\"^a\""), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -288,8 +288,8 @@ fn not_of_types_of_a_required_property_and_of_regular_schemas() {
     assert!(accepts(&short, "\"a\"") && accepts(&short, "\"\"") && !accepts(&short, "\"ab\""));
     let not_one = compile(json!({"type": "integer", "not": {"enum": [1]}}));
     assert!(accepts(&not_one, "2") && !accepts(&not_one, "1"));
-    assert!(matches!(Constraint::json_schema(&json!({"not": {}}), Whitespace::Compact, Objects::Open, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
-    assert!(matches!(Constraint::json_schema(&json!({"type": "string", "not": {"type": "string"}}), Whitespace::Compact, Objects::Open, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
+    assert!(matches!(Constraint::json_schema(&json!({"not": {}}), Whitespace::Compact, Semantics::Validation, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
+    assert!(matches!(Constraint::json_schema(&json!({"type": "string", "not": {"type": "string"}}), Whitespace::Compact, Semantics::Validation, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
     assert!(accepts(&compile(json!({"type": "null", "not": false})), "null"));
 }
 
@@ -308,9 +308,9 @@ fn max_properties_up_to_one_or_bounding_nothing() {
     assert!(accepts(&none, "{}") && !accepts(&none, r#"{"a":1}"#));
     let loose = compile(json!({"properties": {"a": {}, "b": {}}, "additionalProperties": false, "maxProperties": 3}));
     assert!(accepts(&loose, r#"{"b":1,"a":2}"#));
-    let two = Constraint::json_schema(&json!({"type": "object", "maxProperties": 2}), Whitespace::Compact, Objects::Open, &Limits::default());
+    let two = Constraint::json_schema(&json!({"type": "object", "maxProperties": 2}), Whitespace::Compact, Semantics::Validation, &Limits::default());
     assert!(matches!(two, Err(EngineError::Unsupported(m)) if m.contains("`maxProperties`")));
-    let below = Constraint::json_schema(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1}), Whitespace::Compact, Objects::Open, &Limits::default());
+    let below = Constraint::json_schema(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1}), Whitespace::Compact, Semantics::Validation, &Limits::default());
     assert!(matches!(below, Err(EngineError::Unsatisfiable(_))), "{below:?}");
 }
 
@@ -331,9 +331,9 @@ fn property_dependencies_bring_their_companions() {
     let never = compile(json!({"properties": {"x": {}}, "additionalProperties": false, "dependencies": {"x": ["y"]}}));
     assert!(accepts(&never, "{}") && !accepts(&never, r#"{"x":1}"#));
     let must = json!({"type": "object", "properties": {"x": {}}, "required": ["x"], "additionalProperties": false, "dependencies": {"x": ["y"]}});
-    assert!(matches!(Constraint::json_schema(&must, Whitespace::Compact, Objects::Open, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
+    assert!(matches!(Constraint::json_schema(&must, Whitespace::Compact, Semantics::Validation, &Limits::default()), Err(EngineError::Unsatisfiable(_))));
     let by_schema = json!({"dependencies": {"x": {"required": ["y"]}}});
-    match Constraint::json_schema(&by_schema, Whitespace::Compact, Objects::Open, &Limits::default()) {
+    match Constraint::json_schema(&by_schema, Whitespace::Compact, Semantics::Validation, &Limits::default()) {
         Err(EngineError::Unsupported(m)) => assert!(m.contains("`dependencies`"), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -347,9 +347,9 @@ fn min_properties_one_means_not_empty() {
     assert!(!accepts(&closed, "{}") && accepts(&closed, r#"{"b":1}"#) && accepts(&closed, r#"{"b":1,"a":2}"#));
     assert!(!accepts(&closed, r#"{"c":1}"#));
     // Nothing may appear, yet something must: no object at all.
-    let none = Constraint::json_schema(&json!({"type": "object", "additionalProperties": false, "minProperties": 1}), Whitespace::Compact, Objects::Open, &Limits::default());
+    let none = Constraint::json_schema(&json!({"type": "object", "additionalProperties": false, "minProperties": 1}), Whitespace::Compact, Semantics::Validation, &Limits::default());
     assert!(matches!(none, Err(EngineError::Unsatisfiable(_))), "{none:?}");
-    let two = Constraint::json_schema(&json!({"type": "object", "minProperties": 2}), Whitespace::Compact, Objects::Open, &Limits::default());
+    let two = Constraint::json_schema(&json!({"type": "object", "minProperties": 2}), Whitespace::Compact, Semantics::Validation, &Limits::default());
     assert!(matches!(two, Err(EngineError::Unsupported(m)) if m.contains("`minProperties`")));
 }
 
@@ -368,7 +368,7 @@ fn impossible_optional_parts_are_left_out() {
     let c = compile(json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}, "b": {"type": "integer"}}}));
     assert!(accepts(&c, r#"{"b":1}"#));
     assert!(!accepts(&c, r#"{"a":"x"}"#), "`a` can hold no value at all");
-    assert!(Constraint::json_schema(&json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}}, "required": ["a"]}), Whitespace::Compact, Objects::Open, &Limits::default()).is_err());
+    assert!(Constraint::json_schema(&json!({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}}, "required": ["a"]}), Whitespace::Compact, Semantics::Validation, &Limits::default()).is_err());
     let any = compile(json!({"anyOf": [{"type": "string", "enum": [1]}, {"type": "boolean"}]}));
     assert!(accepts(&any, "true") && !accepts(&any, "1"));
 }
@@ -396,13 +396,13 @@ fn unsupported_keywords_are_named_errors() {
         (json!({"type": "number", "minimum": 1e30}), "minimum"),
         (json!({"type": "integer", "multipleOf": 3}), "multipleOf"),
     ] {
-        match Constraint::json_schema(&schema, Whitespace::Compact, Objects::Open, &Limits::default()) {
+        match Constraint::json_schema(&schema, Whitespace::Compact, Semantics::Validation, &Limits::default()) {
             Err(EngineError::Unsupported(m)) => assert!(m.contains(&format!("`{keyword}`")), "{m}"),
             other => panic!("{schema}: {other:?}"),
         }
     }
     // Keywords JSON Schema does not define are annotations.
-    assert!(Constraint::json_schema(&json!({"type": "string", "x-whatever": 1, "readonly": true}), Whitespace::Compact, Objects::Open, &Limits::default()).is_ok());
+    assert!(Constraint::json_schema(&json!({"type": "string", "x-whatever": 1, "readonly": true}), Whitespace::Compact, Semantics::Validation, &Limits::default()).is_ok());
 }
 
 #[test]
@@ -446,7 +446,7 @@ fn one_of_required_property_sets_is_exclusive() {
     assert!(accepts(&nested, r#"{"a":1}"#) && !accepts(&nested, r#"{"a":1,"b":2}"#) && !accepts(&nested, r#"{"b":2}"#));
     // "Not both b and c" has no grammar: still a named error.
     let two = json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]});
-    let err = Constraint::json_schema(&two, Whitespace::Compact, Objects::Open, &Limits::default()).unwrap_err();
+    let err = Constraint::json_schema(&two, Whitespace::Compact, Semantics::Validation, &Limits::default()).unwrap_err();
     assert!(err.to_string().contains("oneOf"), "{err}");
 }
 
@@ -484,13 +484,13 @@ fn patterns_and_formats_take_the_lengths() {
     assert!(accepts(&ends, "\"axy\"") && accepts(&ends, "\"xyb\"") && !accepts(&ends, "\"xay\"") && !accepts(&ends, "\"axyz\""));
     let date = compile(json!({"type": "string", "format": "date", "maxLength": 10}));
     assert!(accepts(&date, "\"2024-02-29\""));
-    let short = Constraint::json_schema(&json!({"type": "string", "format": "date", "maxLength": 9}), Whitespace::Compact, Objects::Open, &Limits::default());
+    let short = Constraint::json_schema(&json!({"type": "string", "format": "date", "maxLength": 9}), Whitespace::Compact, Semantics::Validation, &Limits::default());
     assert!(matches!(short, Err(EngineError::Unsatisfiable(_))), "no date has 9 characters: {short:?}");
 }
 
 #[test]
 fn flexible_whitespace_is_bounded() {
-    let c = Constraint::json_schema(&json!({"type": "array", "items": {"type": "integer"}}), Whitespace::Flexible(2), Objects::Open, &Limits::default()).unwrap();
+    let c = Constraint::json_schema(&json!({"type": "array", "items": {"type": "integer"}}), Whitespace::Flexible(2), Semantics::Validation, &Limits::default()).unwrap();
     assert!(accepts(&c, "[ 1,\n 2 ]"));
     assert!(!accepts(&c, "[   1]"), "three spaces is past the bound");
 }
@@ -508,7 +508,7 @@ fn jsonschemabench_sample() {
     for f in files.iter().step_by(8) {
         total += 1;
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
-        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Compact, Objects::Open, &limits) {
+        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Compact, Semantics::Validation, &limits) {
             Ok(c) => c,
             Err(e) => {
                 let msg = e.to_string();
@@ -551,9 +551,9 @@ fn extreme_integer_bounds_do_not_panic() {
         (json!(null), json!(-9223372036854775808i64)),
     ] {
         let mut schema = json!({"type": "integer", "exclusiveMinimum": lo, "exclusiveMaximum": hi});
-        let _ = Constraint::json_schema(&schema, Whitespace::Compact, Objects::Open, &Limits::default());
+        let _ = Constraint::json_schema(&schema, Whitespace::Compact, Semantics::Validation, &Limits::default());
         schema = json!({"type": "integer", "minimum": lo, "maximum": hi});
-        let _ = Constraint::json_schema(&schema, Whitespace::Compact, Objects::Open, &Limits::default());
+        let _ = Constraint::json_schema(&schema, Whitespace::Compact, Semantics::Validation, &Limits::default());
     }
     let c = compile(json!({"type": "integer", "minimum": -9223372036854775808i64, "maximum": -9223372036854775807i64}));
     assert!(accepts(&c, "-9223372036854775808") && accepts(&c, "-9223372036854775807") && !accepts(&c, "-1"));
@@ -571,7 +571,7 @@ fn contradictory_and_huge_bounds_are_errors_not_panics() {
         json!({"type": "object", "minProperties": 18446744073709551615u64}),
     ] {
         // Either compiles or says why; never panics, never loops.
-        if let Ok(c) = Constraint::json_schema(&schema, Whitespace::Compact, Objects::Open, &Limits::default()) {
+        if let Ok(c) = Constraint::json_schema(&schema, Whitespace::Compact, Semantics::Validation, &Limits::default()) {
             let _ = accepts(&c, "[]");
         }
     }
@@ -579,7 +579,7 @@ fn contradictory_and_huge_bounds_are_errors_not_panics() {
     assert!(accepts(&c, "\"abc\""), "a bound past u32 is no tighter than u32::MAX");
     // Every pair of patterns is checked for overlap: their number is bounded.
     let many: serde_json::Map<String, Value> = (0..65).map(|i| (format!("^p{i}_"), json!({"type": "integer"}))).collect();
-    let err = Constraint::json_schema(&json!({"patternProperties": many}), Whitespace::Compact, Objects::Open, &Limits::default());
+    let err = Constraint::json_schema(&json!({"patternProperties": many}), Whitespace::Compact, Semantics::Validation, &Limits::default());
     assert!(matches!(err, Err(EngineError::TooComplex(m)) if m.contains("patternProperties")));
     let dense = json!({"type": "object", "maxProperties": 18446744073709551615u64, "dependencies": {"a": ["b"], "b": ["a"]}});
     assert!(accepts(&compile(dense), r#"{"b":1,"a":2}"#));

@@ -4,14 +4,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lmt::engine::{Constraint, Limits, Objects, Whitespace};
+use lmt::engine::{Constraint, Limits, Semantics, Whitespace};
 
 fuzz_target!(|data: &[u8]| {
     let limits = Limits::default();
     let Ok(text) = std::str::from_utf8(data) else { return };
     let mut compiled = Vec::new();
     if let Ok(schema) = serde_json::from_str::<serde_json::Value>(text) {
-        if let Ok(c) = Constraint::json_schema(&schema, Whitespace::Any, Objects::Open, &limits) {
+        if let Ok(c) = Constraint::json_schema(&schema, Whitespace::Any, Semantics::Validation, &limits) {
             compiled.push(c);
         }
     }

@@ -3,7 +3,7 @@
 //! the checks of literal option values.
 
 use crate::diagnostic::{Code, Diagnostic};
-use crate::engine::Objects;
+use crate::engine::Semantics;
 use crate::span::{FileId, Span};
 use crate::syntax::ast::{Const, Expr, ExprKind, GenOption};
 use crate::syntax::literal;
@@ -109,7 +109,7 @@ pub fn check(options: &[GenOption], is_select: bool, ctx: &super::Ctx<'_>, out: 
     let mut seen: Vec<&GenOption> = Vec::new();
     // A schema is checked as the run will compile it.
     let open = options.iter().any(|o| o.name.name == "json_open" && matches!(o.value.to_const(), Some(Const::Bool(true))));
-    let objects = if open { Objects::Open } else { Objects::Closed };
+    let semantics = if open { Semantics::Validation } else { Semantics::Generation };
     for opt in options {
         let name = opt.name.name.as_str();
         if let Some(prev) = seen.iter().find(|p| p.name.name == name) {
@@ -125,7 +125,7 @@ pub fn check(options: &[GenOption], is_select: bool, ctx: &super::Ctx<'_>, out: 
             out.push(unknown_option(file, what, name, opt.name.span, specs, is_select));
             continue;
         };
-        check_value(spec, &opt.value, objects, ctx, out);
+        check_value(spec, &opt.value, semantics, ctx, out);
     }
     let constraints: Vec<&&GenOption> =
         seen.iter().filter(|o| matches!(o.name.name.as_str(), "regex" | "grammar" | "json")).collect();
@@ -179,7 +179,7 @@ fn describe(c: &Const) -> String {
     }
 }
 
-fn check_value(spec: &OptionSpec, value: &Expr, objects: Objects, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+fn check_value(spec: &OptionSpec, value: &Expr, semantics: Semantics, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let file = ctx.file;
     if matches!(value.kind, ExprKind::Error) {
         return;
@@ -274,10 +274,10 @@ fn check_value(spec: &OptionSpec, value: &Expr, objects: Objects, ctx: &super::C
                 let before = out.len();
                 super::schema::check_literal(value, file, out);
                 if !out[before..].iter().any(Diagnostic::is_error) {
-                    check_engine_schema(&c.to_json(), value.span, objects, ctx, out);
+                    check_engine_schema(&c.to_json(), value.span, semantics, ctx, out);
                 }
             }
-            Const::Str(path) => super::schema::check_file(path, value.span, objects, ctx, out),
+            Const::Str(path) => super::schema::check_file(path, value.span, semantics, ctx, out),
             _ => bad(out),
         },
         OptKind::Grammar => {}
@@ -313,9 +313,9 @@ fn check_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) -> Opt
 /// A JSON Schema compiled by the grammar engine, as `json=` will be, and
 /// a warning for each object it leaves open to any other key with no bound
 /// on their number (generation may then never end).
-pub(super) fn check_engine_schema(schema: &serde_json::Value, span: Span, objects: Objects, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+pub(super) fn check_engine_schema(schema: &serde_json::Value, span: Span, semantics: Semantics, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let limits = crate::engine::Limits::default();
-    if let Err(err) = crate::engine::Constraint::json_schema(schema, crate::engine::Whitespace::Any, objects, &limits) {
+    if let Err(err) = crate::engine::Constraint::json_schema(schema, crate::engine::Whitespace::Any, semantics, &limits) {
         out.push(engine_error(err, span, ctx));
         return;
     }

@@ -48,7 +48,7 @@ pub fn check_literal(e: &Expr, file: FileId, out: &mut Vec<Diagnostic>) {
 }
 
 /// Checks a schema file named by `json="path"`, relative to the template.
-pub fn check_file(path: &str, span: Span, objects: crate::engine::Objects, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
+pub fn check_file(path: &str, span: Span, semantics: crate::engine::Semantics, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let full = match &ctx.base_dir {
         Some(dir) => dir.join(path),
         None => std::path::PathBuf::from(path),
@@ -83,7 +83,7 @@ pub fn check_file(path: &str, span: Span, objects: crate::engine::Objects, ctx: 
         out.push(make(ctx.file, span, &p));
     }
     if clean {
-        super::options::check_engine_schema(&value, span, objects, ctx, out);
+        super::options::check_engine_schema(&value, span, semantics, ctx, out);
     }
 }
 

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::engine::{Constraint, Limits, Matcher, Objects, TokenMask, Vocab, Whitespace};
+use crate::engine::{Constraint, Limits, Matcher, Semantics, TokenMask, Vocab, Whitespace};
 use crate::syntax::ast::{ExprKind, Node};
 use crate::tokenizer::TextEncoder;
 use crate::workspace::{FsLoader, Workspace};
@@ -111,9 +111,9 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
     if let Some(path) = &args.json_schema {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
         let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
-        let objects = if args.json_open { Objects::Open } else { Objects::Closed };
+        let semantics = if args.json_open { Semantics::Validation } else { Semantics::Generation };
         // The white space and objects of `json=` in a template.
-        return Constraint::json_schema(&schema, Whitespace::Pretty, objects, limits).map_err(|e| e.to_string());
+        return Constraint::json_schema(&schema, Whitespace::Pretty, semantics, limits).map_err(|e| e.to_string());
     }
     if let Some(spec) = &args.regex_from {
         let (file, name) = spec.split_once('#').ok_or("--regex-from takes FILE.lmt#NAME")?;
@@ -319,7 +319,7 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             }
         };
         let t0 = Instant::now();
-        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Any, Objects::Open, &limits) {
+        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Any, Semantics::Validation, &limits) {
             Ok(c) => c,
             Err(e) => {
                 let reason = e.to_string();

@@ -8,7 +8,7 @@ use super::cfg::Cfg;
 use super::dfa::{Dfa, DfaState};
 use super::earley::{Parser, Tables};
 use super::json_keys::KeyScan;
-use super::json_schema::{schema_grammar, Objects, Whitespace};
+use super::json_schema::{schema_grammar, Semantics, Whitespace};
 use super::vocab::Vocab;
 use super::{EngineError, Limits, TokenMask};
 use crate::syntax::gbnf::Grammar;
@@ -50,8 +50,8 @@ impl Constraint {
     /// JSON valid against `schema`, with objects closed or open as
     /// `objects` says where the schema is silent, and no key twice in an
     /// object.
-    pub fn json_schema(schema: &serde_json::Value, ws: Whitespace, objects: Objects, limits: &Limits) -> Result<Constraint, EngineError> {
-        let g = schema_grammar(schema, ws, objects)?;
+    pub fn json_schema(schema: &serde_json::Value, ws: Whitespace, semantics: Semantics, limits: &Limits) -> Result<Constraint, EngineError> {
+        let g = schema_grammar(schema, ws, semantics)?;
         let mut c = Constraint::grammar(&g.grammar, "root", limits)?;
         c.json_keys = g.other_keys;
         Ok(c)

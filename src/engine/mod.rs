@@ -25,7 +25,7 @@ mod vocab;
 pub use bias::Bias;
 pub use cfg::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
-pub use json_schema::{schema_grammar, Objects, SchemaGrammar, Whitespace};
+pub use json_schema::{schema_grammar, Semantics, SchemaGrammar, Whitespace};
 pub use matcher::{Constraint, Matcher};
 pub use dfa::{Dfa, DfaState, Exits};
 pub use stop::{StopEvent, StopMatcher};

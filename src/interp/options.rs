@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::lm::{GenSpec, Lm};
 use super::value::{Choice, Meta};
 use super::*;
-use crate::engine::{Bias, Constraint, Objects, Whitespace};
+use crate::engine::{Bias, Constraint, Semantics, Whitespace};
 use crate::model::{Sampler, SamplingParams};
 
 /// Default `max_tokens`.
@@ -104,17 +104,17 @@ impl Vm<'_, '_> {
                     None => return Err(Step::Err(format!("`json` must be a schema map or a path, not {}", v.a_type()))),
                 },
             };
-            let objects = match o.get("json_open") {
-                None => Objects::Closed,
-                Some(Value::Bool(b)) => if *b { Objects::Open } else { Objects::Closed },
+            let semantics = match o.get("json_open") {
+                None => Semantics::Generation,
+                Some(Value::Bool(b)) => if *b { Semantics::Validation } else { Semantics::Generation },
                 Some(v) => return Err(Step::Err(format!("`json_open` must be a boolean, not {}", v.a_type()))),
             };
-            let key = format!("json:{objects:?}:{schema}");
+            let key = format!("json:{semantics:?}:{schema}");
             // llama.cpp's white space: the layouts models learnt JSON in.
             // With none allowed, SmolLM2 wrote `{"order_id":"1234…` until
             // `max_tokens` where pretty-printed output closed.
             constraint = Some(
-                self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Pretty, objects, &limits)).map_err(Step::Err)?,
+                self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Pretty, semantics, &limits)).map_err(Step::Err)?,
             );
         }
         let bias = match o.get("bias") {

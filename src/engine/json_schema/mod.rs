@@ -6,8 +6,8 @@
 //! remote `$ref`s. Properties may come in any order, each at most once (a
 //! [`GKind::Permutation`]), with additional properties anywhere among them
 //! where the schema allows them: for generation an object that lists its
-//! keys is closed unless it says otherwise ([`Objects::Closed`]); validation
-//! semantics ([`Objects::Open`]) allow what the schema does not forbid.
+//! keys is closed unless it says otherwise ([`Semantics::Generation`]); validation
+//! semantics ([`Semantics::Validation`]) allow what the schema does not forbid.
 //!
 //! Differences of regular languages (a [`GKind::Except`], one automaton)
 //! make the rest exact: keys by `patternProperties` and "any other key"
@@ -46,20 +46,22 @@ pub enum Whitespace {
     Pretty,
 }
 
-/// What an object schema allows beside the keys it lists when it says
-/// nothing of `additionalProperties` (and a tuple beside its items when it
-/// says nothing of `additionalItems` / `items`).
+/// How a schema is read where it leaves room: for generating values, or
+/// for validating them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Objects {
-    /// Nothing more: an object that lists `properties` or
-    /// `patternProperties` takes no other key, a tuple no other item, unless
-    /// the schema opens it. What generation engines do (llama.cpp,
-    /// XGrammar's strict mode, OpenAI's structured outputs): an open object
-    /// invites a small model to ramble. `{"type": "object"}` alone stays open.
+pub enum Semantics {
+    /// As generation engines read it (llama.cpp, XGrammar's strict mode,
+    /// OpenAI's structured outputs): an object that lists `properties` or
+    /// `patternProperties` takes no other key and a tuple no other item
+    /// unless the schema opens them (`{"type": "object"}` alone stays open),
+    /// and listed properties come in the schema's order. An open object
+    /// invites a small model to ramble, and any order lets it wander: keys
+    /// in the order a schema gives them are the rail the model follows.
     #[default]
-    Closed,
-    /// JSON Schema's validation semantics: anything not forbidden is allowed.
-    Open,
+    Generation,
+    /// JSON Schema's validation semantics: anything not forbidden is
+    /// allowed, properties in any order.
+    Validation,
 }
 
 /// A schema's grammar, and what the grammar alone cannot enforce.
@@ -73,8 +75,8 @@ pub struct SchemaGrammar {
 }
 
 /// Compiles `schema` to a grammar whose start rule is `root`.
-pub fn schema_grammar(schema: &Value, ws: Whitespace, objects: Objects) -> Result<SchemaGrammar, EngineError> {
-    let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, objects, other_keys: false, depth: 0 };
+pub fn schema_grammar(schema: &Value, ws: Whitespace, semantics: Semantics) -> Result<SchemaGrammar, EngineError> {
+    let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, semantics, other_keys: false, depth: 0 };
     let body = c.schema(schema)?;
     c.rules.insert(0, GrammarRule { name: "root".into(), name_span: Default::default(), body, span: Default::default() });
     Ok(SchemaGrammar { grammar: Grammar { rules: c.rules }, other_keys: c.other_keys })
@@ -154,7 +156,7 @@ struct Conv<'s> {
     rules: Vec<GrammarRule>,
     refs: HashMap<String, String>,
     ws: Whitespace,
-    objects: Objects,
+    semantics: Semantics,
     /// Some object compiled so far takes keys it does not list.
     other_keys: bool,
     depth: usize,
@@ -618,7 +620,7 @@ impl<'s> Conv<'s> {
     /// `false` where an unsaid `additional*` closes a schema.
     fn closed(&self) -> Option<&'static Value> {
         static FALSE: Value = Value::Bool(false);
-        (self.objects == Objects::Closed).then_some(&FALSE)
+        (self.semantics == Semantics::Generation).then_some(&FALSE)
     }
 
     fn object(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
@@ -777,9 +779,36 @@ impl<'s> Conv<'s> {
                 return Err(unsupported("maxProperties", "above 1, with other keys allowed or fewer than the listed properties, is not supported"));
             }
         }
-        let sep = Box::new(seq(vec![lit(","), ws.clone()]));
-        let permutation = e(GKind::Permutation { members, extra, sep, nonempty, requires });
+        let sep = seq(vec![lit(","), ws.clone()]);
+        if self.semantics == Semantics::Generation && !nonempty && requires.is_empty() {
+            let body = self.in_order(id, &members, extra.map(|x| *x), &sep);
+            return Ok(seq(vec![lit("{"), ws, body, lit("}")]));
+        }
+        let permutation = e(GKind::Permutation { members, extra, sep: Box::new(sep), nonempty, requires });
         Ok(seq(vec![lit("{"), ws, permutation, lit("}")]))
+    }
+
+    /// Members in the schema's order, the optional ones skippable, then any
+    /// number of `extra` members: a rule per position for "nothing written
+    /// yet" (`f`) and "something written, so a comma comes first" (`r`),
+    /// so the grammar grows linearly with the members.
+    fn in_order(&mut self, id: usize, members: &[(GExpr, bool)], extra: Option<GExpr>, sep: &GExpr) -> GExpr {
+        let name = |kind: char, i: usize| format!("obj{id}_{kind}{i}");
+        let n = members.len();
+        let more = extra.as_ref().map(|x| rep(seq(vec![sep.clone(), x.clone()]), 0, None)).unwrap_or_else(|| seq(vec![]));
+        self.add_rule(name('r', n), more);
+        let first_extra = extra.map(|x| rep(seq(vec![x, reference(&name('r', n))]), 0, Some(1))).unwrap_or_else(|| seq(vec![]));
+        self.add_rule(name('f', n), first_extra);
+        for (i, (m, required)) in members.iter().enumerate().rev() {
+            let (rest, first) = (reference(&name('r', i + 1)), reference(&name('f', i + 1)));
+            let written = seq(vec![sep.clone(), m.clone()]);
+            let r = if *required { seq(vec![written, rest.clone()]) } else { seq(vec![rep(written, 0, Some(1)), rest.clone()]) };
+            let here = seq(vec![m.clone(), rest]);
+            let f = if *required { here } else { alt(vec![here, first]) };
+            self.add_rule(name('r', i), r);
+            self.add_rule(name('f', i), f);
+        }
+        reference(&name('f', 0))
     }
 }
 
