@@ -73,8 +73,14 @@ fn grammar_schema_and_bench_modes() {
     assert_eq!(code, 1, "`.number` starts at that rule");
 
     let schema = format!("{root}/examples/person.schema.json");
-    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", r#"{"age": 36, "name": "Ada"}"#]);
-    assert_eq!(code, 0, "any order for small objects: {out}{err}");
+    // As `gen` writes it: the schema's order; validation takes any order.
+    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", r#"{"name": "Ada", "age": 36}"#]);
+    assert_eq!(code, 0, "{out}{err}");
+    let swapped = r#"{"age": 36, "name": "Ada"}"#;
+    let (code, out, _) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", swapped]);
+    assert_eq!(code, 1, "generation keeps the schema's order: {out}");
+    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--json-open", "--text", swapped]);
+    assert_eq!(code, 0, "any order for small objects when validating: {out}{err}");
     let (code, _, _) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", r#"{"name": "Ada", "age": 151}"#]);
     assert_eq!(code, 1);
 
