@@ -56,6 +56,11 @@ fn objects_that_list_their_keys_are_closed_unless_the_schema_opens_them() {
     // The schema opens an object: `true`, or a schema for the other keys.
     let opened = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true});
     assert!(accepts(&opened, Semantics::Generation, r#"{"a":1,"b":[true]}"#));
+    // Never a key twice, however it is spelt (what `lmt match` reads too).
+    for twice in [r#"{"b":1,"b":2}"#, r#"{"a":1,"b":1,"\u0062":2}"#, r#"{"b":{"c":1,"c":2}}"#] {
+        assert!(!accepts(&opened, Semantics::Generation, twice), "{twice}");
+    }
+    assert!(accepts(&opened, Semantics::Generation, r#"{"b":{"b":1},"c":[{"b":2}]}"#));
     let typed = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}});
     assert!(accepts(&typed, Semantics::Generation, r#"{"a":1,"b":"x"}"#));
     assert!(!accepts(&typed, Semantics::Generation, r#"{"a":1,"b":2}"#));

@@ -108,40 +108,14 @@ impl Matcher {
         // scan then has nothing to add.
         let Some(Ok(scan)) = self.text.as_deref().map(KeyScan::of) else { return Ok(()) };
         for (t, prefix, keys) in scan.screen(vocab, out) {
-            let here = self.position();
-            let fed = self.feed(vocab.bytes(t))?;
-            let ok = fed && self.finishes_new_key(&prefix, &keys)?;
-            self.rewind(here);
+            let here = self.engine.position();
+            let ok = self.engine.feed(vocab.bytes(t))? && self.engine.finishes_new_key(&prefix, &keys)?;
+            self.engine.rewind(here);
             if !ok {
                 out.unset(t);
             }
         }
         Ok(())
-    }
-
-    /// True when the key being written (its bytes so far, `prefix`, which
-    /// begins some of `keys`) can end as a key not in `keys`: the search
-    /// follows only bytes that keep it the beginning of one of them, as any
-    /// other byte makes it a new key (every automaton state made is live).
-    fn finishes_new_key(&mut self, prefix: &[u8], keys: &[Vec<u8>]) -> Result<bool, EngineError> {
-        let here = self.position();
-        let escaped = prefix.iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 1;
-        for b in 0..=255u8 {
-            if !self.feed(&[b])? {
-                continue;
-            }
-            let ok = if b == b'"' && !escaped {
-                !keys.iter().any(|k| k == prefix)
-            } else {
-                let longer = [prefix, &[b]].concat();
-                !keys.iter().any(|k| k.starts_with(&longer)) || self.finishes_new_key(&longer, keys)?
-            };
-            self.rewind(here);
-            if ok {
-                return Ok(true);
-            }
-        }
-        Ok(false)
     }
 
     /// Token healing: the tokens whose bytes start with `prefix` (the bytes
@@ -194,26 +168,33 @@ impl Matcher {
     }
 
     /// Consumes `bytes` if they can come next; otherwise consumes nothing
-    /// and returns `false`.
+    /// and returns `false`. In JSON, bytes that repeat a key of their
+    /// object, or begin a key that only a repeat could finish, cannot come.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<bool, EngineError> {
-        let fed = match &mut self.engine {
-            Engine::Regular { dfa, states } => match dfa.feed(*states.last().expect("state"), bytes) {
-                None => return dfa.check().map(|()| false),
-                Some(_) => {
-                    let mut s = *states.last().expect("state");
-                    for &b in bytes {
-                        s = dfa.step(s, b).expect("checked");
-                        states.push(s);
-                    }
-                    true
+        let here = self.engine.position();
+        if !self.engine.feed(bytes)? {
+            return Ok(false);
+        }
+        let Some(text) = &self.text else { return Ok(true) };
+        let mut scan = KeyScan::of(text).unwrap_or_default();
+        let ok = match scan.feed(bytes) {
+            Err(_) => false,
+            Ok(()) => match scan.key_in_progress().filter(|(p, keys)| keys.iter().any(|k| k.starts_with(p))) {
+                Some((prefix, keys)) => {
+                    let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
+                    self.engine.finishes_new_key(prefix, &keys)?
                 }
+                None => true,
             },
-            Engine::ContextFree(p) => p.feed(bytes)?,
         };
-        if let (true, Some(text)) = (fed, &mut self.text) {
+        if !ok {
+            self.engine.rewind(here);
+            return Ok(false);
+        }
+        if let Some(text) = &mut self.text {
             text.extend_from_slice(bytes);
         }
-        Ok(fed)
+        Ok(true)
     }
 
     /// True when the bytes so far are a whole value.
@@ -234,20 +215,73 @@ impl Matcher {
 
     /// Bytes consumed so far: a checkpoint for [`Matcher::rewind`].
     pub fn position(&self) -> usize {
-        match &self.engine {
+        self.engine.position()
+    }
+
+    /// Forgets every byte after the first `position` (O(1) for both engines).
+    pub fn rewind(&mut self, position: usize) {
+        self.engine.rewind(position);
+        if let Some(text) = &mut self.text {
+            text.truncate(position);
+        }
+    }
+}
+
+impl Engine {
+    /// Consumes `bytes` if the automaton or grammar takes them.
+    fn feed(&mut self, bytes: &[u8]) -> Result<bool, EngineError> {
+        match self {
+            Engine::Regular { dfa, states } => match dfa.feed(*states.last().expect("state"), bytes) {
+                None => dfa.check().map(|()| false),
+                Some(_) => {
+                    let mut s = *states.last().expect("state");
+                    for &b in bytes {
+                        s = dfa.step(s, b).expect("checked");
+                        states.push(s);
+                    }
+                    Ok(true)
+                }
+            },
+            Engine::ContextFree(p) => p.feed(bytes),
+        }
+    }
+
+    fn position(&self) -> usize {
+        match self {
             Engine::Regular { states, .. } => states.len() - 1,
             Engine::ContextFree(p) => p.len() - 1,
         }
     }
 
-    /// Forgets every byte after the first `position` (O(1) for both engines).
-    pub fn rewind(&mut self, position: usize) {
-        match &mut self.engine {
+    fn rewind(&mut self, position: usize) {
+        match self {
             Engine::Regular { states, .. } => states.truncate(position + 1),
             Engine::ContextFree(p) => p.truncate(position + 1),
         }
-        if let Some(text) = &mut self.text {
-            text.truncate(position);
+    }
+
+    /// True when the key being written (its bytes so far, `prefix`, which
+    /// begins some of `keys`) can end as a key not in `keys`: the search
+    /// follows only bytes that keep it the beginning of one of them, as any
+    /// other byte makes it a new key (every automaton state made is live).
+    fn finishes_new_key(&mut self, prefix: &[u8], keys: &[Vec<u8>]) -> Result<bool, EngineError> {
+        let here = self.position();
+        let escaped = prefix.iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 1;
+        for b in 0..=255u8 {
+            if !self.feed(&[b])? {
+                continue;
+            }
+            let ok = if b == b'"' && !escaped {
+                !keys.iter().any(|k| k == prefix)
+            } else {
+                let longer = [prefix, &[b]].concat();
+                !keys.iter().any(|k| k.starts_with(&longer)) || self.finishes_new_key(&longer, keys)?
+            };
+            self.rewind(here);
+            if ok {
+                return Ok(true);
+            }
         }
+        Ok(false)
     }
 }
