@@ -319,7 +319,7 @@ fn bench(dir: &Path, args: &MatchArgs) -> Result<(serde_json::Value, String), St
             }
         };
         let t0 = Instant::now();
-        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Any, Semantics::Validation, &limits) {
+        let c = match Constraint::json_schema(&doc["schema"], Whitespace::Any, Semantics::Validation, &limits).map(Constraint::allowing_repeated_keys) {
             Ok(c) => c,
             Err(e) => {
                 let reason = e.to_string();

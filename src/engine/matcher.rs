@@ -57,6 +57,14 @@ impl Constraint {
         Ok(c)
     }
 
+    /// The same constraint without the check that keys never repeat: what
+    /// JSON Schema validation and llguidance accept, for the
+    /// JSONSchemaBench comparison (`lmt match --bench`, the engine bench).
+    pub fn allowing_repeated_keys(mut self) -> Constraint {
+        self.json_keys = false;
+        self
+    }
+
     /// A matcher at the start of the value.
     pub fn matcher(&self, limits: &Limits) -> Matcher {
         let engine = match &self.automaton {
