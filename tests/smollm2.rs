@@ -239,3 +239,53 @@ fn the_duplicate_key_checker_finds_duplicates() {
     assert_eq!(no_duplicate_keys(r#"{"a":1,"b":{"a":2}}"#), Ok(()));
     assert_eq!(no_duplicate_keys(r#"{"a\u0062":1,"ab":2}"#), Err("ab".into()));
 }
+
+/// Greedy parity with llama.cpp on the real Q4_1 file
+/// (`smollm2/llamacpp_q4_1.json`): fed llama.cpp's own greedy tokens, lmt's
+/// top token is llama.cpp's at every step where llama.cpp's top-1 leads
+/// its top-2 by at least `CLEAR` logits, on one and two threads.
+///
+/// Why 0.25 and not 0.1: llama.cpp is not reproducible at 0.1 itself. Its
+/// build here (`../shared/scripts/llama-cpp/build.sh`, same harness) gives
+/// margins that differ from these goldens by 0.11 on average and 0.67 at
+/// most, and picks another token at a step whose golden margin is 0.245.
+/// lmt differs from the goldens by 0.125 on average (0.50 at most) and
+/// from the local llama.cpp by 0.129; its three disagreements with the
+/// goldens are at margins 0.060, 0.149 and 0.196.
+#[test]
+fn greedy_tokens_match_llama_cpp_wherever_its_margin_is_clear() {
+    let Some(gguf) = common::smollm2_gguf() else { return };
+    let Some(data) = common::shared_data() else { return };
+    let goldens: Value = serde_json::from_str(&std::fs::read_to_string(data.join("smollm2/llamacpp_q4_1.json")).unwrap()).unwrap();
+    const CLEAR: f64 = 0.25;
+    let argmax = |l: &[f32]| l.iter().enumerate().fold(0, |b, (j, &v)| if v > l[b] { j } else { b }) as u64;
+    for threads in [1, 2] {
+        let opts = LoadOptions { threads, ..LoadOptions::default() };
+        let m = lmt::model::Decoder::load_with(&gguf, &opts).unwrap();
+        let mut checked = 0;
+        for case in goldens["greedy"].as_array().unwrap() {
+            let ids = |k: &str| case[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect::<Vec<_>>();
+            let (prompt, greedy) = (ids("prompt_ids"), ids("greedy_ids"));
+            let margins: Vec<f64> = case["margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let mut st = m.new_state();
+            let mut logits = m.append(&mut st, &prompt).unwrap();
+            for (i, &want) in greedy.iter().enumerate() {
+                if margins[i] >= CLEAR {
+                    let got = argmax(&logits);
+                    assert_eq!(
+                        got,
+                        want as u64,
+                        "{:?} step {i} (llama.cpp margin {:.3}, {threads} threads): lmt's logits {:.4} for {got}, {:.4} for {want}",
+                        case["prompt"].as_str(),
+                        margins[i],
+                        logits[got as usize],
+                        logits[want as usize]
+                    );
+                    checked += 1;
+                }
+                logits = m.append(&mut st, &[want]).unwrap();
+            }
+        }
+        assert!(checked > 100, "only {checked} steps checked");
+    }
+}

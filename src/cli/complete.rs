@@ -73,7 +73,7 @@ fn complete(args: &CompleteArgs) -> Result<(), Box<dyn std::error::Error>> {
     let model = Model::load(&spec, &args.model.load_options())?;
     let cfg = &model.decoder.config;
     eprintln!(
-        "{} · {} layers · hidden {} · {} heads ({} kv) · {} logits · {:.0} MB weights · {:?} · from {} · loaded in {:.1?}",
+        "{} · {} layers · hidden {} · {} heads ({} kv) · {} logits · {:.0} MB weights · {:?}, {}{} · from {} · loaded in {:.1?}",
         cfg.arch.name(),
         cfg.num_layers,
         cfg.hidden_size,
@@ -82,6 +82,11 @@ fn complete(args: &CompleteArgs) -> Result<(), Box<dyn std::error::Error>> {
         cfg.vocab_size,
         model.decoder.weight_bytes() as f64 / 1e6,
         model.decoder.device().location(),
+        model.decoder.runtime_name(),
+        match model.decoder.threads() {
+            1 => String::new(),
+            n => format!(", {n} threads"),
+        },
         model.source.display(),
         started.elapsed()
     );

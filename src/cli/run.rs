@@ -60,6 +60,9 @@ pub struct ModelArgs {
     /// templates (`tool_use`), to use instead of its default template.
     #[arg(long, value_name = "FILE|NAME")]
     pub chat_template: Option<PathBuf>,
+    /// Threads the CPU runtime computes on (default: the physical cores).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
 }
 
 impl ModelArgs {
@@ -68,6 +71,7 @@ impl ModelArgs {
         let mut opts = LoadOptions::best_device();
         opts.tokenizer = self.tokenizer.clone();
         opts.chat_template = self.chat_template.clone();
+        opts.threads = self.threads.map_or(0, usize::from);
         opts
     }
 }

@@ -1,26 +1,43 @@
-//! The Llama-family decoder on candle ops, with a KV state lmt owns:
-//! append any chunk (prefill and decode are one call), truncate to any
-//! earlier length, fork by cloning, and score several continuations of one
-//! prefix in one forward pass.
+//! The Llama-family decoder with a KV state lmt owns: append any chunk
+//! (prefill and decode are one call), truncate to any earlier length, fork
+//! by copying, score several continuations of one prefix in one forward
+//! pass, and run several sequences in one pass.
 //!
-//! The cache never writes in place: an append builds new K/V tensors from
-//! the old ones, so a clone of a state is an independent fork and a
-//! truncation is a narrow (a view, O(1)).
+//! Two implementations run it: on the CPU, lmt's own kernels and loops
+//! (`cpu.rs`, the default there); on GPUs, a graph of candle ops
+//! (`candle_graph.rs`), which the CPU runtime is also tested against.
 
-use candle_core::{DType, Device, Tensor, D};
+use std::sync::Arc;
+
+use candle_core::{DType, Device};
 
 use super::config::ModelConfig;
-use super::weights::{Layer, Weights};
-use super::ModelError;
+use super::weights::Weights;
+use super::{candle_graph, cpu, ModelError};
+
+/// Which implementation runs the forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Runtime {
+    /// lmt's own CPU kernels on the CPU; candle's graph on other devices.
+    #[default]
+    Auto,
+    /// candle's graph of ops on any device (f32 on the CPU): the reference.
+    Candle,
+}
 
 /// Model weights and configuration, ready to run.
 #[derive(Debug, Clone)]
 pub struct Decoder {
     /// The configuration.
     pub config: ModelConfig,
-    pub(crate) weights: Weights,
-    pub(crate) device: Device,
-    pub(crate) dtype: DType,
+    backend: Arc<Backend>,
+    device: Device,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Cpu(cpu::Model),
+    Candle(candle_graph::Model),
 }
 
 /// Counters of the work a state has cost.
@@ -36,12 +53,17 @@ pub struct ForwardStats {
 #[derive(Debug, Clone)]
 pub struct KvState {
     tokens: Vec<u32>,
-    /// Per layer: K and V, `(1, kv_heads, len, head_dim)`.
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    cache: Cache,
     /// Logits after the last token, when known.
     last: Option<Vec<f32>>,
     /// Work done so far (a fork carries its parent's counts).
     pub stats: ForwardStats,
+}
+
+#[derive(Debug, Clone)]
+enum Cache {
+    Cpu(cpu::Cache, usize),
+    Candle(candle_graph::Cache),
 }
 
 impl KvState {
@@ -61,21 +83,16 @@ impl KvState {
     }
 
     /// Forgets every token from `len` on (no-op when `len` ≥ the length).
-    /// O(1): the K/V tensors are narrowed, not copied.
+    /// O(1): nothing is copied.
     pub fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
         if len >= self.tokens.len() {
             return Ok(());
         }
         self.tokens.truncate(len);
         self.last = None;
-        for l in &mut self.layers {
-            if let Some((k, v)) = l {
-                if len == 0 {
-                    *l = None;
-                } else {
-                    *l = Some((k.narrow(2, 0, len)?, v.narrow(2, 0, len)?));
-                }
-            }
+        match &mut self.cache {
+            Cache::Cpu(c, kv_dim) => c.truncate(len, *kv_dim),
+            Cache::Candle(c) => candle_graph::truncate(c, len)?,
         }
         Ok(())
     }
@@ -87,7 +104,7 @@ impl KvState {
 }
 
 /// Which earlier tokens each new token attends to (besides the cache).
-enum Visibility<'a> {
+pub(crate) enum Visibility<'a> {
     /// Each token sees the tokens before it in the chunk.
     Causal,
     /// Tokens are in groups (scored options): each sees the earlier tokens
@@ -96,9 +113,33 @@ enum Visibility<'a> {
 }
 
 impl Decoder {
+    /// A decoder over loaded weights: lmt's CPU runtime on `threads`
+    /// threads (0: the physical cores) unless `runtime` or the device asks
+    /// for candle's graph.
+    pub(crate) fn new(
+        config: ModelConfig,
+        weights: Weights,
+        device: &Device,
+        runtime: Runtime,
+        threads: usize,
+    ) -> Result<Decoder, ModelError> {
+        let backend = if device.is_cpu() && runtime == Runtime::Auto {
+            Backend::Cpu(cpu::Model::new(&config, &weights, threads)?)
+        } else {
+            let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
+            Backend::Candle(candle_graph::Model::new(weights.to_dtype(dtype)?, device, dtype)?)
+        };
+        Ok(Decoder { config, backend: Arc::new(backend), device: device.clone() })
+    }
+
     /// A fresh, empty state.
     pub fn new_state(&self) -> KvState {
-        KvState { tokens: Vec::new(), layers: vec![None; self.config.num_layers], last: None, stats: ForwardStats::default() }
+        let cfg = &self.config;
+        let cache = match &*self.backend {
+            Backend::Cpu(_) => Cache::Cpu(cpu::Cache::new(cfg.num_layers), cfg.num_kv_heads * cfg.head_dim),
+            Backend::Candle(_) => Cache::Candle(vec![None; cfg.num_layers]),
+        };
+        KvState { tokens: Vec::new(), cache, last: None, stats: ForwardStats::default() }
     }
 
     /// The device the weights live on.
@@ -106,9 +147,29 @@ impl Decoder {
         &self.device
     }
 
+    /// Threads a forward pass runs on (1 for candle's graph, which
+    /// schedules its own).
+    pub fn threads(&self) -> usize {
+        match &*self.backend {
+            Backend::Cpu(m) => m.threads(),
+            Backend::Candle(_) => 1,
+        }
+    }
+
+    /// What runs the forward pass, in words.
+    pub fn runtime_name(&self) -> &'static str {
+        match &*self.backend {
+            Backend::Cpu(_) => "lmt CPU kernels",
+            Backend::Candle(_) => "candle",
+        }
+    }
+
     /// Bytes of weights a forward pass reads.
     pub fn weight_bytes(&self) -> usize {
-        self.weights.bytes
+        match &*self.backend {
+            Backend::Cpu(m) => m.bytes,
+            Backend::Candle(m) => m.bytes(),
+        }
     }
 
     /// Feeds `tokens` and returns the logits after the last one.
@@ -128,9 +189,39 @@ impl Decoder {
         }
         let start = st.tokens.len();
         let positions: Vec<usize> = (start..start + tokens.len()).collect();
-        let out = self.forward(st, tokens, &positions, Visibility::Causal, rows)?;
-        st.tokens.extend_from_slice(tokens);
-        st.last = if rows.last() == Some(&(tokens.len() - 1)) { out.last().cloned() } else { None };
+        let mut out = self.forward(&mut [Pass { st, tokens, positions: &positions, vis: Visibility::Causal, rows }])?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// Feeds `tokens[i]` to `states[i]`, all sequences in one forward pass
+    /// (each matrix is read once for all), and returns the logits after
+    /// each sequence's last token. Empty chunks give the current logits.
+    pub fn append_batch(&self, states: &mut [&mut KvState], tokens: &[&[u32]]) -> Result<Vec<Vec<f32>>, ModelError> {
+        if states.len() != tokens.len() {
+            return Err(ModelError::Runtime(format!("{} states for {} token chunks", states.len(), tokens.len())));
+        }
+        let positions: Vec<Vec<usize>> =
+            states.iter().zip(tokens).map(|(s, t)| (s.len()..s.len() + t.len()).collect()).collect();
+        let last: Vec<[usize; 1]> = tokens.iter().map(|t| [t.len().saturating_sub(1)]).collect();
+        let mut passes = Vec::new();
+        let mut empty = Vec::new();
+        for (i, (st, t)) in states.iter_mut().zip(tokens).enumerate() {
+            if t.is_empty() {
+                empty.push(i);
+            } else {
+                passes.push(Pass { st, tokens: t, positions: &positions[i], vis: Visibility::Causal, rows: &last[i] });
+            }
+        }
+        let mut fed = self.forward(&mut passes)?.into_iter();
+        drop(passes);
+        let mut out = Vec::with_capacity(states.len());
+        for (i, st) in states.iter_mut().enumerate() {
+            if empty.contains(&i) {
+                out.push(self.logits(st)?);
+            } else {
+                out.push(fed.next().and_then(|mut rows| rows.pop()).unwrap_or_default());
+            }
+        }
         Ok(out)
     }
 
@@ -173,13 +264,13 @@ impl Decoder {
             Vec::new()
         } else {
             let saved = st.last.take();
-            let out = self.forward(st, &tokens, &positions, Visibility::Groups(&groups), &rows);
+            let pass = Pass { st, tokens: &tokens, positions: &positions, vis: Visibility::Groups(&groups), rows: &rows };
+            let out = self.forward(&mut [pass]);
             // Back to the prefix whatever happened: the options were never
             // part of the sequence.
-            st.tokens.extend_from_slice(&tokens);
             st.truncate(prefix)?;
             st.last = saved;
-            out?
+            out?.pop().unwrap_or_default()
         };
         // The forward pass checked every id; each option's first token is
         // predicted by the prefix, the others by the rows in order.
@@ -199,204 +290,83 @@ impl Decoder {
             .collect())
     }
 
-    /// One forward pass over `tokens` at `positions`, appending their K/V
-    /// to the cache; the logits of `rows`.
-    fn forward(
-        &self,
-        st: &mut KvState,
-        tokens: &[u32],
-        positions: &[usize],
-        vis: Visibility<'_>,
-        rows: &[usize],
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    /// One forward pass over the chunks of several states, appending each
+    /// chunk to its state; per state, the logits of its `rows`. Every
+    /// argument is checked before any state changes.
+    fn forward(&self, passes: &mut [Pass<'_>]) -> Result<Vec<Vec<Vec<f32>>>, ModelError> {
         let cfg = &self.config;
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            return Err(ModelError::Runtime(format!("token id {t} is outside the model's vocabulary of {}", cfg.vocab_size)));
-        }
-        if let Some(&p) = positions.iter().max() {
-            if p >= cfg.max_position_embeddings {
+        for p in passes.iter() {
+            if let Some(&t) = p.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+                return Err(ModelError::Runtime(format!(
+                    "token id {t} is outside the model's vocabulary of {}",
+                    cfg.vocab_size
+                )));
+            }
+            if p.positions.iter().max().is_some_and(|&m| m >= cfg.max_position_embeddings) {
                 return Err(ModelError::ContextFull { max: cfg.max_position_embeddings });
             }
-        }
-        if let Some(&r) = rows.iter().find(|&&r| r >= tokens.len()) {
-            return Err(ModelError::Runtime(format!("logits row {r} asked of a chunk of {}", tokens.len())));
-        }
-        let dev = &self.device;
-        // A failed pass must leave the cache as it was (cheap: tensors are
-        // reference-counted).
-        let saved = st.layers.clone();
-        let x = match self.run_layers(st, tokens, positions, &vis) {
-            Ok(x) => x,
-            Err(e) => {
-                st.layers = saved;
-                return Err(e);
+            if let Some(&r) = p.rows.iter().find(|&&r| r >= p.tokens.len()) {
+                return Err(ModelError::Runtime(format!("logits row {r} asked of a chunk of {}", p.tokens.len())));
             }
-        };
-        st.stats.passes += 1;
-        st.stats.tokens += tokens.len() as u64;
-        if rows.is_empty() {
-            return Ok(Vec::new());
         }
-        let idx = Tensor::new(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), dev)?;
-        let h = x.squeeze(0)?.index_select(&idx, 0)?;
-        let h = candle_nn::ops::rms_norm(&h, &self.weights.norm, cfg.rms_norm_eps as f32)?;
-        let logits = h.apply(&self.weights.lm_head)?.to_dtype(DType::F32)?;
-        Ok(logits.to_vec2::<f32>()?)
-    }
-
-    /// Embeds `tokens` and runs every layer, appending to the caches (which
-    /// hold the state's tokens, not yet these).
-    fn run_layers(&self, st: &mut KvState, tokens: &[u32], positions: &[usize], vis: &Visibility<'_>) -> Result<Tensor, ModelError> {
-        let cfg = &self.config;
-        let past = st.tokens.len();
-        let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.weights.embed.index_select(&ids, 0)?.unsqueeze(0)?;
-        let (cos, sin) = self.rope_tables(positions)?;
-        let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
-        for (li, layer) in self.weights.layers.iter().enumerate() {
-            let window = cfg.windows.get(li).copied().flatten();
-            let mask = match masks.iter().find(|(w, _)| *w == window) {
-                Some((_, m)) => m.clone(),
-                None => {
-                    let m = self.mask(past, positions, vis, window)?;
-                    masks.push((window, m.clone()));
-                    m
+        let out = match &*self.backend {
+            Backend::Cpu(m) => {
+                let mut segs = Vec::with_capacity(passes.len());
+                for p in passes.iter_mut() {
+                    let past = p.st.tokens.len();
+                    let Cache::Cpu(cache, _) = &mut p.st.cache else {
+                        return Err(ModelError::Runtime("a KV state of another decoder".into()));
+                    };
+                    let groups = match p.vis {
+                        Visibility::Causal => None,
+                        Visibility::Groups(g) => Some(g),
+                    };
+                    segs.push(cpu::Seg { cache, past, tokens: p.tokens, positions: p.positions, groups, rows: p.rows });
                 }
-            };
-            x = self.layer(layer, &x, &cos, &sin, mask.as_ref(), &mut st.layers[li])?;
-        }
-        Ok(x)
-    }
-
-    /// cos and sin for each position, `(n, rot_dim/2)`.
-    fn rope_tables(&self, positions: &[usize]) -> Result<(Tensor, Tensor), ModelError> {
-        let cfg = &self.config;
-        let long_from = cfg.long_rope_from();
-        let half = cfg.rope.dim / 2;
-        let (short, scale_s) = cfg.inv_freq(false);
-        let long = (positions.iter().any(|&p| p >= long_from)).then(|| cfg.inv_freq(true));
-        let mut cos = Vec::with_capacity(positions.len() * half);
-        let mut sin = Vec::with_capacity(positions.len() * half);
-        for &p in positions {
-            let (freqs, scale) = match &long {
-                Some((l, s)) if p >= long_from => (l, *s),
-                _ => (&short, scale_s),
-            };
-            for f in freqs {
-                // Angles in f32 as the reference implementations compute them.
-                let a = p as f32 * f;
-                cos.push(a.cos() * scale);
-                sin.push(a.sin() * scale);
+                m.forward(cfg, &mut segs)
             }
-        }
-        let shape = (positions.len(), half);
-        let cos = Tensor::from_vec(cos, shape, &self.device)?.to_dtype(self.dtype)?;
-        let sin = Tensor::from_vec(sin, shape, &self.device)?.to_dtype(self.dtype)?;
-        Ok((cos, sin))
-    }
-
-    /// The additive mask `(n, past + n)`, or `None` when every token may see
-    /// everything before it (a single token with no window in reach).
-    fn mask(&self, past: usize, positions: &[usize], vis: &Visibility<'_>, window: Option<usize>) -> Result<Option<Tensor>, ModelError> {
-        let n = positions.len();
-        let total = past + n;
-        let window_bites = window.is_some_and(|w| positions.iter().max().copied().unwrap_or(0) >= w);
-        if n == 1 && !window_bites {
-            return Ok(None);
-        }
-        let mut m = vec![0f32; n * total];
-        for i in 0..n {
-            let pi = positions[i];
-            for j in 0..total {
-                let visible = if j < past {
-                    true
-                } else {
-                    let jj = j - past;
-                    jj <= i
-                        && match vis {
-                            Visibility::Causal => true,
-                            Visibility::Groups(g) => g[jj] == g[i],
+            Backend::Candle(m) => {
+                let mut out = Vec::with_capacity(passes.len());
+                for i in 0..passes.len() {
+                    let p = &mut passes[i];
+                    let past = p.st.tokens.len();
+                    let Cache::Candle(cache) = &mut p.st.cache else {
+                        return Err(ModelError::Runtime("a KV state of another decoder".into()));
+                    };
+                    match m.forward(cfg, cache, past, p.tokens, p.positions, &p.vis, p.rows) {
+                        Ok(o) => out.push(o),
+                        Err(e) => {
+                            // Earlier sequences of the batch go back too.
+                            for q in &mut passes[..i] {
+                                let past = q.st.tokens.len();
+                                if let Cache::Candle(c) = &mut q.st.cache {
+                                    candle_graph::truncate(c, past)?;
+                                }
+                            }
+                            return Err(e);
                         }
-                };
-                let pj = if j < past { j } else { positions[j - past] };
-                let in_window = window.is_none_or(|w| pi.saturating_sub(pj) < w);
-                if !(visible && in_window) {
-                    m[i * total + j] = f32::NEG_INFINITY;
+                    }
                 }
-            }
-        }
-        Ok(Some(Tensor::from_vec(m, (n, total), &self.device)?.to_dtype(self.dtype)?))
-    }
-
-    /// One decoder layer.
-    fn layer(
-        &self,
-        l: &Layer,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        cache: &mut Option<(Tensor, Tensor)>,
-    ) -> Result<Tensor, ModelError> {
-        let cfg = &self.config;
-        let eps = cfg.rms_norm_eps as f32;
-        let (_, n, _) = x.dims3()?;
-        let (nh, nkv, d) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-        let h = candle_nn::ops::rms_norm(x, &l.attn_norm, eps)?;
-        let qkv = l.qkv.forward(&h)?;
-        let heads = |t: &Tensor, count: usize| t.reshape((1, n, count, d))?.transpose(1, 2)?.contiguous();
-        let mut q = heads(&qkv[0], nh)?;
-        let mut k = heads(&qkv[1], nkv)?;
-        let v = heads(&qkv[2], nkv)?;
-        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-            q = candle_nn::ops::rms_norm(&q, qn, eps)?;
-            k = candle_nn::ops::rms_norm(&k, kn, eps)?;
-        }
-        let q = self.rotate(&q, cos, sin)?;
-        let k = self.rotate(&k, cos, sin)?;
-        let (k, v) = match cache.take() {
-            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-            None => (k, v),
-        };
-        *cache = Some((k.clone(), v.clone()));
-        let total = k.dim(2)?;
-        // Grouped-query attention without copying K/V per query head: the
-        // heads sharing a K/V head are adjacent, so fold them into rows.
-        let rep = nh / nkv;
-        let q = q.reshape((1, nkv, rep * n, d))?;
-        let att = (q.matmul(&k.t()?)? * (1.0 / (d as f64).sqrt()))?;
-        let att = match mask {
-            Some(m) => att.reshape((1, nkv, rep, n, total))?.broadcast_add(m)?.reshape((1, nkv, rep * n, total))?,
-            None => att,
-        };
-        let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let y = att.matmul(&v.contiguous()?)?; // (1, nkv, rep*n, d)
-        let y = y.reshape((1, nh, n, d))?.transpose(1, 2)?.reshape((1, n, nh * d))?;
-        let x = (x + l.o.forward(&y)?)?;
-        let h = candle_nn::ops::rms_norm(&x, &l.mlp_norm, eps)?;
-        let gu = l.gate_up.forward(&h)?;
-        let act = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
-        Ok((x + l.down.forward(&act)?)?)
-    }
-
-    /// Rotary embedding on the first `rope.dim` dimensions of each head.
-    fn rotate(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor, ModelError> {
-        let rope = &self.config.rope;
-        let d = self.config.head_dim;
-        let apply = |t: &Tensor| {
-            if rope.interleaved {
-                candle_nn::rotary_emb::rope_i(t, cos, sin)
-            } else {
-                candle_nn::rotary_emb::rope(t, cos, sin)
+                out
             }
         };
-        if rope.dim == d {
-            return Ok(apply(x)?);
+        for (p, logits) in passes.iter_mut().zip(&out) {
+            p.st.tokens.extend_from_slice(p.tokens);
+            p.st.stats.passes += 1;
+            p.st.stats.tokens += p.tokens.len() as u64;
+            p.st.last = if p.rows.last() == Some(&(p.tokens.len() - 1)) { logits.last().cloned() } else { None };
         }
-        let rot = apply(&x.narrow(D::Minus1, 0, rope.dim)?.contiguous()?)?;
-        let pass = x.narrow(D::Minus1, rope.dim, d - rope.dim)?;
-        Ok(Tensor::cat(&[&rot, &pass], D::Minus1)?)
+        Ok(out)
     }
+}
+
+/// One state's part of a forward pass.
+struct Pass<'a> {
+    st: &'a mut KvState,
+    tokens: &'a [u32],
+    positions: &'a [usize],
+    vis: Visibility<'a>,
+    rows: &'a [usize],
 }
 
 /// `log(softmax(x))`, computed stably in f64 for the sum.

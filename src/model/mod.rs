@@ -7,19 +7,22 @@
 //! drives it. candle-transformers is its test oracle and benchmark
 //! baseline, never a dependency of the runtime.
 
+mod candle_graph;
 mod config;
+mod cpu;
 mod decoder;
 pub mod hub;
 mod info;
+pub mod kernels;
 mod sample;
 mod weights;
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device};
+use candle_core::Device;
 
 pub use config::{Arch, ModelConfig, Rope, RopeScaling, SUPPORTED};
-pub use decoder::{log_softmax, Decoder, ForwardStats, KvState};
+pub use decoder::{log_softmax, Decoder, ForwardStats, KvState, Runtime};
 pub use hub::{GgufPick, HubEnv, ModelSpec, DEFAULT_MODEL};
 pub use info::{ModelInfo, WeightType};
 pub use sample::{Sampled, Sampler, SamplingParams};
@@ -122,11 +125,15 @@ pub struct LoadOptions {
     /// A Jinja chat template file (or the name of one of the model's
     /// named templates) to use instead of the model's default.
     pub chat_template: Option<PathBuf>,
+    /// Threads of the CPU runtime (0: the physical cores).
+    pub threads: usize,
+    /// What runs the forward pass.
+    pub runtime: Runtime,
 }
 
 impl Default for LoadOptions {
     fn default() -> LoadOptions {
-        LoadOptions { device: Device::Cpu, tokenizer: None, chat_template: None }
+        LoadOptions { device: Device::Cpu, tokenizer: None, chat_template: None, threads: 0, runtime: Runtime::Auto }
     }
 }
 
@@ -167,7 +174,7 @@ impl Model {
     /// without one, the `tokenizer.json` beside it.
     pub fn load_path(path: &Path, opts: &LoadOptions) -> Result<Model, ModelError> {
         let weights = weights_path(path)?;
-        let (decoder, gguf) = Decoder::load_with_vocab(&weights, &opts.device)?;
+        let (decoder, gguf) = Decoder::load_with_vocab(&weights, opts)?;
         let tokenizer = load_tokenizer(path, &weights, gguf.as_ref(), &decoder.config, opts)?;
         Ok(Model { decoder, tokenizer, source: weights })
     }
@@ -239,22 +246,28 @@ impl Decoder {
     /// Loads weights only: a Hugging Face directory (`config.json` and
     /// safetensors) or a `.gguf` file.
     pub fn load(path: &Path, device: &Device) -> Result<Decoder, ModelError> {
-        Decoder::load_with_vocab(path, device).map(|(d, _)| d)
+        Decoder::load_with(path, &LoadOptions { device: device.clone(), ..LoadOptions::default() })
+    }
+
+    /// Loads weights only, on the device, threads and runtime `opts` names.
+    pub fn load_with(path: &Path, opts: &LoadOptions) -> Result<Decoder, ModelError> {
+        Decoder::load_with_vocab(path, opts).map(|(d, _)| d)
     }
 
     /// Loads weights, and the tokenizer a GGUF file carries, if any.
-    fn load_with_vocab(path: &Path, device: &Device) -> Result<(Decoder, Option<GgufVocab>), ModelError> {
+    fn load_with_vocab(path: &Path, opts: &LoadOptions) -> Result<(Decoder, Option<GgufVocab>), ModelError> {
+        let device = &opts.device;
         if path.is_dir() {
             let cfg = ModelConfig::from_hf_file(&path.join("config.json"))?;
             let files = safetensors_files(path)?;
-            // CPU matmuls are fast in f32 only; GPUs keep half precision.
-            let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
-            let weights = weights::load_safetensors(&files, &cfg, device, dtype)?;
-            Ok((Decoder { config: cfg, weights, device: device.clone(), dtype }, None))
+            // Tensors as stored (16-bit stays 16-bit); candle's graph
+            // converts what it needs.
+            let weights = weights::load_safetensors(&files, &cfg, device, None)?;
+            Ok((Decoder::new(cfg, weights, device, opts.runtime, opts.threads)?, None))
         } else if path.is_file() {
             let (cfg, weights, content) = weights::load_gguf(path, device)?;
             let vocab = GgufVocab::read(&content).map_err(|e| e.in_file(path))?;
-            Ok((Decoder { config: cfg, weights, device: device.clone(), dtype: DType::F32 }, vocab))
+            Ok((Decoder::new(cfg, weights, device, opts.runtime, opts.threads)?, vocab))
         } else {
             Err(ModelError::MissingFile { path: path.to_path_buf(), what: "a model directory or .gguf file".into() })
         }

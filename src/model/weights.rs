@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::quantized::{gguf_file, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
@@ -72,16 +73,68 @@ pub(crate) struct Layer {
     pub down: Linear,
 }
 
+/// The embedding table: dense, or as a GGUF file quantized it.
+#[derive(Debug, Clone)]
+pub(crate) enum Embed {
+    Dense(Tensor),
+    Quantized(Arc<QTensor>),
+}
+
 /// All weights of a decoder.
 #[derive(Debug, Clone)]
 pub(crate) struct Weights {
-    pub embed: Tensor,
+    pub embed: Embed,
     pub layers: Vec<Layer>,
     pub norm: Tensor,
     pub lm_head: QMatMul,
     /// Bytes of weights read per decoded token (for bandwidth figures): the
     /// matrices, not the embedding table (one row per token).
     pub bytes: usize,
+}
+
+impl Weights {
+    /// The same weights with every dense tensor in `dtype` (quantized
+    /// blocks stay as they are).
+    pub fn to_dtype(self, dtype: DType) -> Result<Weights, ModelError> {
+        let t = |x: Tensor| x.to_dtype(dtype);
+        let lin = |l: Linear| -> candle_core::Result<Linear> {
+            Ok(Linear { w: matmul_to(l.w, dtype)?, b: l.b.map(t).transpose()? })
+        };
+        let proj = |p: Proj| -> candle_core::Result<Proj> {
+            Ok(match p {
+                Proj::Fused(l, sizes) => Proj::Fused(lin(l)?, sizes),
+                Proj::Split(ls) => Proj::Split(ls.into_iter().map(lin).collect::<Result<_, _>>()?),
+            })
+        };
+        let layers = self
+            .layers
+            .into_iter()
+            .map(|l| -> candle_core::Result<Layer> {
+                Ok(Layer {
+                    attn_norm: t(l.attn_norm)?,
+                    qkv: proj(l.qkv)?,
+                    o: lin(l.o)?,
+                    q_norm: l.q_norm.map(t).transpose()?,
+                    k_norm: l.k_norm.map(t).transpose()?,
+                    mlp_norm: t(l.mlp_norm)?,
+                    gate_up: proj(l.gate_up)?,
+                    down: lin(l.down)?,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let embed = match self.embed {
+            Embed::Dense(e) => Embed::Dense(t(e)?),
+            q => q,
+        };
+        Ok(Weights { embed, layers, norm: t(self.norm)?, lm_head: matmul_to(self.lm_head, dtype)?, bytes: self.bytes })
+    }
+}
+
+fn matmul_to(m: QMatMul, dtype: DType) -> candle_core::Result<QMatMul> {
+    Ok(match m {
+        QMatMul::Tensor(w) | QMatMul::TensorF16(w) => QMatMul::Tensor(w.to_dtype(dtype)?),
+        q => q,
+    })
 }
 
 /// The safetensors files of a model directory: `model.safetensors`, or the
@@ -119,12 +172,13 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     })
 }
 
-/// Loads a safetensors model directory's weights for `cfg`.
+/// Loads a safetensors model directory's weights for `cfg`, each tensor
+/// in `dtype`, or as stored when `None`.
 pub(crate) fn load_safetensors(
     files: &[PathBuf],
     cfg: &ModelConfig,
     device: &Device,
-    dtype: DType,
+    dtype: Option<DType>,
 ) -> Result<Weights, ModelError> {
     // SAFETY: the files are mapped read-only; lmt never writes to them. A
     // file changed by another process while mapped is outside our control,
@@ -137,13 +191,17 @@ pub(crate) fn load_safetensors(
             return Err(ModelError::Weights(format!("tensor `{name}` is missing")));
         }
         st.load(name, device)
-            .and_then(|t| t.to_dtype(dtype))
+            .and_then(|t| match dtype {
+                Some(d) => t.to_dtype(d),
+                None if matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16) => Ok(t),
+                None => t.to_dtype(DType::F32),
+            })
             .map_err(|e| ModelError::Weights(format!("tensor `{name}`: {e}")))
     };
     let mut bytes = 0usize;
     let mut linear = |w: Tensor, b: Option<Tensor>, rows: usize, cols: usize, name: &str| -> Result<Linear, ModelError> {
         check_shape(&w, &[rows, cols], name)?;
-        bytes += w.elem_count() * dtype.size_in_bytes();
+        bytes += w.elem_count() * w.dtype().size_in_bytes();
         Ok(Linear { w: QMatMul::Tensor(w), b })
     };
     let (h, d) = (cfg.hidden_size, cfg.head_dim);
@@ -196,7 +254,7 @@ pub(crate) fn load_safetensors(
     // `lm_head.weight`; it is not read.
     let lm_head = if cfg.tie_word_embeddings { embed.clone() } else { get("lm_head.weight")? };
     let lm_head = linear(lm_head, None, cfg.vocab_size, h, "lm_head.weight")?.w;
-    Ok(Weights { embed, layers, norm: get("model.norm.weight")?, lm_head, bytes })
+    Ok(Weights { embed: Embed::Dense(embed), layers, norm: get("model.norm.weight")?, lm_head, bytes })
 }
 
 /// A GGUF file's configuration and weights.
@@ -208,8 +266,13 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
     let mut r = GgufReader { content: &content, file, device, bytes: 0 };
     let lin = |t: QTensor, b: Option<Tensor>| -> Result<Linear, ModelError> { Ok(Linear { w: QMatMul::from_qtensor(t)?, b }) };
     let embed_q = r.q("token_embd.weight")?;
-    let embed = embed_q.dequantize(device)?;
-    check_shape(&embed, &[cfg.vocab_size, cfg.hidden_size], "token_embd.weight")?;
+    if embed_q.shape().dims() != [cfg.vocab_size, cfg.hidden_size] {
+        return Err(ModelError::Weights(format!(
+            "tensor `token_embd.weight` has shape {:?}, the config says {:?}",
+            embed_q.shape().dims(),
+            [cfg.vocab_size, cfg.hidden_size]
+        )));
+    }
     let (qn, kvn) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
     let m = cfg.intermediate_size;
     let mut layers = Vec::with_capacity(cfg.num_layers);
@@ -251,20 +314,20 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
         });
     }
     let norm = r.dense("output_norm.weight")?;
+    let embed_q = Arc::new(embed_q);
     let lm_head = if r.has("output.weight") {
         // Decoding reads one embedding row per token, not the table.
         r.bytes -= embed_q.storage_size_in_bytes();
-        r.q("output.weight")?
+        QMatMul::from_qtensor(r.q("output.weight")?)?
     } else {
-        embed_q
+        QMatMul::from_arc(embed_q.clone())?
     };
     if r.has("rope_freqs.weight") {
         let f = r.dense("rope_freqs.weight")?.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
         cfg.rope.freq_factors = Some(f);
     }
-    let lm_head = QMatMul::from_qtensor(lm_head)?;
     let bytes = r.bytes;
-    Ok((cfg, Weights { embed, layers, norm, lm_head, bytes }, content))
+    Ok((cfg, Weights { embed: Embed::Quantized(embed_q), layers, norm, lm_head, bytes }, content))
 }
 
 /// Reads tensors from a GGUF file, counting the bytes read.

@@ -1,0 +1,224 @@
+//! lmt's CPU runtime against llama.cpp, side by side in one run, on the
+//! same GGUF files and thread count: prefill tokens/s at 128 and 512
+//! tokens, greedy decode tokens/s, and lmt's batched decode at 1, 4, 8 and
+//! 16 sequences. Prints a Markdown table (and each measurement as it goes).
+//!
+//! ```text
+//! cargo bench --bench runtime -- [FILE.gguf …]
+//! ```
+//! Files: the arguments, else every `.gguf` in `$LMT_BENCH_MODELS`
+//! (default `~/.cache/lmt-bench-models`) plus the SmolLM2 Q4_1 file of the
+//! tests. `LMT_BENCH_TINYLLAMA=1` first writes a TinyLlama-1.1B-shaped
+//! Q8_0 file (random weights, the Llama-2 tokenizer) there, and a Q4_K_M
+//! one by llama.cpp's quantizer. The baseline is the `bench` harness of
+//! `../shared/scripts/llama-cpp/build.sh` (`$LMT_LLAMA_CPP`, default
+//! `~/.cache/lmt-llama-cpp`); without it, lmt runs alone. Threads:
+//! `LMT_BENCH_THREADS` (default 2). Each figure is the median of
+//! `LMT_BENCH_REPEATS` (default 3) runs, the two programs alternating.
+
+#[path = "../tests/common/tiny.rs"]
+mod tiny;
+#[allow(dead_code)]
+#[path = "../tests/common/gguf_vocab.rs"]
+mod gguf_vocab;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use candle_core::quantized::GgmlDType;
+use lmt::model::{Decoder, KvState, LoadOptions, Model};
+
+const DECODE: usize = 64;
+const DECODE_PROMPT: &str = "The capital of France is";
+
+fn env_path(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(default))
+}
+
+fn env_usize(var: &str, default: usize) -> usize {
+    std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Words until the model's tokenizer counts `n` tokens (the same text goes
+/// to llama.cpp, which tokenizes it the same way; its count is printed).
+fn text_of(model: &Model, n: usize) -> String {
+    const WORDS: &str = "the history of the city began when traders from the north settled along the river and \
+        built a market that grew into a port where ships from many countries brought wool grain and \
+        stories which the people wrote down in long books kept in the old library near the square";
+    let words: Vec<&str> = WORDS.split_whitespace().collect();
+    let mut text = String::new();
+    for i in 0.. {
+        let next = format!("{}{}", if text.is_empty() { "" } else { " " }, words[i % words.len()]);
+        let longer = format!("{text}{next}");
+        if model.tokenizer.encoder.encode(&longer).map_or(usize::MAX, |t| t.len()) > n {
+            break;
+        }
+        text = longer;
+    }
+    text
+}
+
+fn argmax(l: &[f32]) -> u32 {
+    l.iter().enumerate().fold(0, |b, (j, &v)| if v > l[b] { j } else { b }) as u32
+}
+
+fn lmt_prefill(m: &Decoder, ids: &[u32]) -> f64 {
+    let mut st = m.new_state();
+    let t = Instant::now();
+    m.append(&mut st, ids).unwrap();
+    ids.len() as f64 / t.elapsed().as_secs_f64()
+}
+
+fn lmt_decode(m: &Decoder, prompt: &[u32]) -> f64 {
+    let mut st = m.new_state();
+    let mut tok = argmax(&m.append(&mut st, prompt).unwrap());
+    let t = Instant::now();
+    for _ in 0..DECODE {
+        tok = argmax(&m.append(&mut st, &[tok]).unwrap());
+    }
+    DECODE as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Tokens/s of `n` sequences decoded together (32 steps after distinct
+/// prompts).
+fn lmt_batched(m: &Decoder, prompt: &[u32], n: usize) -> f64 {
+    let mut states: Vec<KvState> = (0..n).map(|_| m.new_state()).collect();
+    let mut next: Vec<Vec<u32>> = Vec::new();
+    for (i, st) in states.iter_mut().enumerate() {
+        let mut p = prompt.to_vec();
+        p.push(100 + i as u32);
+        next.push(vec![argmax(&m.append(st, &p).unwrap())]);
+    }
+    let steps = 32;
+    let t = Instant::now();
+    for _ in 0..steps {
+        let mut refs: Vec<&mut KvState> = states.iter_mut().collect();
+        let chunks: Vec<&[u32]> = next.iter().map(Vec::as_slice).collect();
+        let logits = m.append_batch(&mut refs, &chunks).unwrap();
+        next = logits.iter().map(|l| vec![argmax(l)]).collect();
+    }
+    (n * steps) as f64 / t.elapsed().as_secs_f64()
+}
+
+/// llama.cpp's `bench` on `text`: (tokens, prefill tok/s, decode tok/s).
+fn llama_cpp(bench: &Path, file: &Path, n_gen: usize, threads: usize, text: &str) -> Option<(usize, f64, f64)> {
+    let out = Command::new(bench).arg(file).arg(n_gen.to_string()).arg(threads.to_string()).arg(text).output().ok()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    let field = |line: &str, key: &str| -> Option<f64> {
+        let at = line.find(key)? + key.len();
+        line[at..].split_whitespace().next()?.parse().ok()
+    };
+    let pre = s.lines().find(|l| l.contains("prefill"))?;
+    let dec = s.lines().find(|l| l.contains("decode"))?;
+    let tokens = pre.split_whitespace().nth(2)?.parse().ok()?;
+    Some((tokens, field(pre, "= ")?, field(dec, "= ")?))
+}
+
+/// The TinyLlama-shaped files (Q8_0 written here, Q4_K_M by llama.cpp).
+fn tinyllama_files(dir: &Path, llama: Option<&Path>) {
+    let q8 = dir.join("tinyllama-1.1b-random-q8_0.gguf");
+    if !q8.is_file() {
+        let tok_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/tokenizers/llama2");
+        let tok = tokenizers::Tokenizer::from_file(tok_dir.join("tokenizer.json")).expect("the shared Llama-2 tokenizer");
+        let spec = tiny::Spec::tinyllama().with_tokenizer(&tok);
+        eprintln!("writing {} (once)…", q8.display());
+        let tmp = q8.with_extension("part");
+        spec.write_gguf_with(&tmp, GgmlDType::Q8_0, gguf_vocab::metadata(&tok_dir, gguf_vocab::Kind::SpmHf));
+        std::fs::rename(&tmp, &q8).unwrap();
+    }
+    let q4 = dir.join("tinyllama-1.1b-random-q4_k_m.gguf");
+    if let (false, Some(l)) = (q4.is_file(), llama) {
+        let ok = Command::new(l.join("quantize")).arg(&q8).arg(&q4).arg("q4_k_m").output().is_ok_and(|o| o.status.success());
+        assert!(ok, "llama.cpp's quantize failed on {}", q8.display());
+    }
+}
+
+fn main() {
+    let threads = env_usize("LMT_BENCH_THREADS", 2);
+    let repeats = env_usize("LMT_BENCH_REPEATS", 3).max(1);
+    let llama_dir = env_path("LMT_LLAMA_CPP", ".cache/lmt-llama-cpp");
+    let bench = llama_dir.join("bench");
+    let baseline = bench.is_file().then_some(bench.as_path());
+    if baseline.is_none() {
+        eprintln!("no llama.cpp baseline at {} (../shared/scripts/llama-cpp/build.sh): lmt alone", bench.display());
+    }
+    let models_dir = env_path("LMT_BENCH_MODELS", ".cache/lmt-bench-models");
+    let mut files: Vec<PathBuf> =
+        std::env::args().skip(1).filter(|a| !a.starts_with("--")).map(PathBuf::from).collect();
+    if files.is_empty() {
+        std::fs::create_dir_all(&models_dir).unwrap();
+        if std::env::var("LMT_BENCH_TINYLLAMA").is_ok_and(|v| v == "1") {
+            tinyllama_files(&models_dir, baseline.map(|_| llama_dir.as_path()));
+        }
+        let smol = env_path("LMT_TEST_MODELS", ".cache/lmt-test-models").join("SmolLM2-135M-Instruct.Q4_1.gguf");
+        files.extend(smol.is_file().then_some(smol));
+        let mut more: Vec<PathBuf> = std::fs::read_dir(&models_dir)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "gguf")).collect())
+            .unwrap_or_default();
+        more.sort();
+        files.extend(more);
+    }
+    let mut rows = Vec::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        let model = Model::load_path(file, &LoadOptions { threads, ..LoadOptions::default() }).unwrap();
+        let m = &model.decoder;
+        let mut row = vec![name.clone()];
+        for n in [128, 512] {
+            let text = text_of(&model, n);
+            let ids = model.tokenizer.encoder.encode(&text).unwrap();
+            lmt_prefill(m, &ids[..ids.len().min(16)]); // warm the caches and threads
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            let mut their_n = 0;
+            for _ in 0..repeats {
+                ours.push(lmt_prefill(m, &ids));
+                if let Some((t, p, _)) = baseline.and_then(|b| llama_cpp(b, file, 1, threads, &text)) {
+                    their_n = t;
+                    theirs.push(p);
+                }
+            }
+            row.push(cell(median(ours), theirs));
+            eprintln!("{name}: prefill {} tokens (llama.cpp: {their_n}) done", ids.len());
+        }
+        let prompt = model.tokenizer.encoder.encode(DECODE_PROMPT).unwrap();
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..repeats {
+            ours.push(lmt_decode(m, &prompt));
+            if let Some((_, _, d)) = baseline.and_then(|b| llama_cpp(b, file, DECODE, threads, DECODE_PROMPT)) {
+                theirs.push(d);
+            }
+        }
+        row.push(cell(median(ours), theirs));
+        let one = lmt_batched(m, &prompt, 1);
+        let mut batched = format!("{one:.0}");
+        for n in [4, 8, 16] {
+            let r = lmt_batched(m, &prompt, n);
+            batched.push_str(&format!(" / {r:.0} ({:.1}×)", r / one));
+        }
+        row.push(batched);
+        eprintln!("{}", row.join(" | "));
+        rows.push(row);
+    }
+    println!("\n{threads} threads; lmt / llama.cpp tok/s (ratio), median of {repeats}\n");
+    println!("| file | prefill 128 | prefill 512 | decode {DECODE} | lmt batched decode 1 / 4 / 8 / 16 sequences |");
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        println!("| {} |", r.join(" | "));
+    }
+}
+
+fn cell(ours: f64, theirs: Vec<f64>) -> String {
+    if theirs.is_empty() {
+        return format!("{ours:.0}");
+    }
+    let t = median(theirs);
+    format!("{ours:.0} / {t:.0} ({:.2}×)", ours / t)
+}

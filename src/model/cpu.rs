@@ -1,0 +1,491 @@
+//! The decoder's forward pass on the CPU, on lmt's own kernels: weights as
+//! the file stores them ([`QMatrix`]), f32 activations in buffers reused
+//! from pass to pass, a KV cache per sequence written in place, fused
+//! norm/rope/attention/SiLU loops, and one persistent thread pool.
+//!
+//! A pass takes several sequences at once ([`Seg`]): their tokens go
+//! through every matrix together (one read of the weights for all), and
+//! attention reads each sequence's own cache.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Tensor};
+
+use super::config::ModelConfig;
+use super::kernels::{Disjoint, Pool, QMatrix, QType, Scratch, VecOps};
+use super::weights::{Embed, Linear, Proj, Weights};
+use super::ModelError;
+
+/// One sequence's K and V, per layer: `len × kv_heads·head_dim` values,
+/// position `j` at row `j`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cache {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl Cache {
+    pub fn new(layers: usize) -> Cache {
+        Cache { k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
+    }
+
+    /// Keeps the first `len` positions (O(1): no copy, capacity kept).
+    pub fn truncate(&mut self, len: usize, kv_dim: usize) {
+        for l in self.k.iter_mut().chain(self.v.iter_mut()) {
+            l.truncate(len * kv_dim);
+        }
+    }
+}
+
+/// Matrices that read the same input, as one (fused) or several whose
+/// outputs are laid side by side.
+#[derive(Debug)]
+enum Proj2 {
+    Fused(QMatrix),
+    Split(Vec<QMatrix>),
+}
+
+impl Proj2 {
+    fn rows(&self) -> usize {
+        match self {
+            Proj2::Fused(m) => m.rows(),
+            Proj2::Split(ms) => ms.iter().map(QMatrix::rows).sum(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Proj2::Fused(m) => m.bytes(),
+            Proj2::Split(ms) => ms.iter().map(QMatrix::bytes).sum(),
+        }
+    }
+
+    fn matmul(&self, pool: &Pool, x: &[f32], n: usize, out: &mut [f32], part: &mut Vec<f32>, scratch: &mut Scratch) {
+        match self {
+            Proj2::Fused(m) => m.matmul(pool, x, n, out, scratch),
+            Proj2::Split(ms) => {
+                let width = self.rows();
+                let mut start = 0;
+                for m in ms {
+                    part.resize(n * m.rows(), 0.0);
+                    m.matmul(pool, x, n, part, scratch);
+                    for t in 0..n {
+                        out[t * width + start..t * width + start + m.rows()]
+                            .copy_from_slice(&part[t * m.rows()..(t + 1) * m.rows()]);
+                    }
+                    start += m.rows();
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Layer {
+    attn_norm: Vec<f32>,
+    qkv: Proj2,
+    qkv_bias: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    o: QMatrix,
+    mlp_norm: Vec<f32>,
+    gate_up: Proj2,
+    down: QMatrix,
+}
+
+/// Activation buffers, reused by every pass.
+#[derive(Debug, Default)]
+struct Bufs {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    qkv: Vec<f32>,
+    att: Vec<f32>,
+    proj: Vec<f32>,
+    gu: Vec<f32>,
+    act: Vec<f32>,
+    part: Vec<f32>,
+    rope: Vec<f32>,
+    /// Per token of the pass: (segment, index in segment, row).
+    tokens: Vec<(usize, usize, usize)>,
+    scratch: Scratch,
+    /// Per thread: attention scores.
+    scores: Vec<Mutex<Vec<f32>>>,
+}
+
+/// A model ready to run on the CPU.
+#[derive(Debug)]
+pub(crate) struct Model {
+    embed: QMatrix,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    /// `None`: tied to the embedding table.
+    lm_head: Option<QMatrix>,
+    pool: Pool,
+    ops: VecOps,
+    bufs: Mutex<Bufs>,
+    /// Rotary frequencies and scale: normal, and LongRoPE's long ones.
+    inv_freq: (Vec<f32>, f32),
+    inv_freq_long: Option<(Vec<f32>, f32)>,
+    /// Weight bytes read per decoded token.
+    pub bytes: usize,
+}
+
+/// One sequence's part of a pass.
+pub(crate) struct Seg<'a> {
+    pub cache: &'a mut Cache,
+    /// Positions already in the cache.
+    pub past: usize,
+    pub tokens: &'a [u32],
+    pub positions: &'a [usize],
+    /// Scored options: each token sees the earlier tokens of its own group.
+    pub groups: Option<&'a [u32]>,
+    /// Tokens (indices in `tokens`) whose logits are wanted.
+    pub rows: &'a [usize],
+}
+
+fn matrix(m: &QMatMul, name: &str) -> Result<QMatrix, ModelError> {
+    let bad = |e: String| ModelError::Weights(format!("tensor `{name}`: {e}"));
+    match m {
+        QMatMul::QTensor(q) => qtensor(q, name),
+        QMatMul::Tensor(t) | QMatMul::TensorF16(t) => dense(t).map_err(bad),
+    }
+}
+
+fn qtensor(q: &QTensor, name: &str) -> Result<QMatrix, ModelError> {
+    let bad = |e: String| ModelError::Weights(format!("tensor `{name}`: {e}"));
+    let (rows, cols) = q.shape().dims2()?;
+    match QType::from_ggml(q.dtype()) {
+        Some(ty) => QMatrix::new(ty, rows, cols, q.data()?.into_owned()).map_err(bad),
+        // Types without kernels of ours (Q2_K, Q3_K) run as f16.
+        None => dense(&q.dequantize(&candle_core::Device::Cpu)?.to_dtype(DType::F16)?).map_err(bad),
+    }
+}
+
+/// A 2-D candle tensor as a dense matrix of its own 16- or 32-bit type.
+fn dense(t: &Tensor) -> Result<QMatrix, String> {
+    let (rows, cols) = t.dims2().map_err(|e| e.to_string())?;
+    let flat = t.flatten_all().map_err(|e| e.to_string())?;
+    let (ty, data): (QType, Vec<u8>) = match t.dtype() {
+        DType::F16 => {
+            (QType::F16, flat.to_vec1::<half::f16>().map_err(|e| e.to_string())?.iter().flat_map(|v| v.to_le_bytes()).collect())
+        }
+        DType::BF16 => (
+            QType::BF16,
+            flat.to_vec1::<half::bf16>().map_err(|e| e.to_string())?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
+        _ => (
+            QType::F32,
+            flat.to_dtype(DType::F32)
+                .and_then(|f| f.to_vec1::<f32>())
+                .map_err(|e| e.to_string())?
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+    };
+    QMatrix::new(ty, rows, cols, data)
+}
+
+fn vector(t: &Tensor) -> Result<Vec<f32>, ModelError> {
+    Ok(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+}
+
+fn proj(p: &Proj, name: &str) -> Result<(Proj2, Option<Vec<f32>>), ModelError> {
+    let bias = |ls: &[&Linear]| -> Result<Option<Vec<f32>>, ModelError> {
+        if ls.iter().all(|l| l.b.is_none()) {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for l in ls {
+            match &l.b {
+                Some(b) => out.extend(vector(b)?),
+                None => out.extend(std::iter::repeat_n(0.0, matrix(&l.w, name)?.rows())),
+            }
+        }
+        Ok(Some(out))
+    };
+    Ok(match p {
+        Proj::Fused(l, _) => (Proj2::Fused(matrix(&l.w, name)?), bias(&[l])?),
+        Proj::Split(ls) => (
+            Proj2::Split(ls.iter().map(|l| matrix(&l.w, name)).collect::<Result<_, _>>()?),
+            bias(&ls.iter().collect::<Vec<_>>())?,
+        ),
+    })
+}
+
+impl Model {
+    /// The CPU model of loaded weights (`embed_q`: the embedding table as
+    /// stored, when the file quantized it).
+    pub fn new(cfg: &ModelConfig, w: &Weights, threads: usize) -> Result<Model, ModelError> {
+        let embed = match &w.embed {
+            Embed::Quantized(q) => qtensor(q, "token_embd.weight")?,
+            Embed::Dense(t) => dense(t).map_err(|e| ModelError::Weights(format!("embedding table: {e}")))?,
+        };
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for (i, l) in w.layers.iter().enumerate() {
+            let (qkv, qkv_bias) = proj(&l.qkv, &format!("layer {i} q/k/v"))?;
+            let (gate_up, _) = proj(&l.gate_up, &format!("layer {i} gate/up"))?;
+            layers.push(Layer {
+                attn_norm: vector(&l.attn_norm)?,
+                qkv,
+                qkv_bias,
+                q_norm: l.q_norm.as_ref().map(vector).transpose()?,
+                k_norm: l.k_norm.as_ref().map(vector).transpose()?,
+                o: matrix(&l.o.w, &format!("layer {i} attention output"))?,
+                mlp_norm: vector(&l.mlp_norm)?,
+                gate_up,
+                down: matrix(&l.down.w, &format!("layer {i} down"))?,
+            });
+        }
+        let lm_head = if cfg.tie_word_embeddings { None } else { Some(matrix(&w.lm_head, "lm_head")?) };
+        let bytes = layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum::<usize>()
+            + lm_head.as_ref().unwrap_or(&embed).bytes();
+        let pool = Pool::new(threads);
+        let bufs = Bufs { scores: (0..pool.threads()).map(|_| Mutex::new(Vec::new())).collect(), ..Bufs::default() };
+        let long = cfg.long_rope_from() < usize::MAX;
+        Ok(Model {
+            embed,
+            layers,
+            norm: vector(&w.norm)?,
+            lm_head,
+            pool,
+            ops: VecOps::best(),
+            bufs: Mutex::new(bufs),
+            inv_freq: cfg.inv_freq(false),
+            inv_freq_long: long.then(|| cfg.inv_freq(true)),
+            bytes,
+        })
+    }
+
+    /// Threads a pass runs on.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// Runs the segments' tokens through the model, appending their K/V to
+    /// their caches; the logits of each segment's `rows`.
+    pub fn forward(&self, cfg: &ModelConfig, segs: &mut [Seg<'_>]) -> Vec<Vec<Vec<f32>>> {
+        let mut guard = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        let b = &mut *guard;
+        let h = cfg.hidden_size;
+        let n: usize = segs.iter().map(|s| s.tokens.len()).sum();
+        b.x.clear();
+        for s in segs.iter() {
+            for &t in s.tokens {
+                b.x.extend(self.embed.row_f32(t as usize));
+            }
+        }
+        self.rope_table(cfg, segs, &mut b.rope);
+        b.tokens.clear();
+        for (si, s) in segs.iter().enumerate() {
+            for i in 0..s.tokens.len() {
+                let row = b.tokens.len();
+                b.tokens.push((si, i, row));
+            }
+        }
+        for (li, layer) in self.layers.iter().enumerate() {
+            self.attention_block(cfg, li, layer, segs, n, b);
+            self.mlp_block(cfg, layer, n, b);
+        }
+        // Final norm and logits for the wanted rows only.
+        let mut picked = Vec::new();
+        let mut base = 0;
+        for s in segs.iter() {
+            for &r in s.rows {
+                picked.extend_from_slice(&b.x[(base + r) * h..(base + r + 1) * h]);
+            }
+            base += s.tokens.len();
+        }
+        let nr = picked.len() / h;
+        let mut normed = vec![0f32; picked.len()];
+        rms_norm(&picked, &self.norm, cfg.rms_norm_eps, &mut normed, h);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let mut logits = vec![0f32; nr * head.rows()];
+        head.matmul(&self.pool, &normed, nr, &mut logits, &mut b.scratch);
+        let mut rows = logits.chunks_exact(head.rows()).map(<[f32]>::to_vec);
+        segs.iter().map(|s| s.rows.iter().map(|_| rows.next().unwrap_or_default()).collect()).collect()
+    }
+
+    /// cos and sin for every token of the pass: `n × rope.dim/2` each,
+    /// cos first, then sin.
+    fn rope_table(&self, cfg: &ModelConfig, segs: &[Seg<'_>], out: &mut Vec<f32>) {
+        let long_from = cfg.long_rope_from();
+        let half = cfg.rope.dim / 2;
+        let n: usize = segs.iter().map(|s| s.tokens.len()).sum();
+        out.clear();
+        out.resize(2 * n * half, 0.0);
+        let (cos, sin) = out.split_at_mut(n * half);
+        let positions = segs.iter().flat_map(|s| s.positions.iter().copied());
+        for (i, p) in positions.enumerate() {
+            let (freqs, scale) = match &self.inv_freq_long {
+                Some((l, s)) if p >= long_from => (l, *s),
+                _ => (&self.inv_freq.0, self.inv_freq.1),
+            };
+            for (k, f) in freqs.iter().enumerate() {
+                // Angles in f32 as the reference implementations compute them.
+                let a = p as f32 * f;
+                cos[i * half + k] = a.cos() * scale;
+                sin[i * half + k] = a.sin() * scale;
+            }
+        }
+    }
+
+    fn attention_block(&self, cfg: &ModelConfig, li: usize, l: &Layer, segs: &mut [Seg<'_>], n: usize, b: &mut Bufs) {
+        let (h, d) = (cfg.hidden_size, cfg.head_dim);
+        let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
+        let (qn, kvn) = (nh * d, nkv * d);
+        let width = qn + 2 * kvn;
+        b.xn.resize(n * h, 0.0);
+        rms_norm(&b.x, &l.attn_norm, cfg.rms_norm_eps, &mut b.xn, h);
+        b.qkv.resize(n * width, 0.0);
+        l.qkv.matmul(&self.pool, &b.xn, n, &mut b.qkv, &mut b.part, &mut b.scratch);
+        let half = cfg.rope.dim / 2;
+        let (cos, sin) = b.rope.split_at(n * half);
+        for i in 0..n {
+            let row = &mut b.qkv[i * width..(i + 1) * width];
+            if let Some(bias) = &l.qkv_bias {
+                row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            }
+            let (q, kv) = row.split_at_mut(qn);
+            let k = &mut kv[..kvn];
+            for (heads, norm) in [(&mut *q, &l.q_norm), (&mut *k, &l.k_norm)] {
+                for head in heads.chunks_exact_mut(d) {
+                    if let Some(w) = norm {
+                        let x = head.to_vec();
+                        rms_norm(&x, w, cfg.rms_norm_eps, head, d);
+                    }
+                    rotate(head, &cos[i * half..(i + 1) * half], &sin[i * half..(i + 1) * half], cfg.rope.interleaved);
+                }
+            }
+        }
+        // The new K/V join each sequence's cache before attention reads it.
+        let mut base = 0;
+        for s in segs.iter_mut() {
+            for i in 0..s.tokens.len() {
+                let row = &b.qkv[(base + i) * width..(base + i + 1) * width];
+                s.cache.k[li].extend_from_slice(&row[qn..qn + kvn]);
+                s.cache.v[li].extend_from_slice(&row[qn + kvn..]);
+            }
+            base += s.tokens.len();
+        }
+        b.att.resize(n * qn, 0.0);
+        self.attend(cfg, li, segs, &b.tokens, &b.qkv, &mut b.att, &b.scores);
+        b.proj.resize(n * h, 0.0);
+        l.o.matmul(&self.pool, &b.att, n, &mut b.proj, &mut b.scratch);
+        b.x.iter_mut().zip(&b.proj).for_each(|(x, p)| *x += p);
+    }
+
+    /// Attention of every (token, head) of the pass, spread over the pool.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        cfg: &ModelConfig,
+        li: usize,
+        segs: &[Seg<'_>],
+        items: &[(usize, usize, usize)],
+        qkv: &[f32],
+        out: &mut [f32],
+        scores: &[Mutex<Vec<f32>>],
+    ) {
+        let d = cfg.head_dim;
+        let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
+        let (qn, kvn, rep) = (nh * d, nkv * d, nh / nkv);
+        let width = qn + 2 * kvn;
+        let window = cfg.windows.get(li).copied().flatten();
+        let scale = 1.0 / (d as f32).sqrt();
+        // Work items: token × head.
+        let next = AtomicUsize::new(0);
+        let total_items = items.len() * nh;
+        let dst = Disjoint::new(out);
+        self.pool.run(&|thread| {
+            let mut sc = scores[thread].lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                let w = next.fetch_add(1, Ordering::Relaxed);
+                if w >= total_items {
+                    break;
+                }
+                let (si, i, row) = items[w / nh];
+                let head = w % nh;
+                let s = &segs[si];
+                let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
+                let (keys, vals) = (&s.cache.k[li], &s.cache.v[li]);
+                let kvh = head / rep;
+                let total = s.past + s.tokens.len();
+                let pi = s.positions[i];
+                sc.clear();
+                sc.resize(total, f32::NEG_INFINITY);
+                let mut max = f32::NEG_INFINITY;
+                for j in 0..total {
+                    let (visible, pj) = if j < s.past {
+                        (true, j)
+                    } else {
+                        let jj = j - s.past;
+                        (jj <= i && s.groups.is_none_or(|g| g[jj] == g[i]), s.positions[jj])
+                    };
+                    if !visible || window.is_some_and(|w| pi.saturating_sub(pj) >= w) {
+                        continue;
+                    }
+                    let v = (self.ops.dot)(q, &keys[j * kvn + kvh * d..j * kvn + (kvh + 1) * d]) * scale;
+                    sc[j] = v;
+                    max = max.max(v);
+                }
+                // SAFETY: work item `w` alone writes this head's slice of
+                // this token's output row.
+                let y = unsafe { dst.slice(row * qn + head * d, d) };
+                y.fill(0.0);
+                let mut sum = 0f32;
+                for j in 0..total {
+                    if sc[j] == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    let p = (sc[j] - max).exp();
+                    sum += p;
+                    (self.ops.axpy)(y, p, &vals[j * kvn + kvh * d..j * kvn + (kvh + 1) * d]);
+                }
+                let inv = 1.0 / sum;
+                y.iter_mut().for_each(|v| *v *= inv);
+            }
+        });
+    }
+
+    fn mlp_block(&self, cfg: &ModelConfig, l: &Layer, n: usize, b: &mut Bufs) {
+        let (h, m) = (cfg.hidden_size, cfg.intermediate_size);
+        rms_norm(&b.x, &l.mlp_norm, cfg.rms_norm_eps, &mut b.xn, h);
+        b.gu.resize(n * 2 * m, 0.0);
+        l.gate_up.matmul(&self.pool, &b.xn, n, &mut b.gu, &mut b.part, &mut b.scratch);
+        b.act.resize(n * m, 0.0);
+        for (gu, a) in b.gu.chunks_exact(2 * m).zip(b.act.chunks_exact_mut(m)) {
+            let (g, u) = gu.split_at(m);
+            for ((a, &g), &u) in a.iter_mut().zip(g).zip(u) {
+                *a = g / (1.0 + (-g).exp()) * u;
+            }
+        }
+        l.down.matmul(&self.pool, &b.act, n, &mut b.proj, &mut b.scratch);
+        b.x.iter_mut().zip(&b.proj).for_each(|(x, p)| *x += p);
+    }
+}
+
+/// RMSNorm of each `dim`-row of `x` into `out` (sums of squares in f64).
+fn rms_norm(x: &[f32], w: &[f32], eps: f64, out: &mut [f32], dim: usize) {
+    for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let inv = (1.0 / (ss / dim as f64 + eps).sqrt()) as f32;
+        for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
+            *o = v * inv * g;
+        }
+    }
+}
+
+/// Rotary embedding of one head on its first `2·cos.len()` values:
+/// adjacent pairs (interleaved, llama.cpp's GGUF layout) or halves (NeoX).
+fn rotate(x: &mut [f32], cos: &[f32], sin: &[f32], interleaved: bool) {
+    let half = cos.len();
+    for k in 0..half {
+        let (a, b) = if interleaved { (2 * k, 2 * k + 1) } else { (k, k + half) };
+        let (x0, x1) = (x[a], x[b]);
+        x[a] = x0 * cos[k] - x1 * sin[k];
+        x[b] = x0 * sin[k] + x1 * cos[k];
+    }
+}

@@ -1,0 +1,394 @@
+//! The runtime's own matrix kernels: weight matrices kept as the file
+//! stores them (GGUF blocks, or 16-bit floats), multiplied by f32
+//! activations that are first quantized to the 8-bit format each block type
+//! pairs with, as llama.cpp does (`Q8_0`, `Q8_1`, `Q8_K`; dense types take
+//! f32). SIMD kernels (`x86.rs`) are chosen at run time; `scalar.rs` is the
+//! portable fallback and their specification.
+
+mod pool;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::Device;
+
+pub use pool::{physical_cores, Pool};
+
+/// A weight type the kernels multiply directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QType {
+    /// 32-bit floats.
+    F32,
+    /// IEEE half floats.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// 4-bit, one scale per 32 values.
+    Q4_0,
+    /// 4-bit, scale and min per 32 values.
+    Q4_1,
+    /// 5-bit, one scale per 32 values.
+    Q5_0,
+    /// 5-bit, scale and min per 32 values.
+    Q5_1,
+    /// 8-bit, one scale per 32 values.
+    Q8_0,
+    /// k-quant 4-bit (256-value super-blocks).
+    Q4K,
+    /// k-quant 5-bit.
+    Q5K,
+    /// k-quant 6-bit.
+    Q6K,
+}
+
+/// The activation format a weight type's dot product reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Act {
+    F32,
+    Q8_0,
+    Q8_1,
+    Q8K,
+}
+
+impl Act {
+    /// Values and bytes per block.
+    fn block(self) -> (usize, usize) {
+        match self {
+            Act::F32 => (1, 4),
+            Act::Q8_0 => (32, 36),
+            Act::Q8_1 => (32, 40),
+            Act::Q8K => (256, 292),
+        }
+    }
+
+    fn quantize(self, x: &[f32], out: &mut [u8]) {
+        match self {
+            Act::F32 => {
+                for (o, v) in out.chunks_exact_mut(4).zip(x) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            Act::Q8_0 => scalar::quantize_q8_0(x, out),
+            Act::Q8_1 => scalar::quantize_q8_1(x, out),
+            Act::Q8K => scalar::quantize_q8_k(x, out),
+        }
+    }
+}
+
+impl QType {
+    /// The type of a GGUF tensor, when the kernels take it as it is.
+    pub fn from_ggml(t: GgmlDType) -> Option<QType> {
+        Some(match t {
+            GgmlDType::F32 => QType::F32,
+            GgmlDType::F16 => QType::F16,
+            GgmlDType::BF16 => QType::BF16,
+            GgmlDType::Q4_0 => QType::Q4_0,
+            GgmlDType::Q4_1 => QType::Q4_1,
+            GgmlDType::Q5_0 => QType::Q5_0,
+            GgmlDType::Q5_1 => QType::Q5_1,
+            GgmlDType::Q8_0 => QType::Q8_0,
+            GgmlDType::Q4K => QType::Q4K,
+            GgmlDType::Q5K => QType::Q5K,
+            GgmlDType::Q6K => QType::Q6K,
+            _ => return None,
+        })
+    }
+
+    /// The same type in candle's terms.
+    pub fn ggml(self) -> GgmlDType {
+        match self {
+            QType::F32 => GgmlDType::F32,
+            QType::F16 => GgmlDType::F16,
+            QType::BF16 => GgmlDType::BF16,
+            QType::Q4_0 => GgmlDType::Q4_0,
+            QType::Q4_1 => GgmlDType::Q4_1,
+            QType::Q5_0 => GgmlDType::Q5_0,
+            QType::Q5_1 => GgmlDType::Q5_1,
+            QType::Q8_0 => GgmlDType::Q8_0,
+            QType::Q4K => GgmlDType::Q4K,
+            QType::Q5K => GgmlDType::Q5K,
+            QType::Q6K => GgmlDType::Q6K,
+        }
+    }
+
+    /// Values and bytes per block.
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            QType::F32 => (1, 4),
+            QType::F16 | QType::BF16 => (1, 2),
+            QType::Q4_0 => (32, 18),
+            QType::Q4_1 => (32, 20),
+            QType::Q5_0 => (32, 22),
+            QType::Q5_1 => (32, 24),
+            QType::Q8_0 => (32, 34),
+            QType::Q4K => (256, 144),
+            QType::Q5K => (256, 176),
+            QType::Q6K => (256, 210),
+        }
+    }
+
+    fn act(self) -> Act {
+        match self {
+            QType::F32 | QType::F16 | QType::BF16 => Act::F32,
+            QType::Q4_0 | QType::Q5_0 | QType::Q8_0 => Act::Q8_0,
+            QType::Q4_1 | QType::Q5_1 => Act::Q8_1,
+            QType::Q4K | QType::Q5K | QType::Q6K => Act::Q8K,
+        }
+    }
+
+    /// Bytes of a row of `cols` values (`None` unless whole blocks).
+    pub fn row_bytes(self, cols: usize) -> Option<usize> {
+        let (v, b) = self.block();
+        cols.is_multiple_of(v).then(|| cols / v * b)
+    }
+}
+
+/// Dot products of one weight row with 1 or 4 activation rows.
+#[derive(Clone, Copy)]
+pub(crate) struct Kernel {
+    dot1: fn(&[u8], [&[u8]; 1]) -> [f32; 1],
+    dot4: fn(&[u8], [&[u8]; 4]) -> [f32; 4],
+}
+
+macro_rules! portable {
+    ($f:path) => {
+        Kernel { dot1: |w, a| [$f(w, a[0])], dot4: |w, a| [$f(w, a[0]), $f(w, a[1]), $f(w, a[2]), $f(w, a[3])] }
+    };
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU runs for `ty`.
+    fn best(ty: QType) -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = x86::table(ty) {
+            return k;
+        }
+        Kernel::portable(ty)
+    }
+
+    /// The portable kernel for `ty`.
+    fn portable(ty: QType) -> Kernel {
+        match ty {
+            QType::F32 => portable!(scalar::dot_f32),
+            QType::F16 => portable!(scalar::dot_f16),
+            QType::BF16 => portable!(scalar::dot_bf16),
+            QType::Q4_0 => portable!(scalar::dot_q4_0),
+            QType::Q4_1 => portable!(scalar::dot_q4_1),
+            QType::Q5_0 => portable!(scalar::dot_q5_0),
+            QType::Q5_1 => portable!(scalar::dot_q5_1),
+            QType::Q8_0 => portable!(scalar::dot_q8_0),
+            QType::Q4K => portable!(scalar::dot_q4_k),
+            QType::Q5K => portable!(scalar::dot_q5_k),
+            QType::Q6K => portable!(scalar::dot_q6_k),
+        }
+    }
+}
+
+/// f32 vector operations of attention: `dot(a, b)` and `y += p·x`.
+#[derive(Clone, Copy)]
+pub struct VecOps {
+    /// Σ a·b.
+    pub dot: fn(&[f32], &[f32]) -> f32,
+    /// `y += p·x`.
+    pub axpy: fn(&mut [f32], f32, &[f32]),
+}
+
+impl std::fmt::Debug for VecOps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VecOps")
+    }
+}
+
+impl VecOps {
+    /// The fastest this CPU runs.
+    pub fn best() -> VecOps {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(v) = x86::vec_ops() {
+            return v;
+        }
+        VecOps::portable()
+    }
+
+    /// Plain loops (eight independent lanes, which compilers vectorize).
+    pub fn portable() -> VecOps {
+        VecOps { dot: scalar::dot_lanes, axpy: scalar::axpy }
+    }
+}
+
+/// A weight matrix as stored: `rows` rows of `cols` values, each row whole
+/// blocks of its type, rows one after another.
+#[derive(Clone)]
+pub struct QMatrix {
+    ty: QType,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+    kernel: Kernel,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QMatrix({:?}, {}×{})", self.ty, self.rows, self.cols)
+    }
+}
+
+/// Bytes for quantized activations, reused across calls.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    acts: Vec<u8>,
+}
+
+impl QMatrix {
+    /// A matrix over `data`, which must hold exactly `rows` rows.
+    pub fn new(ty: QType, rows: usize, cols: usize, data: Vec<u8>) -> Result<QMatrix, String> {
+        let rb = ty
+            .row_bytes(cols)
+            .ok_or_else(|| format!("{cols} columns are not whole {ty:?} blocks of {} values", ty.block().0))?;
+        if data.len() != rb * rows {
+            return Err(format!("{} bytes for {rows}×{cols} {ty:?} (expected {})", data.len(), rb * rows));
+        }
+        Ok(QMatrix { ty, rows, cols, data, kernel: Kernel::best(ty) })
+    }
+
+    /// Uses the portable kernel (for tests that compare the two).
+    pub fn portable(mut self) -> QMatrix {
+        self.kernel = Kernel::portable(self.ty);
+        self
+    }
+
+    /// The stored type.
+    pub fn qtype(&self) -> QType {
+        self.ty
+    }
+
+    /// Output rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes stored.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    fn row(&self, r: usize) -> &[u8] {
+        let rb = self.data.len() / self.rows.max(1);
+        &self.data[r * rb..(r + 1) * rb]
+    }
+
+    /// Row `r` as f32 values (an embedding lookup).
+    pub fn row_f32(&self, r: usize) -> Vec<f32> {
+        let bytes = self.row(r);
+        match self.ty {
+            QType::F32 => bytes.chunks_exact(4).map(|b| scalar::f32_at(b, 0)).collect(),
+            QType::F16 => bytes.chunks_exact(2).map(|b| scalar::f16_at(b, 0)).collect(),
+            QType::BF16 => {
+                bytes.chunks_exact(2).map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()).collect()
+            }
+            _ => {
+                // Blocks are dequantized by candle, one row at a time.
+                let storage = QStorage::from_data(Cow::Borrowed(bytes), &Device::Cpu, self.ty.ggml());
+                let t = storage.and_then(|s| QTensor::new(s, (1, self.cols))).and_then(|q| q.dequantize(&Device::Cpu));
+                t.and_then(|t| t.flatten_all()?.to_vec1::<f32>()).expect("a whole row of blocks dequantizes")
+            }
+        }
+    }
+
+    /// `out[t·rows + r] = Σ_c x[t·cols + c] · W[r, c]` for the `n` rows of
+    /// `x`, on the pool's threads.
+    pub fn matmul(&self, pool: &Pool, x: &[f32], n: usize, out: &mut [f32], scratch: &mut Scratch) {
+        assert!(x.len() == n * self.cols && out.len() == n * self.rows, "matmul shapes");
+        let act = self.ty.act();
+        let (av, ab) = act.block();
+        let arow = self.cols / av * ab;
+        scratch.acts.resize(n * arow, 0);
+        for (xr, ar) in x.chunks_exact(self.cols).zip(scratch.acts.chunks_exact_mut(arow)) {
+            act.quantize(xr, ar);
+        }
+        let acts = &scratch.acts;
+        let a = |t: usize| &acts[t * arow..(t + 1) * arow];
+        let rows = self.rows;
+        let threads = pool.threads();
+        // Rows are handed out in chunks from a counter, so a thread slowed
+        // by other work takes fewer.
+        let chunk = (rows / (threads * 8)).clamp(4, 64);
+        let next = AtomicUsize::new(0);
+        let dst = Disjoint::new(out);
+        pool.run(&|_| loop {
+            let r0 = next.fetch_add(chunk, Ordering::Relaxed);
+            if r0 >= rows {
+                break;
+            }
+            for r in r0..(r0 + chunk).min(rows) {
+                let w = self.row(r);
+                let mut t = 0;
+                while t + 4 <= n {
+                    let v = (self.kernel.dot4)(w, [a(t), a(t + 1), a(t + 2), a(t + 3)]);
+                    for (i, v) in v.into_iter().enumerate() {
+                        // SAFETY: row `r` is in this thread's chunk alone.
+                        unsafe { dst.set((t + i) * rows + r, v) };
+                    }
+                    t += 4;
+                }
+                for t in t..n {
+                    // SAFETY: as above.
+                    unsafe { dst.set(t * rows + r, (self.kernel.dot1)(w, [a(t)])[0]) };
+                }
+            }
+        });
+    }
+}
+
+/// A slice that several threads write at once, each at indices no other
+/// thread writes (the caller's partition guarantees it).
+pub(crate) struct Disjoint<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: writes through `set` go to indices that one thread alone writes
+// during the borrow, and nothing reads the slice until the borrow ends.
+unsafe impl Sync for Disjoint<'_> {}
+
+impl<'a> Disjoint<'a> {
+    pub(crate) fn new(s: &'a mut [f32]) -> Disjoint<'a> {
+        Disjoint { ptr: s.as_mut_ptr(), len: s.len(), _borrow: std::marker::PhantomData }
+    }
+
+    /// Writes `v` at `i` (bounds checked).
+    ///
+    /// # Safety
+    /// No other thread reads or writes index `i` while the `Disjoint` lives.
+    #[inline]
+    pub(crate) unsafe fn set(&self, i: usize, v: f32) {
+        assert!(i < self.len);
+        // SAFETY: in bounds (checked); the slice is mutably borrowed for
+        // `'a`; the caller owns index `i` (see above).
+        unsafe { *self.ptr.add(i) = v }
+    }
+
+    /// The sub-slice `start..start + len` (bounds checked).
+    ///
+    /// # Safety
+    /// No other thread touches that range while the returned slice lives.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.len);
+        // SAFETY: in bounds (checked); the caller owns the range.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+//! The kernels against an independent reference: weights quantized by
+//! candle, dequantized by candle and multiplied in f32; the SIMD kernels
+//! against the portable ones; odd shapes, token counts around the 4-row
+//! tiles, one and several threads.
+
+use candle_core::quantized::QTensor;
+use candle_core::{Device, Tensor};
+
+use super::*;
+
+const ALL: [QType; 11] = [
+    QType::F32,
+    QType::F16,
+    QType::BF16,
+    QType::Q4_0,
+    QType::Q4_1,
+    QType::Q5_0,
+    QType::Q5_1,
+    QType::Q8_0,
+    QType::Q4K,
+    QType::Q5K,
+    QType::Q6K,
+];
+
+/// SplitMix64 floats in [-1, 1).
+fn randoms(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// A random matrix stored as `ty` (quantized by candle) and its values as
+/// candle dequantizes them.
+fn matrix(ty: QType, rows: usize, cols: usize, seed: u64) -> (QMatrix, Vec<f32>) {
+    let values = randoms(rows * cols, seed);
+    let t = Tensor::from_vec(values, (rows, cols), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, ty.ggml()).unwrap();
+    let data = q.data().unwrap().into_owned();
+    let dense = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    (QMatrix::new(ty, rows, cols, data).unwrap(), dense)
+}
+
+fn reference(w: &[f32], x: &[f32], rows: usize, cols: usize, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n * rows];
+    for t in 0..n {
+        for r in 0..rows {
+            out[t * rows + r] = (0..cols).map(|c| w[r * cols + c] as f64 * x[t * cols + c] as f64).sum::<f64>() as f32;
+        }
+    }
+    out
+}
+
+fn run(m: &QMatrix, pool: &Pool, x: &[f32], n: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n * m.rows()];
+    m.matmul(pool, x, n, &mut out, &mut Scratch::default());
+    out
+}
+
+#[test]
+fn every_type_matches_dequantize_then_f32_matmul() {
+    let pools = [Pool::new(1), Pool::new(3)];
+    let mut seed = 1;
+    for ty in ALL {
+        let unit = ty.block().0.max(32);
+        for (rows, cols) in [(1, unit), (7, 2 * unit), (37, 3 * unit), (64, unit)] {
+            for n in [1, 3, 4, 5, 9] {
+                seed += 1;
+                let (m, dense) = matrix(ty, rows, cols, seed);
+                let x = randoms(n * cols, seed * 7919);
+                let want = reference(&dense, &x, rows, cols, n);
+                // Activations are quantized to 8 bits: the error is a small
+                // share of the typical magnitude of a product sum.
+                let scale = (cols as f32).sqrt() * 0.35;
+                let tol = if matches!(ty, QType::F32 | QType::F16 | QType::BF16) { 1e-4 } else { 0.02 } * scale;
+                let pool = &pools[(seed % 2) as usize];
+                let fast = run(&m, pool, &x, n);
+                let slow = run(&m.clone().portable(), pool, &x, n);
+                for i in 0..want.len() {
+                    assert!(
+                        (fast[i] - want[i]).abs() <= tol,
+                        "{ty:?} {rows}×{cols} n={n} [{i}]: kernel {} reference {} (tol {tol})",
+                        fast[i],
+                        want[i]
+                    );
+                    assert!(
+                        (fast[i] - slow[i]).abs() <= 1e-5 * scale.max(1.0) * 4.0,
+                        "{ty:?} {rows}×{cols} n={n} [{i}]: SIMD {} portable {}",
+                        fast[i],
+                        slow[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_dequantize_as_candle_does() {
+    for ty in ALL {
+        let cols = ty.block().0.max(32) * 2;
+        let (m, dense) = matrix(ty, 5, cols, 99);
+        for r in 0..5 {
+            assert_eq!(m.row_f32(r), dense[r * cols..(r + 1) * cols].to_vec(), "{ty:?} row {r}");
+        }
+    }
+}
+
+#[test]
+fn activation_quantizers_round_trip_within_half_a_step() {
+    let x = randoms(512, 5);
+    for act in [Act::Q8_0, Act::Q8_1, Act::Q8K] {
+        let (v, b) = act.block();
+        let mut out = vec![0u8; x.len() / v * b];
+        act.quantize(&x, &mut out);
+        for (blk, xb) in out.chunks_exact(b).zip(x.chunks_exact(v)) {
+            let (d, qs) = match act {
+                Act::Q8K => (scalar::f32_at(blk, 0), &blk[4..260]),
+                Act::Q8_0 => (scalar::f32_at(blk, 0), &blk[4..]),
+                _ => (scalar::f32_at(blk, 0), &blk[8..]),
+            };
+            for (q, &xv) in qs.iter().zip(xb) {
+                assert!((*q as i8 as f32 * d - xv).abs() <= d.abs() * 0.51 + 1e-3, "{act:?}: {q} × {d} vs {xv}");
+            }
+            if act == Act::Q8_1 {
+                let sum: i32 = qs.iter().map(|&q| q as i8 as i32).sum();
+                assert!((scalar::f32_at(blk, 4) - d * sum as f32).abs() <= 1e-2 * (d * sum as f32).abs().max(1.0));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pool_runs_every_index_once_and_reports_panics() {
+    let pool = Pool::new(3);
+    for _ in 0..200 {
+        let hits = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
+        pool.run(&|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run(&|i| assert!(i != 2, "boom"))));
+    assert!(r.is_err());
+    // The pool still works after a panic.
+    let count = AtomicUsize::new(0);
+    pool.run(&|_| {
+        count.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(count.load(Ordering::Relaxed), 3);
+}
+
+#[test]
+fn vector_ops_match_the_portable_ones_and_f64() {
+    let (best, port) = (VecOps::best(), VecOps::portable());
+    for n in [0, 1, 7, 8, 9, 16, 63, 64, 65, 130] {
+        let (a, b) = (randoms(n, n as u64 + 1), randoms(n, n as u64 + 1000));
+        let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+        for ops in [best, port] {
+            assert!(((ops.dot)(&a, &b) as f64 - exact).abs() < 1e-4, "dot of {n}");
+            let mut y = b.clone();
+            (ops.axpy)(&mut y, 0.5, &a);
+            for i in 0..n {
+                assert!((y[i] - (b[i] + 0.5 * a[i])).abs() < 1e-6, "axpy of {n} at {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn magic_rounding_is_round_half_to_even() {
+    for i in -1300..=1300 {
+        let v = i as f32 / 10.0;
+        for x in [v, v + 0.05, v - 0.05] {
+            assert_eq!(scalar::round_even(x), x.round_ties_even(), "{x}");
+        }
+    }
+}

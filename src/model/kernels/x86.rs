@@ -1,0 +1,475 @@
+//! x86-64 kernels on AVX2, FMA and F16C: one weight row against `T`
+//! activation rows at a time (`T` = 1 for a decoded token, 4 for tiles of
+//! prefill and batched rows), so a row's blocks are unpacked once per `T`
+//! rows. Integer products as llama.cpp computes them: `maddubs` of unsigned
+//! weights (or |weights| with the sign moved onto the activations) with
+//! signed 8-bit activations, pairs summed in 32 bits, scaled in f32.
+//!
+//! The kernels are reachable only through [`table`], which returns `None`
+//! unless the CPU has the three features.
+
+use std::arch::x86_64::*;
+
+use super::{scalar, Kernel, QType};
+
+/// The kernels for `ty`, when this CPU runs them.
+pub(super) fn table(ty: QType) -> Option<Kernel> {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        return None;
+    }
+    Some(match ty {
+        QType::Q4_0 => Kernel { dot1: q4_0::<1>, dot4: q4_0::<4> },
+        QType::Q4_1 => Kernel { dot1: q4_1::<1>, dot4: q4_1::<4> },
+        QType::Q5_0 => Kernel { dot1: q5_0::<1>, dot4: q5_0::<4> },
+        QType::Q5_1 => Kernel { dot1: q5_1::<1>, dot4: q5_1::<4> },
+        QType::Q8_0 => Kernel { dot1: q8_0::<1>, dot4: q8_0::<4> },
+        QType::Q4K => Kernel { dot1: q4_k::<1>, dot4: q4_k::<4> },
+        QType::Q5K => Kernel { dot1: q5_k::<1>, dot4: q5_k::<4> },
+        QType::Q6K => Kernel { dot1: q6_k::<1>, dot4: q6_k::<4> },
+        QType::F32 => Kernel { dot1: f32s::<1>, dot4: f32s::<4> },
+        QType::F16 => Kernel { dot1: f16s::<1>, dot4: f16s::<4> },
+        QType::BF16 => Kernel { dot1: bf16s::<1>, dot4: bf16s::<4> },
+    })
+}
+
+/// f32 vector operations for attention, when this CPU runs them.
+pub(super) fn vec_ops() -> Option<super::VecOps> {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        return None;
+    }
+    Some(super::VecOps { dot: vdot, axpy: vaxpy })
+}
+
+fn vdot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    // SAFETY: `vec_ops` hands this out only after detecting AVX2 and FMA;
+    // both slices hold `a.len()` values (asserted).
+    unsafe { vdot_avx2(a, b) }
+}
+
+fn vaxpy(y: &mut [f32], p: f32, x: &[f32]) {
+    assert_eq!(y.len(), x.len());
+    // SAFETY: as in `vdot`.
+    unsafe { vaxpy_avx2(y, p, x) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn vdot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len();
+    let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i + 16 <= n {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i + 8)), _mm256_loadu_ps(b.as_ptr().add(i + 8)), s1);
+        i += 16;
+    }
+    if i + 8 <= n {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), s0);
+        i += 8;
+    }
+    let mut sum = hsum(_mm256_add_ps(s0, s1));
+    while i < n {
+        sum += a[i] * b[i];
+        i += 1;
+    }
+    sum
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn vaxpy_avx2(y: &mut [f32], p: f32, x: &[f32]) {
+    let n = y.len();
+    let pv = _mm256_set1_ps(p);
+    let mut i = 0;
+    while i + 8 <= n {
+        let yp = y.as_mut_ptr().add(i);
+        _mm256_storeu_ps(yp, _mm256_fmadd_ps(pv, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(yp)));
+        i += 8;
+    }
+    while i < n {
+        y[i] += p * x[i];
+        i += 1;
+    }
+}
+
+/// Safe entry points: each checks that the rows hold whole blocks of the
+/// same count, then runs its `*_avx2` body.
+macro_rules! entry {
+    ($name:ident, $body:ident, $wb:expr, $ab:expr) => {
+        fn $name<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+            let nb = w.len() / $wb;
+            assert!(w.len() == nb * $wb && a.iter().all(|r| r.len() == nb * $ab), "kernel rows of unequal length");
+            // SAFETY: `table` hands these functions out only after detecting
+            // AVX2, FMA and F16C; the body reads `nb` blocks of `$wb` bytes
+            // from `w` and of `$ab` bytes from each row of `a`, which the
+            // assertion above guarantees are there.
+            unsafe { $body::<T>(w, a, nb) }
+        }
+    };
+}
+
+entry!(q4_0, q4_0_avx2, 18, 36);
+entry!(q4_1, q4_1_avx2, 20, 40);
+entry!(q5_0, q5_0_avx2, 22, 36);
+entry!(q5_1, q5_1_avx2, 24, 40);
+entry!(q8_0, q8_0_avx2, 34, 36);
+entry!(q4_k, q4_k_avx2, 144, 292);
+entry!(q5_k, q5_k_avx2, 176, 292);
+entry!(q6_k, q6_k_avx2, 210, 292);
+// Dense rows: a "block" is 8 values (the tail is handled in the body).
+entry!(f32s, f32_avx2, 4, 4);
+entry!(f16s, f16_avx2, 2, 4);
+entry!(bf16s, bf16_avx2, 2, 4);
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The two f16 at `p` (4 bytes), widened into lanes 0 and 1. A 32-bit
+/// load: a 16-bit one compiles to an insert into a live register, a false
+/// dependency that serialized whole loops.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16x2(p: *const u8) -> __m128 {
+    let bits = std::ptr::read_unaligned(p as *const u32);
+    _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
+}
+
+/// The f16 at `p` (whose block has two more bytes after it), widened.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16(p: *const u8) -> f32 {
+    _mm_cvtss_f32(f16x2(p))
+}
+
+/// The f32 at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_at(p: *const u8) -> f32 {
+    std::ptr::read_unaligned(p as *const f32)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// 16 bytes of nibbles as 32 bytes: low nibbles first, then high nibbles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    let lo = _mm_loadu_si128(p as *const __m128i);
+    let hi = _mm_srli_epi16(lo, 4);
+    _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0xF))
+}
+
+/// The 32 bits at `p` as 32 bytes: 0xFF where the bit is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bit_bytes(p: *const u8) -> __m256i {
+    let x = std::ptr::read_unaligned(p as *const u32);
+    // Byte j takes byte j/8 of the word, then tests bit j%8.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(x as i32),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+    );
+    let probe = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe)
+}
+
+/// Σ over 8 lanes of `u · s` pairs (unsigned `u`, signed `s`), as floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sum_u8_i8(u: __m256i, s: __m256i) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+}
+
+macro_rules! finish {
+    ($acc:expr, $T:expr) => {{
+        let mut out = [0f32; $T];
+        for t in 0..$T {
+            out[t] = hsum($acc[t]);
+        }
+        out
+    }};
+}
+
+/// Blocks `0..nb` of 32 values, two at a time into two sets of
+/// accumulators (one chain of dependent adds would bound the loop by the
+/// add's latency), then the odd block; `$step!(b, k)` adds block `b` into
+/// set `k`.
+macro_rules! pairs {
+    ($nb:expr, $step:ident) => {{
+        for i in 0..$nb / 2 {
+            $step!(2 * i, 0);
+            $step!(2 * i + 1, 1);
+        }
+        if $nb % 2 == 1 {
+            $step!($nb - 1, 0);
+        }
+    }};
+}
+
+/// Signed 4- or 8-bit weights (`qx` per block) against `Q8_0` rows.
+macro_rules! signed_32 {
+    ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident| $qx:expr) => {{
+        let mut acc = [[_mm256_setzero_ps(); $T]; 2];
+        macro_rules! step {
+            ($b:expr, $k:expr) => {{
+                let b = $b;
+                let $p = $w.as_ptr().add(b * $wb);
+                let wd = f16($p);
+                let qx: __m256i = $qx;
+                // |qx| with the sign moved onto the activations: maddubs
+                // wants one unsigned operand.
+                let ax = _mm256_sign_epi8(qx, qx);
+                for t in 0..$T {
+                    let ab = $a[t].as_ptr().add(b * 36);
+                    let sy = _mm256_sign_epi8(load(ab.add(4)), qx);
+                    acc[$k][t] = _mm256_fmadd_ps(_mm256_set1_ps(wd * f32_at(ab)), sum_u8_i8(ax, sy), acc[$k][t]);
+                }
+            }};
+        }
+        pairs!($nb, step);
+        let mut both = [_mm256_setzero_ps(); $T];
+        for t in 0..$T {
+            both[t] = _mm256_add_ps(acc[0][t], acc[1][t]);
+        }
+        finish!(both, $T)
+    }};
+}
+
+/// Unsigned weights with a min (`Q4_1`, `Q5_1`) against `Q8_1` rows.
+macro_rules! unsigned_32 {
+    ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident| $qx:expr) => {{
+        let mut acc = [[_mm256_setzero_ps(); $T]; 2];
+        // Lane 1: Σ m_w·s_a (lane 0 is unused).
+        let mut mins = [[_mm_setzero_ps(); $T]; 2];
+        macro_rules! step {
+            ($b:expr, $k:expr) => {{
+                let b = $b;
+                let $p = $w.as_ptr().add(b * $wb);
+                let dm = f16x2($p);
+                let wd = _mm256_broadcastss_ps(dm);
+                let qx: __m256i = $qx;
+                for t in 0..$T {
+                    let ab = $a[t].as_ptr().add(b * 40);
+                    // (d_a, s_a) in lanes 0 and 1.
+                    let ds = _mm_castsi128_ps(_mm_loadl_epi64(ab as *const __m128i));
+                    let d = _mm256_mul_ps(wd, _mm256_broadcastss_ps(ds));
+                    acc[$k][t] = _mm256_fmadd_ps(d, sum_u8_i8(qx, load(ab.add(8))), acc[$k][t]);
+                    mins[$k][t] = _mm_fmadd_ps(dm, ds, mins[$k][t]);
+                }
+            }};
+        }
+        pairs!($nb, step);
+        let mut both = [_mm256_setzero_ps(); $T];
+        for t in 0..$T {
+            both[t] = _mm256_add_ps(acc[0][t], acc[1][t]);
+        }
+        let mut out = finish!(both, $T);
+        for t in 0..$T {
+            let m = _mm_add_ps(mins[0][t], mins[1][t]);
+            out[t] += _mm_cvtss_f32(_mm_shuffle_ps(m, m, 1));
+        }
+        out
+    }};
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    signed_32!(w, a, nb, T, 18, |p| _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    signed_32!(w, a, nb, T, 22, |p| {
+        let hi = _mm256_and_si256(bit_bytes(p.add(2)), _mm256_set1_epi8(0x10));
+        _mm256_sub_epi8(_mm256_or_si256(nibbles(p.add(6)), hi), _mm256_set1_epi8(16))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    signed_32!(w, a, nb, T, 34, |p| load(p.add(2)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    unsigned_32!(w, a, nb, T, 20, |p| nibbles(p.add(4)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    unsigned_32!(w, a, nb, T, 24, |p| {
+        let hi = _mm256_and_si256(bit_bytes(p.add(4)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles(p.add(8)), hi)
+    })
+}
+
+/// `Q4_K`/`Q5_K` against `Q8_K`: `lo(g)`/`hi(g)` give the unsigned values of
+/// sub-blocks 2g and 2g+1 of group g (64 values); the mins are subtracted
+/// with the activations' 16-value sums.
+macro_rules! k_scaled {
+    ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident, $g:ident| ($setup:stmt; $lo:expr, $hi:expr)) => {{
+        let mut acc = [_mm256_setzero_ps(); $T];
+        let mut mins = [0f32; $T];
+        for b in 0..$nb {
+            let $p = $w.as_ptr().add(b * $wb);
+            let dm = f16x2($p);
+            let (d, dmin) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_shuffle_ps(dm, dm, 1)));
+            let scales = &$w[b * $wb + 4..b * $wb + 16];
+            let mut sumi = [_mm256_setzero_si256(); $T];
+            $setup
+            for $g in 0..4 {
+                let (lo, hi): (__m256i, __m256i) = ($lo, $hi);
+                let sl = _mm256_set1_epi16(scalar::scale_min_k4(scales, 2 * $g).0 as i16);
+                let sh = _mm256_set1_epi16(scalar::scale_min_k4(scales, 2 * $g + 1).0 as i16);
+                for t in 0..$T {
+                    let y = $a[t].as_ptr().add(b * 292 + 4 + 64 * $g);
+                    let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load(y)), sl);
+                    let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load(y.add(32))), sh);
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
+                }
+            }
+            for t in 0..$T {
+                let ab = &$a[t][b * 292..(b + 1) * 292];
+                let ad = scalar::f32_at(ab, 0);
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ad), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+                mins[t] += dmin * ad * scalar::k_mins(scales, ab) as f32;
+            }
+        }
+        let mut out = finish!(acc, $T);
+        for t in 0..$T {
+            out[t] -= mins[t];
+        }
+        out
+    }};
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    let m4 = _mm256_set1_epi8(0xF);
+    k_scaled!(w, a, nb, T, 144, |p, g| ((); {
+        let q = load(p.add(16 + 32 * g));
+        _mm256_and_si256(q, m4)
+    }, _mm256_and_si256(_mm256_srli_epi16(load(p.add(16 + 32 * g)), 4), m4)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    let (m4, one) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(1));
+    k_scaled!(w, a, nb, T, 176, |p, g| (let hb = load(p.add(16)); {
+        // Fifth bits: bit 2g of each qh byte for sub-block 2g, 2g+1 for the next.
+        let shift = _mm_cvtsi32_si128(2 * g as i32);
+        let h = _mm256_and_si256(_mm256_srl_epi16(hb, shift), one);
+        _mm256_or_si256(_mm256_and_si256(load(p.add(48 + 32 * g)), m4), _mm256_slli_epi16(h, 4))
+    }, {
+        let shift = _mm_cvtsi32_si128(2 * g as i32 + 1);
+        let h = _mm256_and_si256(_mm256_srl_epi16(hb, shift), one);
+        let q = _mm256_and_si256(_mm256_srli_epi16(load(p.add(48 + 32 * g)), 4), m4);
+        _mm256_or_si256(q, _mm256_slli_epi16(h, 4))
+    }))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    let (m4, m3, m32) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(3), _mm256_set1_epi8(32));
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let p = w.as_ptr().add(b * 210);
+        // d is the block's last two bytes: read 206..210, take lane 1.
+        let d2 = f16x2(p.add(206));
+        let d = _mm_cvtss_f32(_mm_shuffle_ps(d2, d2, 1));
+        let mut sumi = [_mm256_setzero_si256(); T];
+        for h in 0..2 {
+            let (ql0, ql1, qh) = (load(p.add(64 * h)), load(p.add(64 * h + 32)), load(p.add(128 + 32 * h)));
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), two_bits(qh, m3)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), two_bits(_mm256_srli_epi16(qh, 2), m3)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), two_bits(_mm256_srli_epi16(qh, 4), m3)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), two_bits(_mm256_srli_epi16(qh, 6), m3)),
+            ];
+            let sc = &w[b * 210 + 192 + 8 * h..b * 210 + 200 + 8 * h];
+            // Each 32 values have two scales: the first 16 values' and the next 16's.
+            let mut s = [_mm256_setzero_si256(); 4];
+            for k in 0..4 {
+                s[k] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1] as i8 as i16), _mm_set1_epi16(sc[2 * k] as i8 as i16));
+            }
+            for t in 0..T {
+                let y = a[t].as_ptr().add(b * 292 + 4 + 128 * h);
+                for k in 0..4 {
+                    let yk = load(y.add(32 * k));
+                    let prod = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], yk), _mm256_maddubs_epi16(m32, yk));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(prod, s[k]));
+                }
+            }
+        }
+        for t in 0..T {
+            let ad = scalar::f32_at(a[t], b * 292);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ad), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
+    }
+    finish!(acc, T)
+}
+
+/// Bits 0..2 of each byte of `q`, moved to bits 4..6.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn two_bits(q: __m256i, m3: __m256i) -> __m256i {
+    _mm256_slli_epi16(_mm256_and_si256(q, m3), 4)
+}
+
+/// Dense weights: `n` values, `widen(i)` loads values 8i..8i+8 as f32.
+macro_rules! dense {
+    ($a:expr, $n:expr, $T:ident, |$i:ident| $widen:expr, |$j:ident| $scalar:expr) => {{
+        let mut acc = [_mm256_setzero_ps(); $T];
+        let whole = $n / 8;
+        for $i in 0..whole {
+            let wv: __m256 = $widen;
+            for t in 0..$T {
+                let av = _mm256_loadu_ps($a[t].as_ptr().add(32 * $i) as *const f32);
+                acc[t] = _mm256_fmadd_ps(wv, av, acc[t]);
+            }
+        }
+        let mut out = finish!(acc, $T);
+        for $j in 8 * whole..$n {
+            let wj: f32 = $scalar;
+            for t in 0..$T {
+                out[t] += wj * scalar::f32_at($a[t], 4 * $j);
+            }
+        }
+        out
+    }};
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
+    dense!(a, n, T, |i| _mm256_loadu_ps(w.as_ptr().add(32 * i) as *const f32), |j| scalar::f32_at(w, 4 * j))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
+    dense!(a, n, T, |i| _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().add(16 * i) as *const __m128i)), |j| scalar::f16_at(
+        w,
+        2 * j
+    ))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bf16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
+    dense!(
+        a,
+        n,
+        T,
+        |i| {
+            let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(w.as_ptr().add(16 * i) as *const __m128i));
+            _mm256_castsi256_ps(_mm256_slli_epi32(h, 16))
+        },
+        |j| half::bf16::from_bits(u16::from_le_bytes([w[2 * j], w[2 * j + 1]])).to_f32()
+    )
+}
