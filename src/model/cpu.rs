@@ -412,38 +412,37 @@ impl Model {
                 let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
                 let (keys, vals) = (&s.cache.k[li], &s.cache.v[li]);
                 let kvh = head / rep;
-                let total = s.past + s.tokens.len();
+                // Later tokens of the chunk are never visible.
+                let hi = s.past + i + 1;
                 let pi = s.positions[i];
                 sc.clear();
-                sc.resize(total, f32::NEG_INFINITY);
-                let mut max = f32::NEG_INFINITY;
-                for j in 0..total {
+                sc.resize(hi, 0.0);
+                (self.ops.dots)(q, &keys[kvh * d..], kvn, &mut sc);
+                for j in 0..hi {
                     let (visible, pj) = if j < s.past {
                         (true, j)
                     } else {
                         let jj = j - s.past;
-                        (jj <= i && s.groups.is_none_or(|g| g[jj] == g[i]), s.positions[jj])
+                        (s.groups.is_none_or(|g| g[jj] == g[i]), s.positions[jj])
                     };
-                    if !visible || window.is_some_and(|w| pi.saturating_sub(pj) >= w) {
-                        continue;
-                    }
-                    let v = (self.ops.dot)(q, &keys[j * kvn + kvh * d..j * kvn + (kvh + 1) * d]) * scale;
-                    sc[j] = v;
-                    max = max.max(v);
+                    sc[j] = if visible && window.is_none_or(|w| pi.saturating_sub(pj) < w) {
+                        sc[j] * scale
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                }
+                let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                for v in sc.iter_mut() {
+                    // exp(-inf) = 0: hidden tokens weigh nothing.
+                    *v = (*v - max).exp();
+                    sum += *v;
                 }
                 // SAFETY: work item `w` alone writes this head's slice of
                 // this token's output row.
                 let y = unsafe { dst.slice(row * qn + head * d, d) };
                 y.fill(0.0);
-                let mut sum = 0f32;
-                for j in 0..total {
-                    if sc[j] == f32::NEG_INFINITY {
-                        continue;
-                    }
-                    let p = (sc[j] - max).exp();
-                    sum += p;
-                    (self.ops.axpy)(y, p, &vals[j * kvn + kvh * d..j * kvn + (kvh + 1) * d]);
-                }
+                (self.ops.axpys)(y, &sc, &vals[kvh * d..], kvn);
                 let inv = 1.0 / sum;
                 y.iter_mut().for_each(|v| *v *= inv);
             }

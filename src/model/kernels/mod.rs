@@ -147,16 +147,26 @@ impl QType {
     }
 }
 
-/// Dot products of one weight row with 1 or 4 activation rows.
+/// Dot products of whole weight rows (`w`, rows of `row_bytes`) with 1 or
+/// 4 activation rows: `out[r·T + t]`.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
-    dot1: fn(&[u8], [&[u8]; 1]) -> [f32; 1],
-    dot4: fn(&[u8], [&[u8]; 4]) -> [f32; 4],
+    rows1: fn(&[u8], usize, [&[u8]; 1], &mut [f32]),
+    rows4: fn(&[u8], usize, [&[u8]; 4], &mut [f32]),
+}
+
+/// Rows against `T` activation rows with a one-row dot product.
+fn rows_with<const T: usize>(dot: fn(&[u8], &[u8]) -> f32, w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
+    for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
+        for t in 0..T {
+            o[t] = dot(row, a[t]);
+        }
+    }
 }
 
 macro_rules! portable {
     ($f:path) => {
-        Kernel { dot1: |w, a| [$f(w, a[0])], dot4: |w, a| [$f(w, a[0]), $f(w, a[1]), $f(w, a[2]), $f(w, a[3])] }
+        Kernel { rows1: |w, rb, a, o| rows_with::<1>($f, w, rb, a, o), rows4: |w, rb, a, o| rows_with::<4>($f, w, rb, a, o) }
     };
 }
 
@@ -188,13 +198,19 @@ impl Kernel {
     }
 }
 
-/// f32 vector operations of attention: `dot(a, b)` and `y += p·x`.
+/// f32 vector operations of attention over rows `j·stride..j·stride + d`
+/// of a cache slice (one KV head's keys or values).
 #[derive(Clone, Copy)]
 pub struct VecOps {
-    /// Σ a·b.
-    pub dot: fn(&[f32], &[f32]) -> f32,
-    /// `y += p·x`.
-    pub axpy: fn(&mut [f32], f32, &[f32]),
+    /// `out[j] = q · keys[row j]` for `j < out.len()`.
+    pub dots: fn(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]),
+    /// `y += Σ_j p[j] · vals[row j]` (rows whose `p` is 0 are skipped).
+    pub axpys: fn(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize),
+}
+
+/// Panics unless `n` rows of `d` values at `stride` fit in `len` values.
+pub(crate) fn check_strided(d: usize, len: usize, stride: usize, n: usize) {
+    assert!(n == 0 || (n - 1) * stride + d <= len, "strided rows out of bounds");
 }
 
 impl std::fmt::Debug for VecOps {
@@ -215,7 +231,7 @@ impl VecOps {
 
     /// Plain loops (eight independent lanes, which compilers vectorize).
     pub fn portable() -> VecOps {
-        VecOps { dot: scalar::dot_lanes, axpy: scalar::axpy }
+        VecOps { dots: scalar::dots, axpys: scalar::axpys }
     }
 }
 
@@ -317,31 +333,38 @@ impl QMatrix {
         let acts = &scratch.acts;
         let a = |t: usize| &acts[t * arow..(t + 1) * arow];
         let rows = self.rows;
+        let rb = self.data.len() / rows.max(1);
         let threads = pool.threads();
         // Rows are handed out in chunks from a counter, so a thread slowed
         // by other work takes fewer.
-        let chunk = (rows / (threads * 8)).clamp(4, 64);
+        let chunk = (rows / (threads * 8)).clamp(4, 64); // ≤ 64: `local` below
         let next = AtomicUsize::new(0);
         let dst = Disjoint::new(out);
-        pool.run(&|_| loop {
-            let r0 = next.fetch_add(chunk, Ordering::Relaxed);
-            if r0 >= rows {
-                break;
-            }
-            for r in r0..(r0 + chunk).min(rows) {
-                let w = self.row(r);
-                let mut t = 0;
-                while t + 4 <= n {
-                    let v = (self.kernel.dot4)(w, [a(t), a(t + 1), a(t + 2), a(t + 3)]);
-                    for (i, v) in v.into_iter().enumerate() {
-                        // SAFETY: row `r` is in this thread's chunk alone.
-                        unsafe { dst.set((t + i) * rows + r, v) };
-                    }
-                    t += 4;
+        pool.run(&|_| {
+            let mut local = [0f32; 64 * 4];
+            loop {
+                let r0 = next.fetch_add(chunk, Ordering::Relaxed);
+                if r0 >= rows {
+                    break;
                 }
-                for t in t..n {
-                    // SAFETY: as above.
-                    unsafe { dst.set(t * rows + r, (self.kernel.dot1)(w, [a(t)])[0]) };
+                let k = chunk.min(rows - r0);
+                let w = &self.data[r0 * rb..(r0 + k) * rb];
+                let mut t = 0;
+                while t < n {
+                    let tile = if n - t >= 4 { 4 } else { 1 };
+                    let out = &mut local[..k * tile];
+                    if tile == 4 {
+                        (self.kernel.rows4)(w, rb, [a(t), a(t + 1), a(t + 2), a(t + 3)], out);
+                    } else {
+                        (self.kernel.rows1)(w, rb, [a(t)], out);
+                    }
+                    for r in 0..k {
+                        for i in 0..tile {
+                            // SAFETY: rows r0..r0+k are this thread's chunk alone.
+                            unsafe { dst.set((t + i) * rows + r0 + r, out[r * tile + i]) };
+                        }
+                    }
+                    t += tile;
                 }
             }
         });

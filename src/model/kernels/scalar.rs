@@ -253,8 +253,26 @@ pub(crate) fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
         .sum()
 }
 
+/// `out[j] = q · keys[j·stride..j·stride + q.len()]`.
+pub(crate) fn dots(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    super::check_strided(q.len(), keys.len(), stride, out.len());
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot_lanes(q, &keys[j * stride..j * stride + q.len()]);
+    }
+}
+
+/// `y += Σ_j p[j] · vals[j·stride..j·stride + y.len()]`.
+pub(crate) fn axpys(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
+    super::check_strided(y.len(), vals.len(), stride, p.len());
+    for (j, &pj) in p.iter().enumerate() {
+        if pj != 0.0 {
+            axpy(y, pj, &vals[j * stride..j * stride + y.len()]);
+        }
+    }
+}
+
 /// Σ a·b in eight independent lanes.
-pub(crate) fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -268,7 +286,7 @@ pub(crate) fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `y += p·x`.
-pub(crate) fn axpy(y: &mut [f32], p: f32, x: &[f32]) {
+fn axpy(y: &mut [f32], p: f32, x: &[f32]) {
     assert_eq!(y.len(), x.len());
     for (y, &x) in y.iter_mut().zip(x) {
         *y += p * x;

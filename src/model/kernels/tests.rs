@@ -157,17 +157,26 @@ fn a_pool_runs_every_index_once_and_reports_panics() {
 }
 
 #[test]
-fn vector_ops_match_the_portable_ones_and_f64() {
+fn strided_vector_ops_match_the_portable_ones_and_f64() {
     let (best, port) = (VecOps::best(), VecOps::portable());
-    for n in [0, 1, 7, 8, 9, 16, 63, 64, 65, 130] {
-        let (a, b) = (randoms(n, n as u64 + 1), randoms(n, n as u64 + 1000));
-        let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-        for ops in [best, port] {
-            assert!(((ops.dot)(&a, &b) as f64 - exact).abs() < 1e-4, "dot of {n}");
-            let mut y = b.clone();
-            (ops.axpy)(&mut y, 0.5, &a);
-            for i in 0..n {
-                assert!((y[i] - (b[i] + 0.5 * a[i])).abs() < 1e-6, "axpy of {n} at {i}");
+    for d in [1, 7, 8, 9, 16, 64, 65] {
+        for (n, stride) in [(0, d), (1, d), (5, d), (9, 3 * d + 2)] {
+            let q = randoms(d, d as u64);
+            let rows = randoms((n.max(1) - 1) * stride + d, n as u64 + 7);
+            let p: Vec<f32> = randoms(n, 3).into_iter().enumerate().map(|(j, v)| if j == 2 { 0.0 } else { v }).collect();
+            for ops in [best, port] {
+                let mut out = vec![f32::NAN; n];
+                (ops.dots)(&q, &rows, stride, &mut out);
+                let mut y = q.clone();
+                (ops.axpys)(&mut y, &p, &rows, stride);
+                for j in 0..n {
+                    let exact: f64 = (0..d).map(|c| q[c] as f64 * rows[j * stride + c] as f64).sum();
+                    assert!((out[j] as f64 - exact).abs() < 1e-4, "dots d={d} n={n} [{j}]");
+                }
+                for c in 0..d {
+                    let exact: f64 = q[c] as f64 + (0..n).map(|j| p[j] as f64 * rows[j * stride + c] as f64).sum::<f64>();
+                    assert!((y[c] as f64 - exact).abs() < 1e-4, "axpys d={d} n={n} [{c}]");
+                }
             }
         }
     }

@@ -18,17 +18,17 @@ pub(super) fn table(ty: QType) -> Option<Kernel> {
         return None;
     }
     Some(match ty {
-        QType::Q4_0 => Kernel { dot1: q4_0::<1>, dot4: q4_0::<4> },
-        QType::Q4_1 => Kernel { dot1: q4_1::<1>, dot4: q4_1::<4> },
-        QType::Q5_0 => Kernel { dot1: q5_0::<1>, dot4: q5_0::<4> },
-        QType::Q5_1 => Kernel { dot1: q5_1::<1>, dot4: q5_1::<4> },
-        QType::Q8_0 => Kernel { dot1: q8_0::<1>, dot4: q8_0::<4> },
-        QType::Q4K => Kernel { dot1: q4_k::<1>, dot4: q4_k::<4> },
-        QType::Q5K => Kernel { dot1: q5_k::<1>, dot4: q5_k::<4> },
-        QType::Q6K => Kernel { dot1: q6_k::<1>, dot4: q6_k::<4> },
-        QType::F32 => Kernel { dot1: f32s::<1>, dot4: f32s::<4> },
-        QType::F16 => Kernel { dot1: f16s::<1>, dot4: f16s::<4> },
-        QType::BF16 => Kernel { dot1: bf16s::<1>, dot4: bf16s::<4> },
+        QType::Q4_0 => Kernel { rows1: q4_0::<1>, rows4: q4_0::<4> },
+        QType::Q4_1 => Kernel { rows1: q4_1::<1>, rows4: q4_1::<4> },
+        QType::Q5_0 => Kernel { rows1: q5_0::<1>, rows4: q5_0::<4> },
+        QType::Q5_1 => Kernel { rows1: q5_1::<1>, rows4: q5_1::<4> },
+        QType::Q8_0 => Kernel { rows1: q8_0::<1>, rows4: q8_0::<4> },
+        QType::Q4K => Kernel { rows1: q4_k::<1>, rows4: q4_k::<4> },
+        QType::Q5K => Kernel { rows1: q5_k::<1>, rows4: q5_k::<4> },
+        QType::Q6K => Kernel { rows1: q6_k::<1>, rows4: q6_k::<4> },
+        QType::F32 => Kernel { rows1: f32s::<1>, rows4: f32s::<4> },
+        QType::F16 => Kernel { rows1: f16s::<1>, rows4: f16s::<4> },
+        QType::BF16 => Kernel { rows1: bf16s::<1>, rows4: bf16s::<4> },
     })
 }
 
@@ -37,22 +37,41 @@ pub(super) fn vec_ops() -> Option<super::VecOps> {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
         return None;
     }
-    Some(super::VecOps { dot: vdot, axpy: vaxpy })
+    Some(super::VecOps { dots: vdots, axpys: vaxpys })
 }
 
-fn vdot(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
+fn vdots(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    super::check_strided(q.len(), keys.len(), stride, out.len());
     // SAFETY: `vec_ops` hands this out only after detecting AVX2 and FMA;
-    // both slices hold `a.len()` values (asserted).
-    unsafe { vdot_avx2(a, b) }
+    // the body slices with bounds checks.
+    unsafe { vdots_avx2(q, keys, stride, out) }
 }
 
-fn vaxpy(y: &mut [f32], p: f32, x: &[f32]) {
-    assert_eq!(y.len(), x.len());
-    // SAFETY: as in `vdot`.
-    unsafe { vaxpy_avx2(y, p, x) }
+fn vaxpys(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
+    super::check_strided(y.len(), vals.len(), stride, p.len());
+    // SAFETY: as in `vdots`.
+    unsafe { vaxpys_avx2(y, p, vals, stride) }
 }
 
+#[target_feature(enable = "avx2,fma")]
+unsafe fn vdots_avx2(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    let d = q.len();
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = vdot_avx2(q, &keys[j * stride..j * stride + d]);
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn vaxpys_avx2(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
+    let d = y.len();
+    for (j, &pj) in p.iter().enumerate() {
+        if pj != 0.0 {
+            vaxpy_avx2(y, pj, &vals[j * stride..j * stride + d]);
+        }
+    }
+}
+
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vdot_avx2(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len();
@@ -75,6 +94,7 @@ unsafe fn vdot_avx2(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vaxpy_avx2(y: &mut [f32], p: f32, x: &[f32]) {
     let n = y.len();
@@ -91,18 +111,33 @@ unsafe fn vaxpy_avx2(y: &mut [f32], p: f32, x: &[f32]) {
     }
 }
 
-/// Safe entry points: each checks that the rows hold whole blocks of the
-/// same count, then runs its `*_avx2` body.
+/// Safe entry points: rows of `row_bytes` (whole blocks) one after another
+/// in `w` against `T` activation rows; `out[r·T + t]`. Each checks the
+/// shapes, then runs its `*_avx2` body on every row inside one
+/// AVX2-compiled loop (the body inlines; no call per row).
 macro_rules! entry {
     ($name:ident, $body:ident, $wb:expr, $ab:expr) => {
-        fn $name<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
-            let nb = w.len() / $wb;
-            assert!(w.len() == nb * $wb && a.iter().all(|r| r.len() == nb * $ab), "kernel rows of unequal length");
+        fn $name<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
+            let nb = row_bytes / $wb;
+            let rows = if row_bytes == 0 { 0 } else { w.len() / row_bytes };
+            assert!(
+                row_bytes == nb * $wb
+                    && w.len() == rows * row_bytes
+                    && out.len() == rows * T
+                    && a.iter().all(|r| r.len() == nb * $ab),
+                "kernel shapes"
+            );
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn each_row<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], nb: usize, out: &mut [f32]) {
+                for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
+                    o.copy_from_slice(&$body::<T>(row, a, nb));
+                }
+            }
             // SAFETY: `table` hands these functions out only after detecting
             // AVX2, FMA and F16C; the body reads `nb` blocks of `$wb` bytes
-            // from `w` and of `$ab` bytes from each row of `a`, which the
-            // assertion above guarantees are there.
-            unsafe { $body::<T>(w, a, nb) }
+            // from each row and of `$ab` bytes from each row of `a`, which
+            // the assertion above guarantees are there.
+            unsafe { each_row::<T>(w, row_bytes, a, nb, out) }
         }
     };
 }
@@ -136,20 +171,6 @@ unsafe fn hsum(v: __m256) -> f32 {
 unsafe fn f16x2(p: *const u8) -> __m128 {
     let bits = std::ptr::read_unaligned(p as *const u32);
     _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
-}
-
-/// The f16 at `p` (whose block has two more bytes after it), widened.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16(p: *const u8) -> f32 {
-    _mm_cvtss_f32(f16x2(p))
-}
-
-/// The f32 at `p`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_at(p: *const u8) -> f32 {
-    std::ptr::read_unaligned(p as *const f32)
 }
 
 #[inline]
@@ -214,6 +235,16 @@ macro_rules! pairs {
     }};
 }
 
+/// The f16 at `p` in all eight lanes. Broadcast as 16 bits first: a
+/// scale converted in one lane compiles to a 16-bit insert into whatever
+/// register is at hand, a false dependency that chained every block of a
+/// row to the accumulators.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_all(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(std::ptr::read_unaligned(p as *const i16)))
+}
+
 /// Signed 4- or 8-bit weights (`qx` per block) against `Q8_0` rows.
 macro_rules! signed_32 {
     ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident| $qx:expr) => {{
@@ -222,7 +253,7 @@ macro_rules! signed_32 {
             ($b:expr, $k:expr) => {{
                 let b = $b;
                 let $p = $w.as_ptr().add(b * $wb);
-                let wd = f16($p);
+                let wd = f16_all($p);
                 let qx: __m256i = $qx;
                 // |qx| with the sign moved onto the activations: maddubs
                 // wants one unsigned operand.
@@ -230,7 +261,8 @@ macro_rules! signed_32 {
                 for t in 0..$T {
                     let ab = $a[t].as_ptr().add(b * 36);
                     let sy = _mm256_sign_epi8(load(ab.add(4)), qx);
-                    acc[$k][t] = _mm256_fmadd_ps(_mm256_set1_ps(wd * f32_at(ab)), sum_u8_i8(ax, sy), acc[$k][t]);
+                    let d = _mm256_mul_ps(wd, _mm256_broadcast_ss(&*(ab as *const f32)));
+                    acc[$k][t] = _mm256_fmadd_ps(d, sum_u8_i8(ax, sy), acc[$k][t]);
                 }
             }};
         }
@@ -280,11 +312,13 @@ macro_rules! unsigned_32 {
     }};
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     signed_32!(w, a, nb, T, 18, |p| _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8)))
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     signed_32!(w, a, nb, T, 22, |p| {
@@ -293,16 +327,19 @@ unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
     })
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     signed_32!(w, a, nb, T, 34, |p| load(p.add(2)))
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     unsigned_32!(w, a, nb, T, 20, |p| nibbles(p.add(4)))
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     unsigned_32!(w, a, nb, T, 24, |p| {
@@ -351,6 +388,7 @@ macro_rules! k_scaled {
     }};
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     let m4 = _mm256_set1_epi8(0xF);
@@ -360,6 +398,7 @@ unsafe fn q4_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
     }, _mm256_and_si256(_mm256_srli_epi16(load(p.add(16 + 32 * g)), 4), m4)))
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     let (m4, one) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(1));
@@ -376,6 +415,7 @@ unsafe fn q5_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
     }))
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     let (m4, m3, m32) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(3), _mm256_set1_epi8(32));
@@ -447,11 +487,13 @@ macro_rules! dense {
     }};
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f32_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
     dense!(a, n, T, |i| _mm256_loadu_ps(w.as_ptr().add(32 * i) as *const f32), |j| scalar::f32_at(w, 4 * j))
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
     dense!(a, n, T, |i| _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().add(16 * i) as *const __m128i)), |j| scalar::f16_at(
@@ -460,6 +502,7 @@ unsafe fn f16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T
     ))
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn bf16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
     dense!(
