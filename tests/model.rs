@@ -558,3 +558,66 @@ fn greedy_sampling_is_the_argmax_with_biases_and_masks_applied() {
     assert!(Sampler::new(SamplingParams { top_p: 0.0, ..SamplingParams::default() }).is_err());
     assert!(Sampler::new(SamplingParams { temperature: f32::NAN, ..SamplingParams::default() }).is_err());
 }
+
+/// A chunk longer than a pass takes goes through in pieces with the same
+/// logits as a sequence of shorter appends; an error anywhere in it
+/// changes nothing.
+#[test]
+fn long_appends_go_through_in_pieces_with_the_same_logits() {
+    let tmp = temp_dir("long-llama");
+    let dir = Spec::small("llama").write_hf(&tmp);
+    let cfg_path = dir.join("config.json");
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["max_position_embeddings"] = 2048.into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let m = Decoder::load(&dir, &Device::Cpu).unwrap();
+    let tokens: Vec<u32> = (0..1300u32).map(|i| (i * 37 + 11) % 250).collect();
+    let rows = [0, 511, 512, 1023, 1299, 700];
+    let mut st = m.new_state();
+    let got = m.append_rows(&mut st, &tokens, &rows).unwrap();
+    assert_eq!(st.len(), tokens.len());
+    let mut by_parts = m.new_state();
+    let mut want = std::collections::HashMap::new();
+    for (a, b) in [(0, 300), (300, 900), (900, 1300)] {
+        let local: Vec<usize> = rows.iter().filter(|&&r| (a..b).contains(&r)).map(|&r| r - a).collect();
+        for (r, l) in local.iter().zip(m.append_rows(&mut by_parts, &tokens[a..b], &local).unwrap()) {
+            want.insert(a + r, l);
+        }
+    }
+    for (k, &r) in rows.iter().enumerate() {
+        let d = max_diff(&got[k], &want[&r]);
+        assert!(d < 1e-4, "row {r}: {d}");
+    }
+    let mut bad = tokens.clone();
+    bad[1000] = 999_999;
+    let mut fresh = m.new_state();
+    assert!(m.append_rows(&mut fresh, &bad, &[5]).is_err());
+    assert!(fresh.is_empty(), "an error in a later piece left earlier pieces in the cache");
+}
+
+/// A file that claims an impossible shape is a named error before
+/// anything is allocated from it (a claim of 10⁹ layers used to abort on a
+/// 176 GB allocation).
+#[test]
+fn impossible_shapes_are_errors_not_aborts() {
+    use candle_core::quantized::gguf_file::Value as V;
+    let spec = Spec::small("llama");
+    let tmp = temp_dir("huge-claims");
+    for (key, value, says) in [
+        ("llama.block_count", V::U32(1_000_000_000), "layers"),
+        ("llama.embedding_length", V::U32(4_000_000_000), "hidden size"),
+        ("llama.context_length", V::U32(4_000_000_000), "context length"),
+    ] {
+        let path = tmp.join(format!("{key}.gguf"));
+        spec.write_gguf_with(&path, GgmlDType::F32, vec![(key.to_string(), value)]);
+        let err = Decoder::load(&path, &Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains(says), "{key}: {err}");
+    }
+    let dir = spec.write_hf(&tmp.join("hf"));
+    let cfg_path = dir.join("config.json");
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["num_hidden_layers"] = 1_000_000_000u64.into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let err = Decoder::load(&dir, &Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains("layers"), "{err}");
+}

@@ -184,7 +184,7 @@ impl ModelConfig {
         let hidden_size = req(json, "hidden_size")?;
         let num_heads = req(json, "num_attention_heads")?;
         let head_dim = opt(json, "head_dim").unwrap_or(hidden_size / num_heads.max(1));
-        let num_layers = req(json, "num_hidden_layers")?;
+        let num_layers = plausible_layers(req(json, "num_hidden_layers")?)?;
         let max_position_embeddings = opt(json, "max_position_embeddings").unwrap_or(4096);
         // transformers 5 moves the rope keys into `rope_parameters`.
         let rp = &json["rope_parameters"];
@@ -232,6 +232,21 @@ impl ModelConfig {
     /// not a tensor-shape failure mid-forward.
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: String| Err(ModelError::Config(m));
+        // Sizes are checked before anything is allocated from them: a file
+        // claiming 10⁹ layers is an error, not an abort.
+        for (what, v, max) in [
+            ("hidden size", self.hidden_size, 1 << 17),
+            ("MLP size", self.intermediate_size, 1 << 20),
+            ("attention head count", self.num_heads, 1 << 12),
+            ("head size", self.head_dim, 1 << 12),
+            ("vocabulary", self.vocab_size, 1 << 23),
+            ("context length", self.max_position_embeddings, 1 << 24),
+        ] {
+            if v > max {
+                return bad(format!("the {what} {v} is beyond any model lmt runs (at most {max})"));
+            }
+        }
+        plausible_layers(self.num_layers)?;
         if self.num_heads == 0 || self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return bad(format!(
                 "{} attention heads cannot be shared by {} key/value heads",
@@ -338,6 +353,17 @@ fn rope_scaling(src: &Value, json: &Value, dim: usize, max_pos: usize) -> Result
 }
 
 /// A required positive integer field.
+/// Most layers a model may claim.
+pub(crate) const MAX_LAYERS: usize = 1 << 12;
+
+/// `n` when it is a layer count a real model could have.
+pub(crate) fn plausible_layers(n: usize) -> Result<usize, ModelError> {
+    if n > MAX_LAYERS {
+        return Err(ModelError::Config(format!("{n} layers is beyond any model lmt runs (at most {MAX_LAYERS})")));
+    }
+    Ok(n)
+}
+
 fn req(json: &Value, key: &str) -> Result<usize, ModelError> {
     opt(json, key).ok_or_else(|| ModelError::Config(format!("missing or invalid `{key}`")))
 }

@@ -189,8 +189,22 @@ impl Decoder {
         }
         let start = st.tokens.len();
         let positions: Vec<usize> = (start..start + tokens.len()).collect();
-        let mut out = self.forward(&mut [Pass { st, tokens, positions: &positions, vis: Visibility::Causal, rows }])?;
-        Ok(out.pop().unwrap_or_default())
+        // Long chunks go through in pieces (the same logits: later pieces
+        // see earlier ones in the cache), so a pass's buffers stay bounded;
+        // the whole chunk is checked first, so an error changes nothing.
+        self.check(&Pass { st, tokens, positions: &positions, vis: Visibility::Causal, rows })?;
+        let mut out = vec![Vec::new(); rows.len()];
+        for (c, piece) in tokens.chunks(PIECE).enumerate() {
+            let base = c * PIECE;
+            let wanted: Vec<usize> = (0..rows.len()).filter(|&k| (base..base + piece.len()).contains(&rows[k])).collect();
+            let local: Vec<usize> = wanted.iter().map(|&k| rows[k] - base).collect();
+            let pos = &positions[base..base + piece.len()];
+            let mut got = self.forward(&mut [Pass { st, tokens: piece, positions: pos, vis: Visibility::Causal, rows: &local }])?;
+            for (k, logits) in wanted.into_iter().zip(got.pop().unwrap_or_default()) {
+                out[k] = logits;
+            }
+        }
+        Ok(out)
     }
 
     /// Feeds `tokens[i]` to `states[i]`, all sequences in one forward pass
@@ -293,21 +307,26 @@ impl Decoder {
     /// One forward pass over the chunks of several states, appending each
     /// chunk to its state; per state, the logits of its `rows`. Every
     /// argument is checked before any state changes.
+    /// An error when `p` holds an id outside the vocabulary, a position
+    /// past the context, or a row outside its chunk.
+    fn check(&self, p: &Pass<'_>) -> Result<(), ModelError> {
+        let cfg = &self.config;
+        if let Some(&t) = p.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            return Err(ModelError::Runtime(format!("token id {t} is outside the model's vocabulary of {}", cfg.vocab_size)));
+        }
+        if p.positions.iter().max().is_some_and(|&m| m >= cfg.max_position_embeddings) {
+            return Err(ModelError::ContextFull { max: cfg.max_position_embeddings });
+        }
+        if let Some(&r) = p.rows.iter().find(|&&r| r >= p.tokens.len()) {
+            return Err(ModelError::Runtime(format!("logits row {r} asked of a chunk of {}", p.tokens.len())));
+        }
+        Ok(())
+    }
+
     fn forward(&self, passes: &mut [Pass<'_>]) -> Result<Vec<Vec<Vec<f32>>>, ModelError> {
         let cfg = &self.config;
         for p in passes.iter() {
-            if let Some(&t) = p.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-                return Err(ModelError::Runtime(format!(
-                    "token id {t} is outside the model's vocabulary of {}",
-                    cfg.vocab_size
-                )));
-            }
-            if p.positions.iter().max().is_some_and(|&m| m >= cfg.max_position_embeddings) {
-                return Err(ModelError::ContextFull { max: cfg.max_position_embeddings });
-            }
-            if let Some(&r) = p.rows.iter().find(|&&r| r >= p.tokens.len()) {
-                return Err(ModelError::Runtime(format!("logits row {r} asked of a chunk of {}", p.tokens.len())));
-            }
+            self.check(p)?;
         }
         let out = match &*self.backend {
             Backend::Cpu(m) => {
@@ -359,6 +378,9 @@ impl Decoder {
         Ok(out)
     }
 }
+
+/// Most tokens of one sequence in one pass when appending.
+const PIECE: usize = 512;
 
 /// One state's part of a forward pass.
 struct Pass<'a> {

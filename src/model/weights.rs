@@ -345,6 +345,21 @@ impl GgufReader<'_> {
 
     /// A tensor as stored (quantized or not).
     fn q(&mut self, name: &str) -> Result<QTensor, ModelError> {
+        // The size the header claims is checked against the file before
+        // anything is allocated for it.
+        if let Some(info) = self.content.tensor_infos.get(name) {
+            let (elems, block) = (info.shape.elem_count(), info.ggml_dtype.block_size());
+            let bytes = (elems / block.max(1)).checked_mul(info.ggml_dtype.type_size());
+            let end = bytes.and_then(|b| (self.content.tensor_data_offset + info.offset).checked_add(b as u64));
+            let len = self.file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+            if end.is_none_or(|e| e > len) {
+                return Err(ModelError::Weights(format!(
+                    "tensor `{name}` ({:?}, {:?}) runs past the end of the file ({len} bytes)",
+                    info.ggml_dtype,
+                    info.shape.dims()
+                )));
+            }
+        }
         let t = self
             .content
             .tensor(&mut self.file, name, self.device)
@@ -410,7 +425,7 @@ pub(crate) fn gguf_config(content: &gguf_file::Content) -> Result<ModelConfig, M
     let hidden_size = need("embedding_length")?;
     let num_heads = need("attention.head_count")?;
     let head_dim = u("attention.key_length").unwrap_or(hidden_size / num_heads.max(1));
-    let num_layers = need("block_count")?;
+    let num_layers = super::config::plausible_layers(need("block_count")?)?;
     let vocab_size = content
         .tensor_infos
         .get("token_embd.weight")

@@ -279,8 +279,9 @@ macro_rules! signed_32 {
 macro_rules! unsigned_32 {
     ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident| $qx:expr) => {{
         let mut acc = [[_mm256_setzero_ps(); $T]; 2];
-        // Lane 1: Σ m_w·s_a (lane 0 is unused).
-        let mut mins = [[_mm_setzero_ps(); $T]; 2];
+        // Lane 1: Σ m_w·s_a (lane 0 is unused). One chain per row is
+        // enough (its adds are far apart); a second would spill registers.
+        let mut mins = [_mm_setzero_ps(); $T];
         macro_rules! step {
             ($b:expr, $k:expr) => {{
                 let b = $b;
@@ -294,7 +295,7 @@ macro_rules! unsigned_32 {
                     let ds = _mm_castsi128_ps(_mm_loadl_epi64(ab as *const __m128i));
                     let d = _mm256_mul_ps(wd, _mm256_broadcastss_ps(ds));
                     acc[$k][t] = _mm256_fmadd_ps(d, sum_u8_i8(qx, load(ab.add(8))), acc[$k][t]);
-                    mins[$k][t] = _mm_fmadd_ps(dm, ds, mins[$k][t]);
+                    mins[t] = _mm_fmadd_ps(dm, ds, mins[t]);
                 }
             }};
         }
@@ -305,8 +306,7 @@ macro_rules! unsigned_32 {
         }
         let mut out = finish!(both, $T);
         for t in 0..$T {
-            let m = _mm_add_ps(mins[0][t], mins[1][t]);
-            out[t] += _mm_cvtss_f32(_mm_shuffle_ps(m, m, 1));
+            out[t] += _mm_cvtss_f32(_mm_shuffle_ps(mins[t], mins[t], 1));
         }
         out
     }};
@@ -354,18 +354,30 @@ unsafe fn q5_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
 macro_rules! k_scaled {
     ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident, $g:ident| ($setup:stmt; $lo:expr, $hi:expr)) => {{
         let mut acc = [_mm256_setzero_ps(); $T];
-        let mut mins = [0f32; $T];
+        let mut mins = [_mm256_setzero_ps(); $T];
         for b in 0..$nb {
             let $p = $w.as_ptr().add(b * $wb);
             let dm = f16x2($p);
-            let (d, dmin) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_shuffle_ps(dm, dm, 1)));
-            let scales = &$w[b * $wb + 4..b * $wb + 16];
+            let d = _mm256_broadcastss_ps(dm);
+            let dmin = _mm256_broadcastss_ps(_mm_shuffle_ps(dm, dm, 1));
+            // The 8 scales and mins, unpacked once per block; each min
+            // twice, to pair with the activations' 16-value sums.
+            let packed = &$w[b * $wb + 4..b * $wb + 16];
+            let mut sc = [0i16; 8];
+            let mut mn = [0i16; 16];
+            for j in 0..8 {
+                let (s, m) = scalar::scale_min_k4(packed, j);
+                sc[j] = s as i16;
+                mn[2 * j] = m as i16;
+                mn[2 * j + 1] = m as i16;
+            }
+            let mn = _mm256_loadu_si256(mn.as_ptr() as *const __m256i);
             let mut sumi = [_mm256_setzero_si256(); $T];
             $setup
             for $g in 0..4 {
                 let (lo, hi): (__m256i, __m256i) = ($lo, $hi);
-                let sl = _mm256_set1_epi16(scalar::scale_min_k4(scales, 2 * $g).0 as i16);
-                let sh = _mm256_set1_epi16(scalar::scale_min_k4(scales, 2 * $g + 1).0 as i16);
+                let sl = _mm256_set1_epi16(sc[2 * $g]);
+                let sh = _mm256_set1_epi16(sc[2 * $g + 1]);
                 for t in 0..$T {
                     let y = $a[t].as_ptr().add(b * 292 + 4 + 64 * $g);
                     let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load(y)), sl);
@@ -374,17 +386,19 @@ macro_rules! k_scaled {
                 }
             }
             for t in 0..$T {
-                let ab = &$a[t][b * 292..(b + 1) * 292];
-                let ad = scalar::f32_at(ab, 0);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ad), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-                mins[t] += dmin * ad * scalar::k_mins(scales, ab) as f32;
+                let ab = $a[t].as_ptr().add(b * 292);
+                let ad = _mm256_broadcast_ss(&*(ab as *const f32));
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, ad), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+                // Σ m_j·(bsum_2j + bsum_2j+1), eight lanes.
+                let m = _mm256_madd_epi16(load(ab.add(260)), mn);
+                mins[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, ad), _mm256_cvtepi32_ps(m), mins[t]);
             }
         }
-        let mut out = finish!(acc, $T);
+        let mut both = [_mm256_setzero_ps(); $T];
         for t in 0..$T {
-            out[t] -= mins[t];
+            both[t] = _mm256_sub_ps(acc[t], mins[t]);
         }
-        out
+        finish!(both, $T)
     }};
 }
 
