@@ -120,3 +120,23 @@ fn explains_codes() {
     let bad = lmt(&["explain", "E9999"], None);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// A reader that goes away (`lmt explain | true`) ends lmt quietly: exit 0,
+/// no panic message (println! used to panic on the broken pipe).
+#[test]
+fn a_closed_stdout_pipe_is_a_quiet_exit() {
+    for args in [&["explain"][..], &["explain", "E0101"], &["match", "--regex", "[a-z]+", "--text", "abc"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lmt"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end before lmt writes.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}

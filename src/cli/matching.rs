@@ -57,9 +57,9 @@ pub fn run(args: &MatchArgs) -> i32 {
         return match bench(dir, args) {
             Ok((summary, text)) => {
                 if args.json {
-                    println!("{summary}");
+                    super::out(format_args!("{summary}\n"));
                 } else {
-                    print!("{text}");
+                    super::out(format_args!("{text}"));
                 }
                 0
             }
@@ -72,9 +72,9 @@ pub fn run(args: &MatchArgs) -> i32 {
     match check(args) {
         Ok(outcome) => {
             if args.json {
-                println!("{}", outcome.json);
+                super::out(format_args!("{}\n", outcome.json));
             } else {
-                println!("{}", outcome.message);
+                super::out(format_args!("{}\n", outcome.message));
             }
             if outcome.accepted {
                 0

@@ -172,6 +172,21 @@ pub fn check(args: &CheckArgs) -> i32 {
     }
 }
 
+/// Writes `text` to standard output. A reader that has gone away (`lmt
+/// explain | head -1`) ends the program quietly, as a closed pipe ends
+/// other command-line tools, instead of a panic in `println!`.
+pub(crate) fn out(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
 fn summary(errors: usize, warnings: usize) -> String {
     let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
     match (errors, warnings) {
@@ -190,7 +205,7 @@ pub fn explain(code: Option<&str>) -> i32 {
     match code {
         None => {
             for c in Code::ALL {
-                println!("{}  {:<24} {}", c.as_str(), c.name(), c.summary());
+                out(format_args!("{}  {:<24} {}\n", c.as_str(), c.name(), c.summary()));
             }
             0
         }
@@ -200,7 +215,7 @@ pub fn explain(code: Option<&str>) -> i32 {
                     Severity::Error => "error",
                     Severity::Warning => "warning",
                 };
-                println!("{} ({}, {sev})\n\n{}", c.as_str(), c.name(), c.summary());
+                out(format_args!("{} ({}, {sev})\n\n{}\n", c.as_str(), c.name(), c.summary()));
                 0
             }
             None => {

@@ -85,8 +85,16 @@ fn arith(op: BinaryOp, a: &Value, b: &Value) -> Option<OpResult> {
             Div if y == 0 => Err("division by zero".into()),
             Div => Ok(Value::Float(x as f64 / y as f64)),
             FloorDiv | Mod if y == 0 => Err("division by zero".into()),
-            FloorDiv => Ok(Value::Int(x.div_euclid(y) - i64::from(y < 0 && x.rem_euclid(y) != 0))),
-            Mod => Ok(Value::Int(((x % y) + y) % y)),
+            // Python's floor division and modulo (the result takes the
+            // divisor's sign); `i64::MIN // -1` is the one overflow.
+            FloorDiv => x
+                .checked_div_euclid(y)
+                .map(|q| Value::Int(q - i64::from(y < 0 && x.wrapping_rem_euclid(y) != 0)))
+                .ok_or_else(overflow),
+            Mod => {
+                let r = x.wrapping_rem_euclid(y);
+                Ok(Value::Int(if y < 0 && r != 0 { r + y } else { r }))
+            }
             Pow if y >= 0 => u32::try_from(y).ok().and_then(|e| x.checked_pow(e)).map(Value::Int).ok_or_else(overflow),
             Pow => Ok(Value::Float((x as f64).powf(y as f64))),
             _ => return None,
@@ -454,7 +462,7 @@ pub fn test(name: &str, v: &Value, args: &[Value]) -> Result<bool, String> {
         "odd" => int()? % 2 != 0,
         "divisibleby" => match args.first() {
             Some(Value::Int(0)) => return Err("`divisibleby(0)`: division by zero".into()),
-            Some(Value::Int(n)) => int()? % n == 0,
+            Some(Value::Int(n)) => int()?.wrapping_rem(*n) == 0,
             _ => return Err("`divisibleby` needs an integer argument".into()),
         },
         _ => return Err(format!("unknown test `{name}`")),
@@ -533,5 +541,28 @@ pub fn preview(s: &str) -> String {
         format!("{short:?}…")
     } else {
         format!("{short:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int(op: BinaryOp, x: i64, y: i64) -> OpResult {
+        binary(op, &Value::Int(x), &Value::Int(y))
+    }
+
+    #[test]
+    fn integer_division_and_modulo_follow_python_without_overflow_panics() {
+        use BinaryOp::{FloorDiv, Mod};
+        for (x, y, q, r) in [(7, 2, 3, 1), (-7, 2, -4, 1), (7, -2, -4, -1), (-7, -2, 3, -1), (6, -3, -2, 0)] {
+            assert!(matches!(int(FloorDiv, x, y), Ok(Value::Int(v)) if v == q), "{x} // {y}");
+            assert!(matches!(int(Mod, x, y), Ok(Value::Int(v)) if v == r), "{x} % {y}");
+        }
+        assert_eq!(int(FloorDiv, i64::MIN, -1).unwrap_err(), "integer overflow");
+        assert!(matches!(int(Mod, i64::MIN, -1), Ok(Value::Int(0))));
+        assert!(matches!(int(Mod, i64::MAX - 1, i64::MAX), Ok(Value::Int(v)) if v == i64::MAX - 1));
+        assert!(matches!(int(Mod, i64::MIN, i64::MAX), Ok(Value::Int(v)) if v == i64::MAX - 1));
+        assert_eq!(test("divisibleby", &Value::Int(i64::MIN), &[Value::Int(-1)]), Ok(true));
     }
 }

@@ -216,15 +216,17 @@ fn proj(p: &Proj, name: &str) -> Result<(Proj2, Option<Vec<f32>>), ModelError> {
 }
 
 impl Model {
-    /// The CPU model of loaded weights (`embed_q`: the embedding table as
-    /// stored, when the file quantized it).
-    pub fn new(cfg: &ModelConfig, w: &Weights, threads: usize) -> Result<Model, ModelError> {
-        let embed = match &w.embed {
-            Embed::Quantized(q) => qtensor(q, "token_embd.weight")?,
-            Embed::Dense(t) => dense(t).map_err(|e| ModelError::Weights(format!("embedding table: {e}")))?,
+    /// The CPU model of loaded weights, converted one layer at a time and
+    /// each candle tensor dropped once copied, so loading peaks near the
+    /// size of the weights plus one layer, not twice the weights.
+    pub fn new(cfg: &ModelConfig, w: Weights, threads: usize) -> Result<Model, ModelError> {
+        let Weights { embed, layers: candle_layers, norm, lm_head, .. } = w;
+        let embed = match embed {
+            Embed::Quantized(q) => qtensor(&q, "token_embd.weight")?,
+            Embed::Dense(t) => dense(&t).map_err(|e| ModelError::Weights(format!("embedding table: {e}")))?,
         };
-        let mut layers = Vec::with_capacity(w.layers.len());
-        for (i, l) in w.layers.iter().enumerate() {
+        let mut layers = Vec::with_capacity(candle_layers.len());
+        for (i, l) in candle_layers.into_iter().enumerate() {
             let (qkv, qkv_bias) = proj(&l.qkv, &format!("layer {i} q/k/v"))?;
             let (gate_up, _) = proj(&l.gate_up, &format!("layer {i} gate/up"))?;
             layers.push(Layer {
@@ -239,7 +241,7 @@ impl Model {
                 down: matrix(&l.down.w, &format!("layer {i} down"))?,
             });
         }
-        let lm_head = if cfg.tie_word_embeddings { None } else { Some(matrix(&w.lm_head, "lm_head")?) };
+        let lm_head = if cfg.tie_word_embeddings { None } else { Some(matrix(&lm_head, "lm_head")?) };
         let bytes = layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum::<usize>()
             + lm_head.as_ref().unwrap_or(&embed).bytes();
         let pool = Pool::new(threads);
@@ -248,7 +250,7 @@ impl Model {
         Ok(Model {
             embed,
             layers,
-            norm: vector(&w.norm)?,
+            norm: vector(&norm)?,
             lm_head,
             pool,
             ops: VecOps::best(),

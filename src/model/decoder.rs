@@ -124,7 +124,7 @@ impl Decoder {
         threads: usize,
     ) -> Result<Decoder, ModelError> {
         let backend = if device.is_cpu() && runtime == Runtime::Auto {
-            Backend::Cpu(cpu::Model::new(&config, &weights, threads)?)
+            Backend::Cpu(cpu::Model::new(&config, weights, threads)?)
         } else {
             let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
             Backend::Candle(candle_graph::Model::new(weights.to_dtype(dtype)?, device, dtype)?)

@@ -50,6 +50,8 @@ pub enum QType {
 enum Act {
     F32,
     Q8_0,
+    /// `Q8_0` with d·Σq beside the scale (`Q4_0`, `Q5_0`).
+    Q8_0S,
     Q8_1,
     Q8K,
 }
@@ -60,6 +62,7 @@ impl Act {
         match self {
             Act::F32 => (1, 4),
             Act::Q8_0 => (32, 36),
+            Act::Q8_0S => (32, 40),
             Act::Q8_1 => (32, 40),
             Act::Q8K => (256, 292),
         }
@@ -73,6 +76,7 @@ impl Act {
                 }
             }
             Act::Q8_0 => scalar::quantize_q8_0(x, out),
+            Act::Q8_0S => scalar::quantize_q8_0_sum(x, out),
             Act::Q8_1 => scalar::quantize_q8_1(x, out),
             Act::Q8K => scalar::quantize_q8_k(x, out),
         }
@@ -134,7 +138,8 @@ impl QType {
     fn act(self) -> Act {
         match self {
             QType::F32 | QType::F16 | QType::BF16 => Act::F32,
-            QType::Q4_0 | QType::Q5_0 | QType::Q8_0 => Act::Q8_0,
+            QType::Q4_0 | QType::Q5_0 => Act::Q8_0S,
+            QType::Q8_0 => Act::Q8_0,
             QType::Q4_1 | QType::Q5_1 => Act::Q8_1,
             QType::Q4K | QType::Q5K | QType::Q6K => Act::Q8K,
         }

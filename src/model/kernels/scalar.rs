@@ -8,7 +8,8 @@
 //! `Q5_1` d m qh[4] qs[16] · `Q8_0` d qs[32]·i8 (32 values a block);
 //! `Q4_K` d dmin scales[12] qs[128] · `Q5_K` d dmin scales[12] qh[32]
 //! qs[128] · `Q6_K` ql[128] qh[64] scales[16]·i8 d (256 values a block).
-//! Activations are lmt's own (never stored): `Q8_0` d·f32 qs[32]·i8 and
+//! Activations are lmt's own (never stored): `Q8_0` d·f32 qs[32]·i8,
+//! `Q8_0S` d·f32 (d·Σq)·f32 qs[32] for `Q4_0`/`Q5_0`, and
 //! `Q8_1` d·f32 s·f32 qs[32] with s = d·Σq, whose d and s are rounded to
 //! f16 as llama.cpp's are but kept as f32, so no kernel converts them;
 //! `Q8_K` d·f32 qs[256] bsums[16]·i16 as in ggml.
@@ -41,6 +42,24 @@ pub(crate) fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
         for (o, &v) in ob[4..].iter_mut().zip(xb) {
             *o = round_even(v * id) as i8 as u8;
         }
+    }
+}
+
+/// `x` as `Q8_0` values with their sum (40 bytes per 32 values: d, then
+/// d·Σq unrounded, then the values), for offset 4- and 5-bit weights: a
+/// SIMD kernel takes `Σ(q−8)·a` as `Σq·a − 8·Σa` with unsigned `q`.
+pub(crate) fn quantize_q8_0_sum(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(40)) {
+        let (d, id) = q8_scale(xb);
+        put_f16_as_f32(ob, 0, d);
+        let mut sum = 0i32;
+        for (o, &v) in ob[8..].iter_mut().zip(xb) {
+            let q = round_even(v * id) as i8;
+            sum += q as i32;
+            *o = q as u8;
+        }
+        let d16 = f32_at(ob, 0);
+        ob[4..8].copy_from_slice(&(d16 * sum as f32).to_le_bytes());
     }
 }
 
@@ -112,8 +131,8 @@ fn act_i8(a: &[u8], off: usize, j: usize) -> i32 {
 
 pub(crate) fn dot_q4_0(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = 0f32;
-    for (wb, ab) in w.chunks_exact(18).zip(a.chunks_exact(36)) {
-        let s: i32 = (0..32).map(|j| (nibble(&wb[2..], j) - 8) * act_i8(ab, 4, j)).sum();
+    for (wb, ab) in w.chunks_exact(18).zip(a.chunks_exact(40)) {
+        let s: i32 = (0..32).map(|j| (nibble(&wb[2..], j) - 8) * act_i8(ab, 8, j)).sum();
         acc += f16_at(wb, 0) * f32_at(ab, 0) * s as f32;
     }
     acc
@@ -130,8 +149,8 @@ pub(crate) fn dot_q4_1(w: &[u8], a: &[u8]) -> f32 {
 
 pub(crate) fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = 0f32;
-    for (wb, ab) in w.chunks_exact(22).zip(a.chunks_exact(36)) {
-        let s: i32 = (0..32).map(|j| ((nibble(&wb[6..], j) | bit5(&wb[2..6], j)) - 16) * act_i8(ab, 4, j)).sum();
+    for (wb, ab) in w.chunks_exact(22).zip(a.chunks_exact(40)) {
+        let s: i32 = (0..32).map(|j| ((nibble(&wb[6..], j) | bit5(&wb[2..6], j)) - 16) * act_i8(ab, 8, j)).sum();
         acc += f16_at(wb, 0) * f32_at(ab, 0) * s as f32;
     }
     acc

@@ -115,7 +115,7 @@ fn rows_dequantize_as_candle_does() {
 #[test]
 fn activation_quantizers_round_trip_within_half_a_step() {
     let x = randoms(512, 5);
-    for act in [Act::Q8_0, Act::Q8_1, Act::Q8K] {
+    for act in [Act::Q8_0, Act::Q8_0S, Act::Q8_1, Act::Q8K] {
         let (v, b) = act.block();
         let mut out = vec![0u8; x.len() / v * b];
         act.quantize(&x, &mut out);
@@ -128,7 +128,7 @@ fn activation_quantizers_round_trip_within_half_a_step() {
             for (q, &xv) in qs.iter().zip(xb) {
                 assert!((*q as i8 as f32 * d - xv).abs() <= d.abs() * 0.51 + 1e-3, "{act:?}: {q} × {d} vs {xv}");
             }
-            if act == Act::Q8_1 {
+            if matches!(act, Act::Q8_1 | Act::Q8_0S) {
                 let sum: i32 = qs.iter().map(|&q| q as i8 as i32).sum();
                 assert!((scalar::f32_at(blk, 4) - d * sum as f32).abs() <= 1e-2 * (d * sum as f32).abs().max(1.0));
             }

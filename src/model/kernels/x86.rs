@@ -142,9 +142,9 @@ macro_rules! entry {
     };
 }
 
-entry!(q4_0, q4_0_avx2, 18, 36);
+entry!(q4_0, q4_0_avx2, 18, 40);
 entry!(q4_1, q4_1_avx2, 20, 40);
-entry!(q5_0, q5_0_avx2, 22, 36);
+entry!(q5_0, q5_0_avx2, 22, 40);
 entry!(q5_1, q5_1_avx2, 24, 40);
 entry!(q8_0, q8_0_avx2, 34, 36);
 entry!(q4_k, q4_k_avx2, 144, 292);
@@ -275,9 +275,12 @@ macro_rules! signed_32 {
     }};
 }
 
-/// Unsigned weights with a min (`Q4_1`, `Q5_1`) against `Q8_1` rows.
+/// Unsigned weights `q` with a min against activations that carry d·Σa:
+/// `Q4_1`/`Q5_1` (d, m) against `Q8_1`, and `Q4_0`/`Q5_0` as (d, −8d) or
+/// (d, −16d) against `Q8_0S`, `Σ(q−8)·a` being `Σq·a − 8·Σa`. `$dm` gives
+/// (d, min) in lanes 0 and 1.
 macro_rules! unsigned_32 {
-    ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident| $qx:expr) => {{
+    ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident| ($dm:expr, $qx:expr)) => {{
         let mut acc = [[_mm256_setzero_ps(); $T]; 2];
         // Lane 1: Σ m_w·s_a (lane 0 is unused). One chain per row is
         // enough (its adds are far apart); a second would spill registers.
@@ -286,7 +289,7 @@ macro_rules! unsigned_32 {
             ($b:expr, $k:expr) => {{
                 let b = $b;
                 let $p = $w.as_ptr().add(b * $wb);
-                let dm = f16x2($p);
+                let dm: __m128 = $dm;
                 let wd = _mm256_broadcastss_ps(dm);
                 let qx: __m256i = $qx;
                 for t in 0..$T {
@@ -312,19 +315,26 @@ macro_rules! unsigned_32 {
     }};
 }
 
+/// (d, k·d) of an offset type's block at `p`, in lanes 0 and 1.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn d_and_offset(p: *const u8, k: f32) -> __m128 {
+    _mm_mul_ps(_mm256_castps256_ps128(f16_all(p)), _mm_setr_ps(1.0, k, 0.0, 0.0))
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    signed_32!(w, a, nb, T, 18, |p| _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8)))
+    unsigned_32!(w, a, nb, T, 18, |p| (d_and_offset(p, -8.0), nibbles(p.add(2))))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    signed_32!(w, a, nb, T, 22, |p| {
+    unsigned_32!(w, a, nb, T, 22, |p| (d_and_offset(p, -16.0), {
         let hi = _mm256_and_si256(bit_bytes(p.add(2)), _mm256_set1_epi8(0x10));
-        _mm256_sub_epi8(_mm256_or_si256(nibbles(p.add(6)), hi), _mm256_set1_epi8(16))
-    })
+        _mm256_or_si256(nibbles(p.add(6)), hi)
+    }))
 }
 
 #[inline]
@@ -336,16 +346,16 @@ unsafe fn q8_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    unsigned_32!(w, a, nb, T, 20, |p| nibbles(p.add(4)))
+    unsigned_32!(w, a, nb, T, 20, |p| (f16x2(p), nibbles(p.add(4))))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    unsigned_32!(w, a, nb, T, 24, |p| {
+    unsigned_32!(w, a, nb, T, 24, |p| (f16x2(p), {
         let hi = _mm256_and_si256(bit_bytes(p.add(4)), _mm256_set1_epi8(0x10));
         _mm256_or_si256(nibbles(p.add(8)), hi)
-    })
+    }))
 }
 
 /// `Q4_K`/`Q5_K` against `Q8_K`: `lo(g)`/`hi(g)` give the unsigned values of
