@@ -49,23 +49,17 @@ pub(crate) fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
 /// d·Σq unrounded, then the values), for offset 4- and 5-bit weights: a
 /// SIMD kernel takes `Σ(q−8)·a` as `Σq·a − 8·Σa` with unsigned `q`.
 pub(crate) fn quantize_q8_0_sum(x: &[f32], out: &mut [u8]) {
-    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(40)) {
-        let (d, id) = q8_scale(xb);
-        put_f16_as_f32(ob, 0, d);
-        let mut sum = 0i32;
-        for (o, &v) in ob[8..].iter_mut().zip(xb) {
-            let q = round_even(v * id) as i8;
-            sum += q as i32;
-            *o = q as u8;
-        }
-        let d16 = f32_at(ob, 0);
-        ob[4..8].copy_from_slice(&(d16 * sum as f32).to_le_bytes());
-    }
+    quantize_with_sum(x, out, |d16, _, sum| d16 * sum as f32);
 }
 
 /// `x` as `Q8_1` activation blocks (40 bytes per 32 values): `Q8_0` plus
-/// `d·Σq`.
+/// `d·Σq`, llama.cpp's: the unrounded d times the sum, rounded to f16.
 pub(crate) fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
+    quantize_with_sum(x, out, |_, d, sum| f16::from_f32(d * sum as f32).to_f32());
+}
+
+/// 40-byte blocks: d (rounded to f16), `s(d16, d, Σq)`, the 32 values.
+fn quantize_with_sum(x: &[f32], out: &mut [u8], s: impl Fn(f32, f32, i32) -> f32) {
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(40)) {
         let (d, id) = q8_scale(xb);
         put_f16_as_f32(ob, 0, d);
@@ -75,7 +69,8 @@ pub(crate) fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
             sum += q as i32;
             *o = q as u8;
         }
-        put_f16_as_f32(ob, 4, d * sum as f32);
+        let sv = s(f32_at(ob, 0), d, sum);
+        ob[4..8].copy_from_slice(&sv.to_le_bytes());
     }
 }
 
