@@ -42,30 +42,30 @@ impl Cache {
 /// Matrices that read the same input, as one (fused) or several whose
 /// outputs are laid side by side.
 #[derive(Debug)]
-enum Proj2 {
+enum Projection {
     Fused(QMatrix),
     Split(Vec<QMatrix>),
 }
 
-impl Proj2 {
+impl Projection {
     fn rows(&self) -> usize {
         match self {
-            Proj2::Fused(m) => m.rows(),
-            Proj2::Split(ms) => ms.iter().map(QMatrix::rows).sum(),
+            Projection::Fused(m) => m.rows(),
+            Projection::Split(ms) => ms.iter().map(QMatrix::rows).sum(),
         }
     }
 
     fn bytes(&self) -> usize {
         match self {
-            Proj2::Fused(m) => m.bytes(),
-            Proj2::Split(ms) => ms.iter().map(QMatrix::bytes).sum(),
+            Projection::Fused(m) => m.bytes(),
+            Projection::Split(ms) => ms.iter().map(QMatrix::bytes).sum(),
         }
     }
 
     fn matmul(&self, pool: &Pool, x: &[f32], n: usize, out: &mut [f32], part: &mut Vec<f32>, scratch: &mut Scratch) {
         match self {
-            Proj2::Fused(m) => m.matmul(pool, x, n, out, scratch),
-            Proj2::Split(ms) => {
+            Projection::Fused(m) => m.matmul(pool, x, n, out, scratch),
+            Projection::Split(ms) => {
                 let width = self.rows();
                 let mut start = 0;
                 for m in ms {
@@ -85,13 +85,13 @@ impl Proj2 {
 #[derive(Debug)]
 struct Layer {
     attn_norm: Vec<f32>,
-    qkv: Proj2,
+    qkv: Projection,
     qkv_bias: Option<Vec<f32>>,
     q_norm: Option<Vec<f32>>,
     k_norm: Option<Vec<f32>>,
     o: QMatrix,
     mlp_norm: Vec<f32>,
-    gate_up: Proj2,
+    gate_up: Projection,
     down: QMatrix,
 }
 
@@ -192,7 +192,7 @@ fn vector(t: &Tensor) -> Result<Vec<f32>, ModelError> {
     Ok(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
 }
 
-fn proj(p: &Proj, name: &str) -> Result<(Proj2, Option<Vec<f32>>), ModelError> {
+fn proj(p: &Proj, name: &str) -> Result<(Projection, Option<Vec<f32>>), ModelError> {
     let bias = |ls: &[&Linear]| -> Result<Option<Vec<f32>>, ModelError> {
         if ls.iter().all(|l| l.b.is_none()) {
             return Ok(None);
@@ -207,9 +207,9 @@ fn proj(p: &Proj, name: &str) -> Result<(Proj2, Option<Vec<f32>>), ModelError> {
         Ok(Some(out))
     };
     Ok(match p {
-        Proj::Fused(l, _) => (Proj2::Fused(matrix(&l.w, name)?), bias(&[l])?),
+        Proj::Fused(l, _) => (Projection::Fused(matrix(&l.w, name)?), bias(&[l])?),
         Proj::Split(ls) => (
-            Proj2::Split(ls.iter().map(|l| matrix(&l.w, name)).collect::<Result<_, _>>()?),
+            Projection::Split(ls.iter().map(|l| matrix(&l.w, name)).collect::<Result<_, _>>()?),
             bias(&ls.iter().collect::<Vec<_>>())?,
         ),
     })

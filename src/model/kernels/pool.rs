@@ -67,15 +67,17 @@ impl Pool {
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
-        let workers = (1..threads)
-            .map(|i| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("lmt-worker-{i}"))
-                    .spawn(move || worker(&s, i))
-                    .expect("cannot start a worker thread")
-            })
-            .collect();
+        // A worker the system refuses to start leaves the pool smaller, not
+        // the program dead; indices stay dense (spawning stops there).
+        let mut workers = Vec::new();
+        for i in 1..threads {
+            let s = shared.clone();
+            match std::thread::Builder::new().name(format!("lmt-worker-{i}")).spawn(move || worker(&s, i)) {
+                Ok(h) => workers.push(h),
+                Err(_) => break,
+            }
+        }
+        let threads = workers.len() + 1;
         Pool { threads, shared, workers, busy: Mutex::new(()) }
     }
 
