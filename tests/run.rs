@@ -561,3 +561,27 @@ fn loop_variables_exist_only_inside_their_loop() {
     assert!(o.error.is_none(), "{name}: {:?}", o.error);
     assert_eq!(o.state.text(), "12 before 3gone", "{name}");
 }
+
+/// Template text that runs past the model's context, with no `gen` after
+/// it, is a runtime error that keeps the record (it used to panic once
+/// the program had finished: no frame to point at).
+#[test]
+fn text_past_the_context_is_an_error_that_keeps_the_record() {
+    let mut tried = 0;
+    for (name, dir) in models() {
+        let model = load(dir);
+        let ctx = model.decoder.config.max_position_embeddings;
+        if ctx > 8192 {
+            continue;
+        }
+        tried += 1;
+        let text = format!("Hi {{% gen a max_tokens=2 %}}{{% for i in range({}) %}}word {{% end %}}", ctx + 100);
+        let (o, events) = run_text(&model, &text, &[]);
+        let e = o.error.unwrap_or_else(|| panic!("{name}: no error"));
+        assert!(e.message.contains("context"), "{name}: {}", e.message);
+        assert_eq!(o.state.finish_reason, FinishReason::Error, "{name}");
+        assert_eq!(o.state.captures.len(), 1, "{name}: the capture before is kept");
+        assert_eq!(events.last().map(String::as_str), Some("done"), "{name}");
+    }
+    assert!(tried > 0, "no model with a context of at most 8192 tokens");
+}

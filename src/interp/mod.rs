@@ -311,9 +311,14 @@ impl Vm<'_, '_> {
     }
 
     fn error_here(&self, message: impl Into<String>) -> RunError {
-        let f = self.frame();
-        let m = &self.program.modules[f.module];
-        let pc = f.pc.saturating_sub(1).min(m.spans.len().saturating_sub(1));
+        // After the last instruction (pending text fed at the end) there is
+        // no frame: the error points at the end of the entry module.
+        let (module, pc) = match self.frames.last() {
+            Some(f) => (f.module, f.pc.saturating_sub(1)),
+            None => (self.program.entry, usize::MAX),
+        };
+        let m = &self.program.modules[module];
+        let pc = pc.min(m.spans.len().saturating_sub(1));
         RunError { message: message.into(), file: m.file, span: m.spans.get(pc).copied().unwrap_or_default() }
     }
 
