@@ -53,6 +53,7 @@ fn vaxpys(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     unsafe { vaxpys_avx2(y, p, vals, stride) }
 }
 
+// SAFETY (callers): The CPU has AVX2 and FMA (`vec_ops` checked); slices are indexed with bounds checks.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vdots_avx2(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
     let d = q.len();
@@ -61,6 +62,7 @@ unsafe fn vdots_avx2(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
     }
 }
 
+// SAFETY (callers): The CPU has AVX2 and FMA (`vec_ops` checked); slices are indexed with bounds checks.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vaxpys_avx2(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     let d = y.len();
@@ -71,6 +73,7 @@ unsafe fn vaxpys_avx2(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     }
 }
 
+// SAFETY (callers): The CPU has AVX2 and FMA; `b` holds at least `a.len()` values (callers slice it so).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vdot_avx2(a: &[f32], b: &[f32]) -> f32 {
@@ -94,6 +97,7 @@ unsafe fn vdot_avx2(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
+// SAFETY (callers): The CPU has AVX2 and FMA; `x` holds at least `y.len()` values (callers slice it so).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vaxpy_avx2(y: &mut [f32], p: f32, x: &[f32]) {
@@ -127,6 +131,7 @@ macro_rules! entry {
                     && a.iter().all(|r| r.len() == nb * $ab),
                 "kernel shapes"
             );
+            // SAFETY (callers): As for the body: the CPU has the features and the shapes were asserted.
             #[target_feature(enable = "avx2,fma,f16c")]
             unsafe fn each_row<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], nb: usize, out: &mut [f32]) {
                 for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
@@ -155,6 +160,8 @@ entry!(f32s, f32_avx2, 4, 4);
 entry!(f16s, f16_avx2, 2, 4);
 entry!(bf16s, bf16_avx2, 2, 4);
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn hsum(v: __m256) -> f32 {
@@ -166,6 +173,8 @@ unsafe fn hsum(v: __m256) -> f32 {
 /// The two f16 at `p` (4 bytes), widened into lanes 0 and 1. A 32-bit
 /// load: a 16-bit one compiles to an insert into a live register, a false
 /// dependency that serialized whole loops.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16x2(p: *const u8) -> __m128 {
@@ -173,6 +182,8 @@ unsafe fn f16x2(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load(p: *const u8) -> __m256i {
@@ -180,6 +191,8 @@ unsafe fn load(p: *const u8) -> __m256i {
 }
 
 /// 16 bytes of nibbles as 32 bytes: low nibbles first, then high nibbles.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn nibbles(p: *const u8) -> __m256i {
@@ -189,6 +202,8 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 }
 
 /// The 32 bits at `p` as 32 bytes: 0xFF where the bit is set.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn bit_bytes(p: *const u8) -> __m256i {
@@ -203,6 +218,8 @@ unsafe fn bit_bytes(p: *const u8) -> __m256i {
 }
 
 /// Σ over 8 lanes of `u · s` pairs (unsigned `u`, signed `s`), as floats.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn sum_u8_i8(u: __m256i, s: __m256i) -> __m256 {
@@ -239,6 +256,8 @@ macro_rules! pairs {
 /// scale converted in one lane compiles to a 16-bit insert into whatever
 /// register is at hand, a false dependency that chained every block of a
 /// row to the accumulators.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_all(p: *const u8) -> __m256 {
@@ -316,18 +335,24 @@ macro_rules! unsigned_32 {
 }
 
 /// (d, k·d) of an offset type's block at `p`, in lanes 0 and 1.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn d_and_offset(p: *const u8, k: f32) -> __m128 {
     _mm_mul_ps(_mm256_castps256_ps128(f16_all(p)), _mm_setr_ps(1.0, k, 0.0, 0.0))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     unsigned_32!(w, a, nb, T, 18, |p| (d_and_offset(p, -8.0), nibbles(p.add(2))))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
@@ -337,18 +362,24 @@ unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
     }))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     signed_32!(w, a, nb, T, 34, |p| load(p.add(2)))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
     unsigned_32!(w, a, nb, T, 20, |p| (f16x2(p), nibbles(p.add(4))))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_1_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
@@ -412,6 +443,8 @@ macro_rules! k_scaled {
     }};
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
@@ -422,6 +455,8 @@ unsafe fn q4_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
     }, _mm256_and_si256(_mm256_srli_epi16(load(p.add(16 + 32 * g)), 4), m4)))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
@@ -439,6 +474,8 @@ unsafe fn q5_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
     }))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
@@ -482,6 +519,8 @@ unsafe fn q6_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
 }
 
 /// Bits 0..2 of each byte of `q`, moved to bits 4..6.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
+// caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn two_bits(q: __m256i, m3: __m256i) -> __m256i {
@@ -511,12 +550,16 @@ macro_rules! dense {
     }};
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f32_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
     dense!(a, n, T, |i| _mm256_loadu_ps(w.as_ptr().add(32 * i) as *const f32), |j| scalar::f32_at(w, 4 * j))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
@@ -526,6 +569,8 @@ unsafe fn f16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T
     ))
 }
 
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
+// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn bf16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
