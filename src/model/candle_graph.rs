@@ -6,7 +6,7 @@
 
 use candle_core::{DType, Device, Tensor, D};
 
-use super::config::ModelConfig;
+use super::config::{ModelConfig, RopeTable};
 use super::decoder::Visibility;
 use super::weights::{Embed, Layer, Weights};
 use super::ModelError;
@@ -34,17 +34,18 @@ pub(crate) struct Model {
     weights: Weights,
     /// The embedding table, dense.
     embed: Tensor,
+    rope: RopeTable,
     device: Device,
     dtype: DType,
 }
 
 impl Model {
-    pub fn new(weights: Weights, device: &Device, dtype: DType) -> Result<Model, ModelError> {
+    pub fn new(cfg: &ModelConfig, weights: Weights, device: &Device, dtype: DType) -> Result<Model, ModelError> {
         let embed = match &weights.embed {
             Embed::Dense(t) => t.clone(),
             Embed::Quantized(q) => q.dequantize(device)?,
         };
-        Ok(Model { weights, embed, device: device.clone(), dtype })
+        Ok(Model { weights, embed, rope: cfg.rope_table(), device: device.clone(), dtype })
     }
 
     /// Bytes of weights a decoded token reads.
@@ -119,24 +120,9 @@ impl Model {
 
     /// cos and sin for each position, `(n, rot_dim/2)`.
     fn rope_tables(&self, cfg: &ModelConfig, positions: &[usize]) -> Result<(Tensor, Tensor), ModelError> {
-        let long_from = cfg.long_rope_from();
         let half = cfg.rope.dim / 2;
-        let (short, scale_s) = cfg.inv_freq(false);
-        let long = (positions.iter().any(|&p| p >= long_from)).then(|| cfg.inv_freq(true));
-        let mut cos = Vec::with_capacity(positions.len() * half);
-        let mut sin = Vec::with_capacity(positions.len() * half);
-        for &p in positions {
-            let (freqs, scale) = match &long {
-                Some((l, s)) if p >= long_from => (l, *s),
-                _ => (&short, scale_s),
-            };
-            for f in freqs {
-                // Angles in f32 as the reference implementations compute them.
-                let a = p as f32 * f;
-                cos.push(a.cos() * scale);
-                sin.push(a.sin() * scale);
-            }
-        }
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        self.rope.fill(positions.iter().copied(), &mut cos, &mut sin);
         let shape = (positions.len(), half);
         let cos = Tensor::from_vec(cos, shape, &self.device)?.to_dtype(self.dtype)?;
         let sin = Tensor::from_vec(sin, shape, &self.device)?.to_dtype(self.dtype)?;

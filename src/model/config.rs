@@ -303,6 +303,12 @@ impl ModelConfig {
         (freqs.into_iter().map(|f| f as f32).collect(), scale as f32)
     }
 
+    /// The rotary tables of this configuration.
+    pub fn rope_table(&self) -> RopeTable {
+        let long_from = self.long_rope_from();
+        RopeTable { short: self.inv_freq(false), long: (long_from < usize::MAX).then(|| self.inv_freq(true)), long_from }
+    }
+
     /// Where LongRoPE switches to its long factors (never for other kinds).
     pub fn long_rope_from(&self) -> usize {
         match &self.rope.scaling {
@@ -353,6 +359,36 @@ fn rope_scaling(src: &Value, json: &Value, dim: usize, max_pos: usize) -> Result
 }
 
 /// A required positive integer field.
+/// Rotary frequencies of a model, computed once: cos and sin for any
+/// positions, the same numbers for every runtime.
+#[derive(Debug, Clone)]
+pub struct RopeTable {
+    short: (Vec<f32>, f32),
+    long: Option<(Vec<f32>, f32)>,
+    long_from: usize,
+}
+
+impl RopeTable {
+    /// cos and sin for each of `positions`, `rope.dim / 2` values each, row
+    /// after row, into `cos` and `sin` (cleared first).
+    pub fn fill(&self, positions: impl Iterator<Item = usize>, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+        cos.clear();
+        sin.clear();
+        for p in positions {
+            let (freqs, scale) = match &self.long {
+                Some((l, s)) if p >= self.long_from => (l, *s),
+                _ => (&self.short.0, self.short.1),
+            };
+            for f in freqs {
+                // Angles in f32 as the reference implementations compute them.
+                let a = p as f32 * f;
+                cos.push(a.cos() * scale);
+                sin.push(a.sin() * scale);
+            }
+        }
+    }
+}
+
 /// Most layers a model may claim.
 pub(crate) const MAX_LAYERS: usize = 1 << 12;
 

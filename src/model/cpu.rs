@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Tensor};
 
-use super::config::ModelConfig;
+use super::config::{ModelConfig, RopeTable};
 use super::kernels::{Disjoint, Pool, QMatrix, QType, Scratch, VecOps};
 use super::weights::{Embed, Linear, Proj, Weights};
 use super::ModelError;
@@ -106,9 +106,10 @@ struct Bufs {
     gu: Vec<f32>,
     act: Vec<f32>,
     part: Vec<f32>,
-    rope: Vec<f32>,
-    /// Per token of the pass: (segment, index in segment, row).
-    tokens: Vec<(usize, usize, usize)>,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    /// Per token of the pass (its row): (segment, index in segment).
+    tokens: Vec<(usize, usize)>,
     scratch: Scratch,
     /// Per thread: attention scores.
     scores: Vec<Mutex<Vec<f32>>>,
@@ -125,9 +126,7 @@ pub(crate) struct Model {
     pool: Pool,
     ops: VecOps,
     bufs: Mutex<Bufs>,
-    /// Rotary frequencies and scale: normal, and LongRoPE's long ones.
-    inv_freq: (Vec<f32>, f32),
-    inv_freq_long: Option<(Vec<f32>, f32)>,
+    rope: RopeTable,
     /// Weight bytes read per decoded token.
     pub bytes: usize,
 }
@@ -246,7 +245,6 @@ impl Model {
             + lm_head.as_ref().unwrap_or(&embed).bytes();
         let pool = Pool::new(threads);
         let bufs = Bufs { scores: (0..pool.threads()).map(|_| Mutex::new(Vec::new())).collect(), ..Bufs::default() };
-        let long = cfg.long_rope_from() < usize::MAX;
         Ok(Model {
             embed,
             layers,
@@ -255,8 +253,7 @@ impl Model {
             pool,
             ops: VecOps::best(),
             bufs: Mutex::new(bufs),
-            inv_freq: cfg.inv_freq(false),
-            inv_freq_long: long.then(|| cfg.inv_freq(true)),
+            rope: cfg.rope_table(),
             bytes,
         })
     }
@@ -279,13 +276,10 @@ impl Model {
                 b.x.extend(self.embed.row_f32(t as usize));
             }
         }
-        self.rope_table(cfg, segs, &mut b.rope);
+        self.rope.fill(segs.iter().flat_map(|s| s.positions.iter().copied()), &mut b.cos, &mut b.sin);
         b.tokens.clear();
         for (si, s) in segs.iter().enumerate() {
-            for i in 0..s.tokens.len() {
-                let row = b.tokens.len();
-                b.tokens.push((si, i, row));
-            }
+            b.tokens.extend((0..s.tokens.len()).map(|i| (si, i)));
         }
         for (li, layer) in self.layers.iter().enumerate() {
             self.attention_block(cfg, li, layer, segs, n, b);
@@ -310,30 +304,6 @@ impl Model {
         segs.iter().map(|s| s.rows.iter().map(|_| rows.next().unwrap_or_default()).collect()).collect()
     }
 
-    /// cos and sin for every token of the pass: `n × rope.dim/2` each,
-    /// cos first, then sin.
-    fn rope_table(&self, cfg: &ModelConfig, segs: &[Seg<'_>], out: &mut Vec<f32>) {
-        let long_from = cfg.long_rope_from();
-        let half = cfg.rope.dim / 2;
-        let n: usize = segs.iter().map(|s| s.tokens.len()).sum();
-        out.clear();
-        out.resize(2 * n * half, 0.0);
-        let (cos, sin) = out.split_at_mut(n * half);
-        let positions = segs.iter().flat_map(|s| s.positions.iter().copied());
-        for (i, p) in positions.enumerate() {
-            let (freqs, scale) = match &self.inv_freq_long {
-                Some((l, s)) if p >= long_from => (l, *s),
-                _ => (&self.inv_freq.0, self.inv_freq.1),
-            };
-            for (k, f) in freqs.iter().enumerate() {
-                // Angles in f32 as the reference implementations compute them.
-                let a = p as f32 * f;
-                cos[i * half + k] = a.cos() * scale;
-                sin[i * half + k] = a.sin() * scale;
-            }
-        }
-    }
-
     fn attention_block(&self, cfg: &ModelConfig, li: usize, l: &Layer, segs: &mut [Seg<'_>], n: usize, b: &mut Bufs) {
         let (h, d) = (cfg.hidden_size, cfg.head_dim);
         let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
@@ -344,7 +314,7 @@ impl Model {
         b.qkv.resize(n * width, 0.0);
         l.qkv.matmul(&self.pool, &b.xn, n, &mut b.qkv, &mut b.part, &mut b.scratch);
         let half = cfg.rope.dim / 2;
-        let (cos, sin) = b.rope.split_at(n * half);
+        let (cos, sin) = (&b.cos, &b.sin);
         for i in 0..n {
             let row = &mut b.qkv[i * width..(i + 1) * width];
             if let Some(bias) = &l.qkv_bias {
@@ -355,8 +325,7 @@ impl Model {
             for (heads, norm) in [(&mut *q, &l.q_norm), (&mut *k, &l.k_norm)] {
                 for head in heads.chunks_exact_mut(d) {
                     if let Some(w) = norm {
-                        let x = head.to_vec();
-                        rms_norm(&x, w, cfg.rms_norm_eps, head, d);
+                        rms_norm_in_place(head, w, cfg.rms_norm_eps);
                     }
                     rotate(head, &cos[i * half..(i + 1) * half], &sin[i * half..(i + 1) * half], cfg.rope.interleaved);
                 }
@@ -386,7 +355,7 @@ impl Model {
         cfg: &ModelConfig,
         li: usize,
         segs: &[Seg<'_>],
-        items: &[(usize, usize, usize)],
+        items: &[(usize, usize)],
         qkv: &[f32],
         out: &mut [f32],
         scores: &[Mutex<Vec<f32>>],
@@ -408,7 +377,8 @@ impl Model {
                 if w >= total_items {
                     break;
                 }
-                let (si, i, row) = items[w / nh];
+                let row = w / nh;
+                let (si, i) = items[row];
                 let head = w % nh;
                 let s = &segs[si];
                 let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
@@ -471,12 +441,25 @@ impl Model {
 /// RMSNorm of each `dim`-row of `x` into `out` (sums of squares in f64).
 fn rms_norm(x: &[f32], w: &[f32], eps: f64, out: &mut [f32], dim: usize) {
     for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let inv = (1.0 / (ss / dim as f64 + eps).sqrt()) as f32;
+        let inv = rms_scale(xr, eps);
         for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
             *o = v * inv * g;
         }
     }
+}
+
+/// RMSNorm of one row in place (q/k norms of a head).
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f64) {
+    let inv = rms_scale(x, eps);
+    for (v, &g) in x.iter_mut().zip(w) {
+        *v *= inv * g;
+    }
+}
+
+/// `1 / sqrt(mean(x²) + eps)`, the sum in f64.
+fn rms_scale(x: &[f32], eps: f64) -> f32 {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    (1.0 / (ss / x.len() as f64 + eps).sqrt()) as f32
 }
 
 /// Rotary embedding of one head on its first `2·cos.len()` values:

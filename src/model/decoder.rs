@@ -127,7 +127,7 @@ impl Decoder {
             Backend::Cpu(cpu::Model::new(&config, weights, threads)?)
         } else {
             let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
-            Backend::Candle(candle_graph::Model::new(weights.to_dtype(dtype)?, device, dtype)?)
+            Backend::Candle(candle_graph::Model::new(&config, weights.to_dtype(dtype)?, device, dtype)?)
         };
         Ok(Decoder { config, backend: Arc::new(backend), device: device.clone() })
     }
