@@ -150,3 +150,19 @@ fn deep_nesting_is_reported_not_a_crash() {
     let ws = Workspace::load_text("ok.lmt", &ok, None, &FsLoader::default());
     assert!(ws.diagnostics.is_empty(), "{:?}", ws.diagnostics);
 }
+
+/// A regex error at a position (an empty span) next to a multi-byte
+/// character is widened to that whole character, in a `gen` option and in
+/// a grammar's `/regex/` terminal (found by the mutation test above).
+#[test]
+fn regex_errors_before_multibyte_characters_stay_on_char_boundaries() {
+    for text in [
+        "{% gen x regex=\"a{é}\" %}",
+        "{% gen x regex=\"a{😀}\" %}",
+        "{% grammar g %}\nroot ::= /a{é}/\n{% end %}{% gen x grammar=g %}",
+    ] {
+        let ws = Workspace::load_text("t.lmt", text, None, &FsLoader::default());
+        assert!(ws.diagnostics.iter().any(|d| d.code == lmt::diagnostic::Code::InvalidRegex), "{text}: {:?}", ws.diagnostics);
+        assert_sound("t.lmt", text, None);
+    }
+}

@@ -45,7 +45,7 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
                         e.span
                     } else {
                         let s = e.span.start as usize + 1;
-                        Span::new(s + a, (s + b).max(s + a + 1).min(e.span.end as usize))
+                        Span::new(s + a, super::options::widen_to_char(ctx.text, s + a, s + b, e.span.end as usize))
                     };
                     out.push(Diagnostic::new(Code::InvalidRegex, file, span, format!("invalid regex: {msg}")).with_label(msg));
                 }

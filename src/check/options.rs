@@ -349,6 +349,17 @@ pub(super) fn engine_error(err: crate::engine::EngineError, span: Span, ctx: &su
     Diagnostic::new(Code::UnsupportedConstraint, ctx.file, span, err.to_string()).with_help(help)
 }
 
+/// The end of a span starting at `start`: `end`, or at least one whole
+/// character when the error is empty (a regex error at a position), never
+/// past `limit`, always on a character boundary of `text`.
+pub(super) fn widen_to_char(text: &str, start: usize, end: usize, limit: usize) -> usize {
+    let mut b = end.max(start + 1).min(limit);
+    while b < text.len() && !text.is_char_boundary(b) {
+        b += 1;
+    }
+    b
+}
+
 /// Checks that a string-literal expression is a valid regex, pointing into
 /// the literal at the error. Non-literals are left to the run. Returns
 /// whether it parsed.
@@ -357,7 +368,7 @@ pub fn check_regex_expr(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic
     if let Err((start, end, msg)) = compile_regex(pattern) {
         let raw = &ctx.text[e.span.range()];
         let a = e.span.start as usize + literal::source_offset(raw, start);
-        let b = (e.span.start as usize + literal::source_offset(raw, end)).max(a + 1).min(e.span.end as usize);
+        let b = widen_to_char(ctx.text, a, e.span.start as usize + literal::source_offset(raw, end), e.span.end as usize);
         out.push(
             Diagnostic::new(Code::InvalidRegex, ctx.file, Span::new(a, b), format!("invalid regex: {msg}"))
                 .with_label(msg)
