@@ -14,6 +14,7 @@ pub mod check;
 pub mod cli;
 pub mod diagnostic;
 pub mod engine;
+pub mod files;
 pub mod interp;
 pub mod ir;
 pub mod lsp;

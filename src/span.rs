@@ -78,6 +78,9 @@ impl SourceFile {
 #[derive(Debug, Default, Clone)]
 pub struct SourceMap {
     files: Vec<SourceFile>,
+    /// The folder files named by the program (imports, schema files) must
+    /// stay under; `None` when there is no folder (no file, no working directory).
+    pub root: Option<PathBuf>,
 }
 
 impl SourceMap {

@@ -15,32 +15,7 @@ use crate::syntax::{self, ast};
 /// Deepest chain of imports followed; deeper is reported, not followed.
 pub const MAX_IMPORT_DEPTH: usize = 64;
 
-/// Reads files for the workspace. The language server lays unsaved editor
-/// buffers over the disk with [`FsLoader::overlay`].
-pub trait Loader {
-    /// The text of the file at `path`.
-    fn read(&self, path: &Path) -> io::Result<String>;
-}
-
-/// Reads from the file system, preferring overlaid texts.
-#[derive(Debug, Default, Clone)]
-pub struct FsLoader {
-    /// Texts that replace what is on disk, by path.
-    pub overlay: HashMap<PathBuf, String>,
-}
-
-impl Loader for FsLoader {
-    fn read(&self, path: &Path) -> io::Result<String> {
-        if let Some(t) = self.overlay.get(path) {
-            return Ok(t.clone());
-        }
-        let canon = std::fs::canonicalize(path).ok();
-        if let Some(t) = canon.as_ref().and_then(|c| self.overlay.get(c)) {
-            return Ok(t.clone());
-        }
-        std::fs::read_to_string(path)
-    }
-}
+pub use crate::files::{FsLoader, Loader};
 
 /// One parsed and checked file.
 #[derive(Debug, Clone)]
@@ -96,6 +71,13 @@ impl Workspace {
 
     fn load_with(file: SourceFile, loader: &dyn Loader, prelude: Option<&Prelude>) -> Workspace {
         let mut ws = Workspace::default();
+        ws.sources.root = match loader.root() {
+            Some(r) => Some(r.to_path_buf()),
+            None => match &file.path {
+                Some(p) => p.parent().map(Path::to_path_buf),
+                None => std::env::current_dir().ok(),
+            },
+        };
         let mut l = Load { ws: &mut ws, loader, done: HashMap::new(), parsed: HashMap::new(), prelude };
         let root = l.ws.sources.add(file);
         l.module(root, &mut Vec::new());
@@ -231,7 +213,8 @@ impl Load<'_> {
         }
         stack.pop();
         let prelude = self.prelude.filter(|_| file == FileId(0));
-        let ctx = check::Ctx { file, text: &src.text, base_dir, loader: self.loader, imports: &infos, prelude };
+        let root = self.ws.sources.root.as_deref();
+        let ctx = check::Ctx { file, text: &src.text, base_dir, root, loader: self.loader, imports: &infos, prelude };
         self.ws.diagnostics.extend(check::check_template(&template, &ctx));
         let info = check::module_info(&src.name, &template);
         self.parsed.insert(file, Module { file, template, info, imports });
@@ -245,24 +228,29 @@ impl Load<'_> {
         if path.is_empty() {
             return Err(("the import path is empty".into(), "write a path such as `./lib.lmt` or `std/json`".into()));
         }
-        let p = Path::new(path);
-        let full = match (p.is_absolute(), base) {
-            (true, _) | (false, None) => p.to_path_buf(),
-            (false, Some(dir)) => dir.join(p),
-        };
-        let mut candidates = vec![full.clone()];
-        if full.extension().is_none() {
-            candidates.push(full.with_extension("lmt"));
+        let root = self.ws.sources.root.as_deref();
+        let mut candidates = vec![path.to_string()];
+        if Path::new(path).extension().is_none() {
+            candidates.push(format!("{path}.lmt"));
         }
+        let mut looked = Vec::new();
         for c in &candidates {
-            if let Ok(text) = self.loader.read(c) {
-                let canon = std::fs::canonicalize(c).unwrap_or_else(|_| c.clone());
-                let name = pretty(c);
-                return Ok(Resolved { key: canon.display().to_string(), name, path: Some(canon), text });
+            let full = crate::files::resolve_named(c, base, root).map_err(|r| (r.message(c), r.help().to_string()))?;
+            match self.loader.read(&full) {
+                Ok(text) => {
+                    let canon = std::fs::canonicalize(&full).unwrap_or_else(|_| full.clone());
+                    let name = pretty(&full);
+                    return Ok(Resolved { key: canon.display().to_string(), name, path: Some(canon), text });
+                }
+                // Found but unreadable (a device, too large, not UTF-8): say so.
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err((format!("cannot read `{path}`: {e}"), "imports must be UTF-8 text files".into()));
+                }
+                Err(_) => looked.push(pretty(&full)),
             }
         }
         Err((
-            format!("cannot find `{path}` (looked for `{}`)", pretty(&full)),
+            format!("cannot find `{path}` (looked for `{}`)", looked.first().map_or("", String::as_str)),
             "relative imports are resolved from the importing file's folder; stdlib modules start with `std/`".into(),
         ))
     }

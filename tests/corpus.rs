@@ -13,7 +13,9 @@ fn load(path: &Path) -> Workspace {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let name = path.strip_prefix(root).unwrap_or(path).display().to_string();
     let text = std::fs::read_to_string(path).unwrap();
-    Workspace::load_text(&name, &text, Some(path.to_path_buf()), &FsLoader::default())
+    // Fixtures import from sibling folders (`../lib`): the corpus is their root.
+    let loader = FsLoader { root: Some(root.join("tests/corpus")), ..FsLoader::default() };
+    Workspace::load_text(&name, &text, Some(path.to_path_buf()), &loader)
 }
 
 fn rendered(ws: &Workspace) -> String {

@@ -19,7 +19,7 @@ use crate::builtins;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::span::{FileId, Span};
 use crate::syntax::ast::*;
-use crate::workspace::Loader;
+use crate::files::Loader;
 
 /// What the checker needs to know besides the tree.
 pub struct Ctx<'a> {
@@ -29,6 +29,8 @@ pub struct Ctx<'a> {
     pub text: &'a str,
     /// Its directory, for relative schema paths.
     pub base_dir: Option<PathBuf>,
+    /// The folder schema files must stay under ([`crate::files::resolve_named`]).
+    pub root: Option<&'a std::path::Path>,
     /// Reads schema files.
     pub loader: &'a dyn Loader,
     /// What each import path (as written) resolved to. Missing: the import

@@ -49,9 +49,12 @@ pub fn check_literal(e: &Expr, file: FileId, out: &mut Vec<Diagnostic>) {
 
 /// Checks a schema file named by `json="path"`, relative to the template.
 pub fn check_file(path: &str, span: Span, semantics: crate::engine::Semantics, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
-    let full = match &ctx.base_dir {
-        Some(dir) => dir.join(path),
-        None => std::path::PathBuf::from(path),
+    let full = match crate::files::resolve_named(path, ctx.base_dir.as_deref(), ctx.root) {
+        Ok(f) => f,
+        Err(r) => {
+            out.push(Diagnostic::new(Code::SchemaFile, ctx.file, span, r.message(path)).with_help(r.help()));
+            return;
+        }
     };
     // Messages name the path as written (relative to the template), not
     // where it happens to resolve on this machine.

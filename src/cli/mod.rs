@@ -9,7 +9,7 @@ pub mod repl;
 pub mod report;
 pub mod run;
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -68,6 +68,9 @@ pub struct CheckArgs {
     /// Also print the AST or the IR disassembly to standard output.
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
+    /// The folder imports and schema files must stay under (default: each template's folder).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
 }
 
 /// Diagnostic output formats.
@@ -109,19 +112,23 @@ pub fn main() -> i32 {
     }
 }
 
+/// Loads the template at `path` (`-`: standard input) and its imports.
 fn load(path: &Path, loader: &FsLoader) -> Result<Workspace, String> {
     if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).map_err(|e| format!("cannot read standard input: {e}"))?;
+        let text = crate::files::read_bounded(std::io::stdin().lock(), "standard input")
+            .map_err(|e| format!("cannot read standard input: {e}"))?;
         let cwd = std::env::current_dir().ok().map(|d| d.join("<stdin>"));
         return Ok(Workspace::load_text("<stdin>", &text, cwd, loader));
     }
-    Workspace::load_file(path, loader).map_err(|e| format!("cannot read `{}`: {e}", path.display()))
+    Workspace::load_file(path, loader).map_err(|e| {
+        let hint = if path.starts_with("/dev") || path.starts_with("/proc") { " (use `-` to read standard input)" } else { "" };
+        format!("cannot read `{}`: {e}{hint}", path.display())
+    })
 }
 
 /// `lmt check`: 0 when no file has errors, 1 when one has, 2 when a file cannot be read.
 pub fn check(args: &CheckArgs) -> i32 {
-    let loader = FsLoader::default();
+    let loader = FsLoader { root: args.root.clone(), ..FsLoader::default() };
     let color = report::use_color(std::io::stderr().is_terminal());
     let width = terminal_width();
     let (mut errors, mut warnings, mut unreadable) = (0, 0, 0);

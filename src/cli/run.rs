@@ -17,7 +17,7 @@ use crate::interp::{self, Event, RunOptions};
 use crate::model::{LoadOptions, Model, ModelSpec};
 use crate::render::{self, Styles};
 use crate::state::Origin;
-use crate::workspace::{FsLoader, Workspace};
+use crate::workspace::FsLoader;
 
 /// Exit code: the run was interrupted (Ctrl-C), as shells report SIGINT.
 pub const EXIT_CANCELLED: i32 = 130;
@@ -42,6 +42,9 @@ pub struct RunArgs {
     /// No progress, warnings or summary on standard error.
     #[arg(long, short)]
     pub quiet: bool,
+    /// The folder imports and schema files must stay under (default: the template's folder).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
 }
 
 /// Which model to load (`lmt run`, `lmt repl`, `lmt complete`, `lmt model info`).
@@ -97,10 +100,11 @@ pub struct InputArgs {
 pub fn run(args: &RunArgs) -> i32 {
     let color = report::use_color(std::io::stderr().is_terminal());
     let width = terminal_width();
-    let ws = match Workspace::load_file(&args.file, &FsLoader::default()) {
+    let loader = FsLoader { root: args.root.clone(), ..FsLoader::default() };
+    let ws = match super::load(&args.file, &loader) {
         Ok(ws) => ws,
         Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", args.file.display());
+            eprintln!("error: {e}");
             return EXIT_USAGE;
         }
     };

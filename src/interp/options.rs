@@ -166,9 +166,9 @@ impl Vm<'_, '_> {
 
     fn read_schema(&self, path: &str) -> Result<serde_json::Value, Step> {
         let file = self.module().file;
-        let base = self.sources.get(file).path.as_ref().and_then(|p| p.parent().map(|d| d.join(path)));
-        let full = base.unwrap_or_else(|| std::path::PathBuf::from(path));
-        let text = std::fs::read_to_string(&full).map_err(|e| Step::Err(format!("cannot read the schema `{path}`: {e}")))?;
+        let base = self.sources.get(file).path.as_ref().and_then(|p| p.parent());
+        let full = crate::files::resolve_named(path, base, self.sources.root.as_deref()).map_err(|r| Step::Err(r.message(path)))?;
+        let text = crate::files::read_file(&full).map_err(|e| Step::Err(format!("cannot read the schema `{path}`: {e}")))?;
         serde_json::from_str(&text).map_err(|e| Step::Err(format!("the schema `{path}` is not JSON: {e}")))
     }
 

@@ -1,0 +1,112 @@
+//! Hostile and careless input, one reproducer each: no panic, memory and time
+//! bounded, Ctrl-C honoured, nothing lost silently. The `lmt` binary is run
+//! as a user runs it; the model is the shared Llama-3 tiny model, or a tiny
+//! chat model built here.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::tiny::{temp_dir, TempDir};
+
+/// A tiny chat model, built once per test that needs it.
+fn model(dir: &Path) -> PathBuf {
+    if let Some(m) = common::shared_dirs("tiny_models", &["llama3-tiny"], "model.safetensors").pop() {
+        return m.1;
+    }
+    let m = dir.join("model");
+    std::fs::create_dir_all(&m).unwrap();
+    common::write_trained_chat_model(&m);
+    m
+}
+
+/// Exit code, stdout, stderr of `lmt args…` with `stdin` fed to it.
+fn lmt_in(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lmt"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("CLICOLOR_FORCE")
+        .env_remove("LMT_MODEL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn lmt(args: &[&str]) -> (i32, String, String) {
+    lmt_in(args, b"")
+}
+
+fn no_panic(code: i32, err: &str) {
+    assert_ne!(code, 101, "panicked: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn write(dir: &TempDir, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_diagnostic_on_a_long_line_is_cut_to_a_window() {
+    let tmp = temp_dir("hostile-long-line");
+    let long = write(&tmp, "long.lmt", &format!("{}{{{{ nope }}}}{}\n", "a".repeat(70_000), "é".repeat(5_000)));
+    let (code, _, err) = lmt(&["check", &long]);
+    no_panic(code, &err);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("long.lmt:1:70004"), "the header has the file's own column: {err}");
+    assert!(err.contains("…aaa") && err.contains("{{ nope }}ééé") && err.contains("é…"), "{err}");
+    assert!(err.len() < 2_000, "the snippet is a window, not the line: {} bytes", err.len());
+}
+
+#[test]
+fn templates_read_regular_files_under_their_root_only() {
+    let tmp = temp_dir("hostile-files");
+    std::fs::create_dir_all(tmp.join("app/lib")).unwrap();
+    std::fs::write(tmp.join("secret.lmt"), "{% def leak() %}SECRET LINE{% end %}").unwrap();
+    std::fs::write(tmp.join("app/lib/ok.lmt"), "{% def hi() %}hi{% end %}").unwrap();
+    std::os::unix::fs::symlink(tmp.join("secret.lmt"), tmp.join("app/sneaky.lmt")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", tmp.join("app/zero.json")).unwrap();
+    let cases = [
+        ("{% import \"/etc/passwd\" as p %}", "is an absolute path"),
+        ("{% import \"/dev/zero\" as z %}", "is an absolute path"),
+        ("{% import \"../../../../../../proc/self/environ\" as e %}", "outside the template's root folder"),
+        ("{% import \"../secret.lmt\" as s %}", "outside the template's root folder"),
+        ("{% import \"sneaky.lmt\" as s %}", "outside the template's root folder"),
+        ("{% gen x json=\"/dev/zero\" %}", "is an absolute path"),
+        ("{% gen x json=\"zero.json\" %}", "outside the template's root folder"),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let t = write(&tmp, &format!("app/t{i}.lmt"), text);
+        let (code, out, err) = lmt(&["check", &t]);
+        no_panic(code, &err);
+        assert_eq!(code, 1, "{text}: {err}");
+        assert!(err.contains(want), "{text}: {err}");
+        assert!(!err.contains("SECRET") && !out.contains("SECRET") && !err.contains("root:"), "nothing of the file shown: {err}");
+    }
+    // Under the root, and with a wider root given on purpose.
+    let ok = write(&tmp, "app/ok.lmt", "{% import \"lib/ok.lmt\" as l %}{{ l.hi() }}");
+    assert_eq!(lmt(&["check", &ok]).0, 0);
+    let up = write(&tmp, "app/up.lmt", "{% import \"../secret.lmt\" as s %}{{ s.leak() }}");
+    assert_eq!(lmt(&["check", &up, "--root", tmp.to_str().unwrap()]).0, 0);
+    // A device as the template itself: refused at once, not read forever.
+    let (code, _, err) = lmt(&["check", "/dev/zero"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
+    // Standard input past the size limit.
+    let (code, _, err) = lmt_in(&["check", "-"], &vec![b'a'; 17 << 20]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("larger than 16 MiB"), "{err}");
+}
