@@ -6,20 +6,34 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use common::tiny::{temp_dir, TempDir};
 
-/// A tiny chat model, built once per test that needs it.
-fn model(dir: &Path) -> PathBuf {
-    if let Some(m) = common::shared_dirs("tiny_models", &["llama3-tiny"], "model.safetensors").pop() {
-        return m.1;
-    }
-    let m = dir.join("model");
-    std::fs::create_dir_all(&m).unwrap();
-    common::write_trained_chat_model(&m);
-    m
+/// A tiny chat model with a 512-token context, built here once.
+fn model() -> &'static str {
+    static MODEL: OnceLock<PathBuf> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let m = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("hostile-model-{}", std::process::id()));
+            std::fs::create_dir_all(&m).unwrap();
+            common::write_trained_chat_model(&m);
+            m
+        })
+        .to_str()
+        .unwrap()
+}
+
+/// `lmt run FILE --model M --json -q extra…`: exit code, the JSON document, stderr.
+fn run_json(file: &str, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let mut args = vec!["run", file, "--model", model(), "--json", "-q"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = lmt(&args);
+    no_panic(code, &err);
+    let doc = serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out:?} {err}"));
+    (code, doc, err)
 }
 
 /// Exit code, stdout, stderr of `lmt args…` with `stdin` fed to it.
@@ -109,4 +123,46 @@ fn templates_read_regular_files_under_their_root_only() {
     let (code, _, err) = lmt_in(&["check", "-"], &vec![b'a'; 17 << 20]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("larger than 16 MiB"), "{err}");
+}
+
+#[test]
+fn a_constrained_value_cut_short_is_an_error_that_keeps_it() {
+    let tmp = temp_dir("hostile-unfinished");
+    for (text, kind) in [
+        ("N: {% gen x regex=\"[0-9]{20}\" max_tokens=3 %}", "regex"),
+        ("J: {% gen x json={\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"minLength\": 40}}, \"required\": [\"a\"]} max_tokens=3 %}", "json"),
+    ] {
+        let t = write(&tmp, "t.lmt", text);
+        let (code, doc, err) = run_json(&t, &[]);
+        assert_eq!(code, 3, "{kind}: {err}");
+        assert!(err.contains("unfinished") && err.contains("max_tokens=3"), "{kind}: {err}");
+        assert_eq!(doc["finish_reason"], "error");
+        let x = &doc["captures"]["x"];
+        assert_eq!(x["finish_reason"], "max_tokens", "{kind}: {doc}");
+        assert_eq!(x["tokens"].as_array().unwrap().len(), 3);
+        let value = x["value"].as_str().unwrap();
+        assert!(!value.is_empty() && doc["text"].as_str().unwrap().ends_with(value), "{kind}: kept in the text: {doc}");
+        // Asked for: kept, and the run goes on.
+        let t = write(&tmp, "p.lmt", &text.replace(" %}", " partial=true %}!"));
+        let (code, doc, err) = run_json(&t, &[]);
+        assert_eq!(code, 0, "{kind}: {err}");
+        assert_eq!(doc["captures"]["x"]["finish_reason"], "max_tokens");
+        assert!(doc["text"].as_str().unwrap().ends_with('!'));
+    }
+}
+
+#[test]
+fn a_gen_that_fills_the_context_keeps_its_value() {
+    let tmp = temp_dir("hostile-context");
+    let t = write(&tmp, "t.lmt", "Go: {% gen x max_tokens=100000 %}");
+    let (code, doc, err) = run_json(&t, &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("context length"), "{err}");
+    let x = &doc["captures"]["x"];
+    assert_eq!(x["finish_reason"], "error");
+    let generated = doc["usage"]["generated_tokens"].as_u64().unwrap();
+    assert!(generated > 400, "{generated}");
+    assert_eq!(x["tokens"].as_array().unwrap().len() as u64, generated);
+    assert!(doc["text"].as_str().unwrap().ends_with(x["value"].as_str().unwrap()));
+    assert!(doc["usage"]["tokens_per_second"].as_f64().unwrap() > 0.0);
 }

@@ -104,6 +104,13 @@ fn every_example_runs_and_its_constraints_hold() {
                 assert!(e.message.contains("no chat template"), "{ctx}: {}", e.message);
                 continue;
             }
+            // A random model can run out of `max_tokens` inside a constrained
+            // value: that is an error naming it, with the value kept.
+            if let Some(e) = o.error.as_ref().filter(|e| e.message.contains("is unfinished")) {
+                let cut = o.state.captures.iter().any(|c| c.value.meta.finish_reason == Some(FinishReason::MaxTokens));
+                assert!(cut && e.message.contains("max_tokens="), "{ctx}: {}", e.message);
+                continue;
+            }
             assert!(o.error.is_none(), "{ctx}: {:?} {:?}", o.error, o.state.captures);
             assert_eq!(o.state.finish_reason, FinishReason::Done, "{ctx}");
             assert_eq!(events.last().map(String::as_str), Some("done"), "{ctx}");

@@ -74,6 +74,7 @@ pub const GEN_OPTIONS: &[OptionSpec] = &[
     o("min_p", OptKind::UnitInterval, "number in [0, 1]", "0 (off)", "Drop tokens less likely than min_p times the most likely one."),
     o("seed", OptKind::NonNegativeInt, "integer ≥ 0", "--seed", "Seed for this generation's sampler."),
     o("heal", OptKind::Bool, "boolean", "true", "Token healing: re-generate the last prompt token so the value can start mid-token."),
+    o("partial", OptKind::Bool, "boolean", "false", "With `regex`, `grammar` or `json`: keep a value that `max_tokens` cut short of matching (its `finish_reason` is `max_tokens`) instead of stopping the run with an error."),
 ];
 
 /// The options of `{% select %}`.

@@ -49,6 +49,8 @@ pub struct GenSpec {
     pub max_tokens: usize,
     /// Token healing.
     pub heal: bool,
+    /// Keep a constrained value that a limit cut short instead of failing.
+    pub partial: bool,
 }
 
 /// A finished generation.
@@ -59,6 +61,12 @@ pub struct Generated {
     pub tokens: Vec<Token>,
     /// Its metadata.
     pub meta: Meta,
+    /// False when a constraint was given and the value does not satisfy it
+    /// whole (`max_tokens` or a stop cut it short).
+    pub complete: bool,
+    /// What stopped the generation mid-way, if anything failed; the value
+    /// holds what was generated before.
+    pub error: Option<String>,
 }
 
 /// Streaming callbacks for generated text and tokens.
@@ -363,128 +371,139 @@ impl<'m> Lm<'m> {
         let mut stop_text = None;
         let t0 = Instant::now();
         let mut steps = 0;
-        'gen: while steps < spec.max_tokens {
-            if sink.cancelled() {
-                finish = FinishReason::Cancelled;
-                break;
-            }
-            // Fast-forward what the constraint forces, all but its last token.
-            if let (Some(m), true) = (matcher.as_mut(), heal.is_empty() && lead.is_empty()) {
-                let forced = m.forced_bytes(FORCED_LIMIT).map_err(|e| e.to_string())?;
-                let forced = valid_utf8_prefix(&forced).to_string();
-                if !forced.is_empty() {
-                    let ids = self.model.tokenizer.encoder.encode(&forced)?;
-                    let here = m.position();
-                    let complete = m.feed(forced.as_bytes()).map_err(|e| e.to_string())? && m.is_complete();
-                    m.rewind(here);
-                    // A forced/free boundary tokenized alone is rarely what the
-                    // model would write: the model picks how the last forced
-                    // token continues, unless nothing can follow.
-                    let keep = if complete { ids.len() } else { ids.len() - 1 };
-                    let mut at = 0;
-                    for &id in &ids[..keep] {
-                        let b = vocab.bytes(id);
-                        m.feed(b).map_err(|e| e.to_string())?;
-                        let t = self.token(id, Origin::Generated, TokenKind::Forced, None, Vec::new());
-                        sink.token(&t);
-                        toks.push((t.clone(), value.len() as i64));
-                        value.extend_from_slice(b);
-                        at += b.len();
-                        self.seq.push(t);
-                        self.usage.forced_tokens += 1;
-                        steps += 1;
-                        if let StopEvent::Stop { value_len, text, .. } = stops.push(b) {
-                            stop_text = Some(text);
-                            finish = FinishReason::Stop;
-                            self.cut_at_stop(&mut value, &mut toks, gen_start, value_len, &healed);
-                            break 'gen;
-                        }
+        // A failure mid-way (the context is full, no token is allowed) keeps
+        // what was generated: it is the value, and the error follows it.
+        let failed: Option<String> = 'run: {
+            macro_rules! attempt {
+                ($e:expr) => {
+                    match $e {
+                        Ok(v) => v,
+                        Err(e) => break 'run Some(e.to_string()),
                     }
-                    lead = forced.as_bytes()[at..].to_vec();
-                    if complete {
-                        finish = FinishReason::ConstraintComplete;
-                        break;
-                    }
-                    if steps >= spec.max_tokens {
-                        break;
-                    }
-                }
+                };
             }
-            let logits = self.feed()?;
-            let tm = Instant::now();
-            self.next_mask(matcher.as_mut(), &heal, &lead, &mut mask)?;
-            if heal.is_empty() && lead.is_empty() && matcher.as_ref().is_none_or(|m| m.is_accepting()) {
-                stop_ids.iter().for_each(|&t| mask.set(t));
-            }
-            self.usage.mask_ms += tm.elapsed().as_secs_f64() * 1e3;
-            let mut bias = Vec::new();
-            if let (Some(b), Some(st)) = (&spec.bias, &bias_state) {
-                b.apply(&vocab, st, |t, off| bias.push((t, off)));
-            }
-            let s = sampler.sample(&logits, Some(&mask), &bias).map_err(|e| match matcher {
-                Some(_) => {
-                    format!("the constraint allows no token the model can emit here ({e})")
-                }
-                None => e.to_string(),
-            })?;
-            if self.usage.time_to_first_token_ms.is_none() {
-                self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
-            }
-            steps += 1;
-            if stop_ids.contains(&s.token) {
-                finish = FinishReason::Eos;
-                break;
-            }
-            let bytes = vocab.bytes(s.token);
-            // The value gets the token's bytes after the healed prompt bytes.
-            let new = &bytes[heal.len().min(bytes.len())..];
-            let kind = if heal.is_empty() { TokenKind::Sampled } else { TokenKind::Healed };
-            let top = s
-                .top
-                .iter()
-                .map(|&(id, lp)| Alternative { text: String::from_utf8_lossy(vocab.bytes(id)).into_owned(), logprob: lp })
-                .collect();
-            let t = self.token(s.token, Origin::Generated, kind, Some(s.logprob), top);
-            sink.token(&t);
-            toks.push((t.clone(), value.len() as i64 - heal.len() as i64));
-            self.usage.generated_tokens += 1;
-            heal.clear();
-            lead.clear();
-            // (A healed token equal to the prompt bytes adds nothing to the value.)
-            if let (Some(m), false) = (matcher.as_mut(), new.is_empty()) {
-                if !m.feed(new).map_err(|e| e.to_string())? {
-                    return Err(format!(
-                        "internal: the sampled token {:?} (after {:?}) does not continue the constraint",
-                        String::from_utf8_lossy(bytes),
-                        String::from_utf8_lossy(&healed)
-                    ));
-                }
-            }
-            if let (Some(b), Some(st)) = (&spec.bias, bias_state.as_mut()) {
-                b.advance(st, bytes);
-            }
-            value.extend_from_slice(new);
-            match stops.push(new) {
-                StopEvent::Stop { value_len, text, .. } => {
-                    stop_text = Some(text);
-                    finish = FinishReason::Stop;
-                    self.cut_at_stop(&mut value, &mut toks, gen_start, value_len, &healed);
+            'gen: while steps < spec.max_tokens {
+                if sink.cancelled() {
+                    finish = FinishReason::Cancelled;
                     break;
                 }
-                StopEvent::Continue { safe } => {
-                    self.seq.push(t);
-                    let upto = utf8_floor(&value, safe);
-                    if upto > shown {
-                        sink.text(&String::from_utf8_lossy(&value[shown..upto]));
-                        shown = upto;
+                // Fast-forward what the constraint forces, all but its last token.
+                if let (Some(m), true) = (matcher.as_mut(), heal.is_empty() && lead.is_empty()) {
+                    let forced = attempt!(m.forced_bytes(FORCED_LIMIT));
+                    let forced = valid_utf8_prefix(&forced).to_string();
+                    if !forced.is_empty() {
+                        let ids = attempt!(self.model.tokenizer.encoder.encode(&forced));
+                        let here = m.position();
+                        let complete = attempt!(m.feed(forced.as_bytes())) && m.is_complete();
+                        m.rewind(here);
+                        // A forced/free boundary tokenized alone is rarely what the
+                        // model would write: the model picks how the last forced
+                        // token continues, unless nothing can follow.
+                        let keep = if complete { ids.len() } else { ids.len() - 1 };
+                        let mut at = 0;
+                        for &id in &ids[..keep] {
+                            let b = vocab.bytes(id);
+                            attempt!(m.feed(b));
+                            let t = self.token(id, Origin::Generated, TokenKind::Forced, None, Vec::new());
+                            sink.token(&t);
+                            toks.push((t.clone(), value.len() as i64));
+                            value.extend_from_slice(b);
+                            at += b.len();
+                            self.seq.push(t);
+                            self.usage.forced_tokens += 1;
+                            steps += 1;
+                            if let StopEvent::Stop { value_len, text, .. } = stops.push(b) {
+                                stop_text = Some(text);
+                                finish = FinishReason::Stop;
+                                self.cut_at_stop(&mut value, &mut toks, gen_start, value_len, &healed);
+                                break 'gen;
+                            }
+                        }
+                        lead = forced.as_bytes()[at..].to_vec();
+                        if complete {
+                            finish = FinishReason::ConstraintComplete;
+                            break;
+                        }
+                        if steps >= spec.max_tokens {
+                            break;
+                        }
                     }
                 }
+                let logits = attempt!(self.feed());
+                let tm = Instant::now();
+                attempt!(self.next_mask(matcher.as_mut(), &heal, &lead, &mut mask));
+                if heal.is_empty() && lead.is_empty() && matcher.as_ref().is_none_or(|m| m.is_accepting()) {
+                    stop_ids.iter().for_each(|&t| mask.set(t));
+                }
+                self.usage.mask_ms += tm.elapsed().as_secs_f64() * 1e3;
+                let mut bias = Vec::new();
+                if let (Some(b), Some(st)) = (&spec.bias, &bias_state) {
+                    b.apply(&vocab, st, |t, off| bias.push((t, off)));
+                }
+                let s = attempt!(sampler.sample(&logits, Some(&mask), &bias).map_err(|e| match matcher {
+                    Some(_) => format!("the constraint allows no token the model can emit here ({e})"),
+                    None => e.to_string(),
+                }));
+                if self.usage.time_to_first_token_ms.is_none() {
+                    self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
+                }
+                steps += 1;
+                if stop_ids.contains(&s.token) {
+                    finish = FinishReason::Eos;
+                    break;
+                }
+                let bytes = vocab.bytes(s.token);
+                // The value gets the token's bytes after the healed prompt bytes.
+                let new = &bytes[heal.len().min(bytes.len())..];
+                let kind = if heal.is_empty() { TokenKind::Sampled } else { TokenKind::Healed };
+                let top = s
+                    .top
+                    .iter()
+                    .map(|&(id, lp)| Alternative { text: String::from_utf8_lossy(vocab.bytes(id)).into_owned(), logprob: lp })
+                    .collect();
+                let t = self.token(s.token, Origin::Generated, kind, Some(s.logprob), top);
+                sink.token(&t);
+                toks.push((t.clone(), value.len() as i64 - heal.len() as i64));
+                self.usage.generated_tokens += 1;
+                heal.clear();
+                lead.clear();
+                // (A healed token equal to the prompt bytes adds nothing to the value.)
+                if let (Some(m), false) = (matcher.as_mut(), new.is_empty()) {
+                    if !attempt!(m.feed(new)) {
+                        break 'run Some(format!(
+                            "internal: the sampled token {:?} (after {:?}) does not continue the constraint",
+                            String::from_utf8_lossy(bytes),
+                            String::from_utf8_lossy(&healed)
+                        ));
+                    }
+                }
+                if let (Some(b), Some(st)) = (&spec.bias, bias_state.as_mut()) {
+                    b.advance(st, bytes);
+                }
+                value.extend_from_slice(new);
+                match stops.push(new) {
+                    StopEvent::Stop { value_len, text, .. } => {
+                        stop_text = Some(text);
+                        finish = FinishReason::Stop;
+                        self.cut_at_stop(&mut value, &mut toks, gen_start, value_len, &healed);
+                        break;
+                    }
+                    StopEvent::Continue { safe } => {
+                        self.seq.push(t);
+                        let upto = utf8_floor(&value, safe);
+                        if upto > shown {
+                            sink.text(&String::from_utf8_lossy(&value[shown..upto]));
+                            shown = upto;
+                        }
+                    }
+                }
+                if matcher.as_ref().is_some_and(|m| m.is_complete()) {
+                    finish = FinishReason::ConstraintComplete;
+                    break;
+                }
             }
-            if matcher.as_ref().is_some_and(|m| m.is_complete()) {
-                finish = FinishReason::ConstraintComplete;
-                break;
-            }
-        }
+            None
+        };
         // Healing backed a prompt token out and nothing replaced it: it goes back.
         if !heal.is_empty() {
             self.push_text(&String::from_utf8_lossy(&heal), Origin::Template);
@@ -498,6 +517,15 @@ impl<'m> Lm<'m> {
         if value.len() > shown {
             sink.text(&String::from_utf8_lossy(&value[shown..]));
         }
+        if failed.is_some() {
+            finish = FinishReason::Error;
+        }
+        // Whether the value is one the constraint accepts whole: a limit or a
+        // stop can cut it short.
+        let complete = spec.constraint.as_ref().is_none_or(|c| {
+            let mut m = c.matcher(&self.limits);
+            m.feed(&value).unwrap_or(false) && m.is_accepting()
+        });
         let tokens: Vec<Token> = toks.into_iter().map(|(t, _)| t).collect();
         let meta = Meta {
             logprob: tokens.iter().filter_map(|t| t.logprob).map(f64::from).sum(),
@@ -506,7 +534,7 @@ impl<'m> Lm<'m> {
             stop: stop_text.map(|s| String::from_utf8_lossy(&s).into_owned()),
             choices: Vec::new(),
         };
-        Ok(Generated { text: String::from_utf8_lossy(&value).into_owned(), tokens, meta })
+        Ok(Generated { text: String::from_utf8_lossy(&value).into_owned(), tokens, meta, complete, error: failed })
     }
 
     /// The tokens allowed next: the constraint's (or any generable token),

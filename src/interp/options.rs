@@ -56,7 +56,7 @@ impl Vm<'_, '_> {
         let hidden = !self.hidden.is_empty();
         let quiet = self.frame().quiet;
         let mut sink = GenSink { on_event: &mut *self.on_event, cancel: self.opts.cancel.as_deref(), hidden };
-        let g = self.core.lm.generate(spec, &mut sink).map_err(Step::Err)?;
+        let mut g = self.core.lm.generate(spec, &mut sink).map_err(Step::Err)?;
         if !quiet {
             self.core.state.nodes.push(Node::Text { text: g.text.clone(), origin: Origin::Generated, tokens: g.tokens, hidden });
             self.account(&g.text);
@@ -67,9 +67,22 @@ impl Vm<'_, '_> {
             meta.choices = c;
             meta.logprob = score;
         }
+        let reason = meta.finish_reason;
+        let value = if g.complete { String::new() } else { g.text.clone() };
         if let Some(t) = target {
             let c = CaptureFrame { text: g.text, node, choices: None };
             self.finish_capture(t, c, meta)?;
+        }
+        // The value and its capture are in the record before any error.
+        if let Some(e) = g.error.take() {
+            return Err(Step::Err(e));
+        }
+        // A limit is not an answer: a stop the template asked for is.
+        if !g.complete && !spec.partial && reason == Some(FinishReason::MaxTokens) {
+            return Err(Step::Err(format!(
+                "the value {value:?} is unfinished: `max_tokens={}` ran out before it matched its constraint (give `partial=true` to keep unfinished values)",
+                spec.max_tokens
+            )));
         }
         Ok(())
     }
@@ -138,6 +151,7 @@ impl Vm<'_, '_> {
             sampling: self.sampling(o, self.opts.temperature)?,
             max_tokens,
             heal,
+            partial: o.get("partial").is_some_and(Value::is_true),
         })
     }
 
@@ -197,6 +211,7 @@ impl Vm<'_, '_> {
                 sampling: self.sampling(&o, 0.0)?,
                 max_tokens: SELECT_MAX_TOKENS,
                 heal: true,
+                partial: false,
             };
             let best = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             return self.generate(target, &spec, Some((choices, best)));
