@@ -155,6 +155,7 @@ codes! {
     UnclosedRaw = "E0206", "unclosed-raw", Error, "A `{% raw %}` block is never closed with `{% endraw %}`.";
     NestedRole = "E0207", "nested-role", Error, "A role block is opened inside another role block.";
     NotTopLevel = "E0208", "not-top-level", Error, "`def`, `grammar`, `import` and `input` are only allowed at the top level of a file.";
+    InvalidRoleName = "E0209", "invalid-role-name", Error, "A role name that is not a plain word (a letter, then letters, digits, `_` or `-`; at most 32): it could forge chat-template markup.";
     // Options.
     UnknownOption = "E0301", "unknown-option", Error, "A `gen` or `select` option that does not exist.";
     OptionType = "E0302", "option-type", Error, "An option value of the wrong type or out of range.";

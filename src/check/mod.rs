@@ -486,13 +486,16 @@ impl<'a> Checker<'a> {
                 }
                 if let RoleName::Expr(e) = &b.head {
                     self.expr(e, flow);
-                    if let Some(c) = e.to_const() {
-                        if !matches!(c, Const::Str(_)) {
-                            self.push(
-                                Diagnostic::new(Code::OptionType, self.file(), e.span, format!("a role name must be a string, not {}", crate::diagnostic::with_article(c.type_name())))
-                                    .with_help("write `{% role \"tool\" %}`"),
-                            );
-                        }
+                    match e.to_const() {
+                        Some(Const::Str(name)) if !is_role_name(&name) => self.push(
+                            Diagnostic::new(Code::InvalidRoleName, self.file(), e.span, format!("{name:?} is not a role name"))
+                                .with_help("a role name is a plain word such as `tool` or `developer` (a letter, then letters, digits, `_` or `-`)"),
+                        ),
+                        Some(Const::Str(_)) | None => {}
+                        Some(c) => self.push(
+                            Diagnostic::new(Code::OptionType, self.file(), e.span, format!("a role name must be a string, not {}", crate::diagnostic::with_article(c.type_name())))
+                                .with_help("write `{% role \"tool\" %}`"),
+                        ),
                     }
                 }
                 self.role_depth += 1;

@@ -553,6 +553,12 @@ impl Vm<'_, '_> {
             Instr::RoleBegin => {
                 let v = self.pop();
                 let role = v.as_str().ok_or_else(|| Step::Err(format!("a role name must be a string, not {}", v.a_type())))?.to_string();
+                if !crate::syntax::ast::is_role_name(&role) {
+                    return Err(Step::Err(format!(
+                        "{role:?} is not a role name: a role name is a plain word (a letter, then letters, digits, `_` or `-`; at most {})",
+                        crate::syntax::ast::MAX_ROLE_NAME
+                    )));
+                }
                 if self.role.is_none() {
                     self.drop_layout_whitespace();
                 }

@@ -64,6 +64,20 @@ pub enum RoleName {
     Expr(Expr),
 }
 
+/// Longest role name.
+pub const MAX_ROLE_NAME: usize = 32;
+
+/// Whether `name` may name a chat role: a plain word (an ASCII letter, then
+/// letters, digits, `_` or `-`; at most [`MAX_ROLE_NAME`]). Role names go
+/// into the chat template's own text, so anything else could forge markup
+/// such as `<|im_end|>` there.
+pub fn is_role_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= MAX_ROLE_NAME
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// A node of the template body.
 #[derive(Debug, Clone)]
 pub enum Node {
