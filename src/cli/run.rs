@@ -3,7 +3,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -202,12 +202,29 @@ impl InputArgs {
     }
 }
 
-/// A flag Ctrl-C sets (the run stops at the next token); a second Ctrl-C
-/// while it is still set ends the process at once.
+/// A flag Ctrl-C sets: the run stops at the next token or instruction and
+/// writes what it has. Pressed again while the flag is set it changes
+/// nothing (the record still comes); only a third press ends the process at
+/// once, for a run stuck in one long computation.
 pub(super) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
     let cancel = Arc::new(AtomicBool::new(false));
-    let _ = signal_hook::flag::register_conditional_shutdown(signal_hook::consts::SIGINT, EXIT_CANCELLED, cancel.clone());
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone());
+    let flag = cancel.clone();
+    if let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT]) {
+        std::thread::spawn(move || {
+            let mut presses = 0;
+            for _ in signals.forever() {
+                // The REPL clears the flag for each entry: count afresh.
+                if !flag.swap(true, Ordering::SeqCst) {
+                    presses = 0;
+                }
+                presses += 1;
+                if presses >= 3 {
+                    eprintln!("\ninterrupted three times: exiting without the record");
+                    std::process::exit(EXIT_CANCELLED);
+                }
+            }
+        });
+    }
     cancel
 }
 

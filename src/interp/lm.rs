@@ -14,13 +14,15 @@ use std::time::Instant;
 use crate::chat::{ChatTemplate, Message, Rendered};
 use crate::engine::{Bias, Constraint, Limits, StopEvent, StopMatcher, TokenMask};
 use crate::interp::value::{Choice, FinishReason, Meta};
-use crate::model::{log_softmax, KvState, Model, Sampler, SamplingParams};
+use crate::model::{log_softmax, KvState, Model, ModelError, Sampler, SamplingParams};
 use crate::state::{Alternative, Origin, Token, TokenKind, Usage};
 
 /// Most tokens of an existing sequence re-tokenized with new text.
 const BACK_OFF: usize = 2;
 /// Most bytes a constraint may force at once.
 const FORCED_LIMIT: usize = 256;
+/// Pending text outside a turn is decided once it is this large.
+const SETTLE_BYTES: usize = 32 << 10;
 /// Alternatives recorded per sampled token (for the HTML report).
 pub const TOP_ALTERNATIVES: usize = 5;
 
@@ -86,6 +88,10 @@ pub struct Lm<'m> {
     /// Decided tokens; `kv` holds a prefix of them.
     seq: Vec<Token>,
     pending: Vec<Piece>,
+    /// Bytes pushed to `pending` since it was last decided (at least its size).
+    pending_bytes: usize,
+    /// The longest token's bytes: bounds how few tokens pending text can make.
+    max_token_bytes: usize,
     /// Logits after the last token of `kv`, when `kv` holds all of `seq`.
     logits: Option<Vec<f32>>,
     free_mask: TokenMask,
@@ -151,6 +157,8 @@ impl<'m> Lm<'m> {
             kv: model.decoder.new_state(),
             seq: Vec::new(),
             pending: Vec::new(),
+            pending_bytes: 0,
+            max_token_bytes: (0..model.tokenizer.vocab.len() as u32).map(|t| model.tokenizer.vocab.bytes(t).len()).max().unwrap_or(1),
             logits: None,
             free_mask,
             template,
@@ -166,9 +174,36 @@ impl<'m> Lm<'m> {
 
     /// Queues plain text (it can never become a special token).
     pub fn push_text(&mut self, text: &str, origin: Origin) {
-        if !text.is_empty() {
-            self.pending.push(Piece::Text(text.to_string(), origin));
+        if text.is_empty() {
+            return;
         }
+        self.pending_bytes += text.len();
+        // Same-origin neighbours are one piece: a loop's thousands of
+        // small pieces cost what one string does.
+        match self.pending.last_mut() {
+            Some(Piece::Text(t, o)) if *o == origin => t.push_str(text),
+            _ => self.pending.push(Piece::Text(text.to_string(), origin)),
+        }
+    }
+
+    /// Keeps pending text bounded while a template emits text: outside a
+    /// chat turn it is decided once it passes [`SETTLE_BYTES`]; and text
+    /// that cannot fit in the model's context is an error as soon as that
+    /// is certain, not after it has filled memory.
+    pub fn settle(&mut self) -> LmResult<()> {
+        if self.pending_bytes < SETTLE_BYTES {
+            return Ok(());
+        }
+        if self.turn_content_at.is_none() {
+            self.decide()?;
+        }
+        let max = self.model.decoder.config.max_position_embeddings;
+        // No token covers more bytes than the longest one in the vocabulary.
+        let least_tokens = self.pending_bytes / self.max_token_bytes.max(1);
+        if self.seq.len() + least_tokens > max {
+            return Err(ModelError::ContextFull { max }.to_string());
+        }
+        Ok(())
     }
 
     /// Drops the white-space-only template text at the end of what is
@@ -274,6 +309,7 @@ impl<'m> Lm<'m> {
     /// Forgets everything after `m` (text and cache), as if never written.
     pub fn rewind(&mut self, m: Mark) -> LmResult<()> {
         self.pending.clear();
+        self.pending_bytes = 0;
         self.truncate(m.0)
     }
 
@@ -294,6 +330,7 @@ impl<'m> Lm<'m> {
     /// feeds the rest again, so the cache holds exactly the old sequence.
     pub fn restore(&mut self, cp: &Checkpoint) -> LmResult<()> {
         self.pending.clear();
+        self.pending_bytes = 0;
         self.turn_content_at = None;
         let common = self.seq.iter().zip(&cp.ids).take_while(|(t, &id)| t.id == id).count();
         self.truncate(common)?;
@@ -318,11 +355,12 @@ impl<'m> Lm<'m> {
         &self.seq
     }
 
-    /// Decides and feeds everything pending (at the end of a run, so the
-    /// record and the cache agree).
-    pub fn finish(&mut self) -> LmResult<()> {
+    /// Decides everything pending and, with `feed`, feeds it (at the end of
+    /// a run, so the record and the cache agree; a later generation feeds
+    /// what is left).
+    pub fn finish(&mut self, feed: bool) -> LmResult<()> {
         self.decide()?;
-        if self.kv.len() < self.seq.len() {
+        if feed && self.kv.len() < self.seq.len() {
             self.feed()?;
         }
         self.sync_usage();
@@ -683,6 +721,7 @@ impl<'m> Lm<'m> {
         let tok = &self.model.tokenizer;
         let vocab = tok.vocab.clone();
         let pieces = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
         self.turn_content_at = None;
         if self.seq.is_empty() {
             if let Some(bos) = tok.bos {
@@ -741,11 +780,16 @@ impl<'m> Lm<'m> {
             self.truncate(n)?;
             &ids[..]
         };
+        // Token offsets only grow: walk the pieces' origins alongside.
+        let mut piece = 0;
         for &(id, at) in new {
+            while piece + 1 < origins.len() && origins[piece + 1].0 <= at {
+                piece += 1;
+            }
             let origin = if vocab.is_special_or_added(id) {
                 Origin::Role
             } else {
-                origins.iter().rev().find(|(s, _)| *s <= at).map_or(Origin::Template, |(_, o)| *o)
+                origins.get(piece).filter(|(s, _)| *s <= at).map_or(Origin::Template, |(_, o)| *o)
             };
             let t = self.token(id, origin, TokenKind::Prompt, None, Vec::new());
             self.seq.push(t);

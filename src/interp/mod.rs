@@ -144,7 +144,9 @@ pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOpti
             }
             let ended_in_turn = matches!(vm.core.state.nodes.last(), Some(Node::RoleClose { .. }));
             let closed = if ended_in_turn && !vm.cancelled() { vm.core.lm.close_conversation() } else { Ok(()) };
-            if let Err(message) = closed.and_then(|_| vm.core.lm.finish()) {
+            // Cancelled: the record gets the tokens, the model no more work.
+            let cancelled = vm.cancelled();
+            if let Err(message) = closed.and_then(|_| vm.core.lm.finish(!cancelled)) {
                 Some(vm.error_here(message))
             } else {
                 None
@@ -397,7 +399,7 @@ impl Vm<'_, '_> {
             Instr::Text(c) => {
                 if let crate::syntax::ast::Const::Str(s) = &self.module().consts[c as usize] {
                     let s = s.clone();
-                    self.emit(&s, Origin::Template);
+                    self.emit(&s, Origin::Template)?;
                 }
             }
             Instr::Emit => {
@@ -405,7 +407,7 @@ impl Vm<'_, '_> {
                 if matches!(v, Value::Undefined) {
                     return Err(Step::Err("this value is undefined".into()));
                 }
-                self.emit(&v.to_string(), Origin::Variable);
+                self.emit(&v.to_string(), Origin::Variable)?;
             }
             Instr::Const(c) => {
                 let v = Value::from_const(&self.module().consts[c as usize]);
@@ -820,9 +822,9 @@ impl Vm<'_, '_> {
     }
 
     /// Writes text into the prompt and the record.
-    fn emit(&mut self, text: &str, origin: Origin) {
+    fn emit(&mut self, text: &str, origin: Origin) -> Result<(), Step> {
         if text.is_empty() || self.frame().quiet {
-            return;
+            return Ok(());
         }
         self.core.lm.push_text(text, origin);
         let hidden = !self.hidden.is_empty();
@@ -832,6 +834,7 @@ impl Vm<'_, '_> {
         self.core.state.push_text(text, origin, hidden, merge);
         (self.on_event)(Event::Text { text, origin, hidden });
         self.account(text);
+        self.core.lm.settle().map_err(Step::Err)
     }
 
     /// Adds text already in the prompt to open captures and the open role.

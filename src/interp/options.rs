@@ -218,7 +218,7 @@ impl Vm<'_, '_> {
         }
         let k = self.pick(&o, &scores)?;
         let node = self.core.state.nodes.len();
-        self.emit(&options[k], Origin::Generated);
+        self.emit(&options[k], Origin::Generated)?;
         if let Some(t) = target {
             let meta = Meta { logprob: scores[k], choices, ..Meta::default() };
             let c = CaptureFrame { text: options[k].clone(), node, choices: None };
@@ -261,7 +261,7 @@ impl Vm<'_, '_> {
         let k = self.pick(&o, &scores)?;
         let meta = Meta { logprob: scores[k], choices, ..Meta::default() };
         self.captures.push(CaptureFrame { text: String::new(), node: self.core.state.nodes.len(), choices: Some(meta) });
-        self.emit(&branches[k].0, Origin::Generated);
+        self.emit(&branches[k].0, Origin::Generated)?;
         self.jump(entries[k] + branches[k].1 as u32);
         Ok(())
     }

@@ -90,7 +90,7 @@ impl<'m> Session<'m> {
         let mut vm = Vm::new(&self.program, &self.sources, &self.opts, &mut self.core, entry, on_event);
         let mut error = vm.exec().err();
         let cancelled = vm.cancelled();
-        if let Err(m) = vm.unwind().and_then(|_| vm.core.lm.finish()) {
+        if let Err(m) = vm.unwind().and_then(|_| vm.core.lm.finish(!cancelled)) {
             error = error.or_else(|| Some(vm.error_here(m)));
         }
         self.core.end(error.as_ref(), cancelled);
