@@ -264,3 +264,46 @@ fn text_past_the_context_stops_early_with_the_record() {
     assert!(doc["text"].as_str().unwrap().starts_with("0.0 0.1 0.2"));
     assert!(doc["text"].as_str().unwrap().len() < 1 << 20);
 }
+
+#[test]
+fn output_that_cannot_be_written_is_an_error_and_a_closed_pipe_a_quiet_end() {
+    let tmp = temp_dir("hostile-output");
+    let t = write(&tmp, "t.lmt", "Hi {% gen x max_tokens=3 %}");
+    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    for extra in [&["--json"][..], &[][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lmt"))
+            .args(["run", &t, "--model", model(), "-q"])
+            .args(extra)
+            .stdout(full())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(err.contains("cannot write to standard output"), "{err}");
+    }
+    // The report: into a missing folder, onto a folder; no temporary file left.
+    for bad in [tmp.join("missing/r.html"), tmp.to_path_buf()] {
+        let (code, _, err) = lmt(&["run", &t, "--model", model(), "-q", "--html", bad.to_str().unwrap()]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("cannot write the report"), "{err}");
+    }
+    let report = tmp.join("r.html");
+    std::fs::write(&report, "old").unwrap();
+    let (code, _, err) = lmt(&["run", &t, "--model", model(), "-q", "--html", report.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::read_to_string(&report).unwrap().contains("<html"));
+    let left: Vec<_> = std::fs::read_dir(&*tmp).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    assert!(left.is_empty(), "{left:?}");
+    // A reader that goes away: the run stops, quietly.
+    let long = write(&tmp, "long.lmt", "Go {% for i in range(100000) %}{% gen x max_tokens=30 %}{% end %}");
+    let mut child =
+        Command::new(env!("CARGO_BIN_EXE_lmt")).args(["run", &long, "--model", model()]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut first = [0u8; 4];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    no_panic(0, &err);
+    assert!(!err.contains("error"), "{err}");
+}

@@ -19,6 +19,8 @@ use crate::render::{self, Styles};
 use crate::state::Origin;
 use crate::workspace::FsLoader;
 
+/// Exit code: what the run made could not be written (standard output, the report).
+pub const EXIT_OUTPUT_ERROR: i32 = 1;
 /// Exit code: the run was interrupted (Ctrl-C), as shells report SIGINT.
 pub const EXIT_CANCELLED: i32 = 130;
 
@@ -143,31 +145,50 @@ pub fn run(args: &RunArgs) -> i32 {
             return EXIT_MODEL_ERROR;
         }
     };
-    let opts = args.input.run_options(vars, cancel_on_ctrl_c());
+    let cancel = cancel_on_ctrl_c();
+    let opts = args.input.run_options(vars, cancel.clone());
     let stream = !args.json;
     let styles = Styles::new(stream && std::io::stdout().is_terminal() && report::use_color(true));
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    // The first failed write to standard output: the run stops (nobody
+    // reads what it makes) and the exit code says so.
+    let mut write_error: Option<std::io::Error> = None;
     let mut on_event = |e: Event<'_>| {
-        if !stream {
+        if !stream || write_error.is_some() {
             return;
         }
-        let _ = write_event(&mut out, &styles, &e);
+        if let Err(e) = write_event(&mut out, &styles, &e).and_then(|()| out.flush()) {
+            cancel.store(true, Ordering::SeqCst);
+            write_error = Some(e);
+        }
     };
     let outcome = interp::run(&program, &ws.sources, &model, &opts, &mut on_event);
     let state = &outcome.state;
-    if stream {
-        let _ = writeln!(out);
-    }
-    if args.json {
-        let _ = writeln!(out, "{}", serde_json::to_string_pretty(&render::json(state)).unwrap_or_default());
+    let mut out = stdout.lock();
+    if write_error.is_none() {
+        let doc = if args.json { serde_json::to_string_pretty(&render::json(state)).unwrap_or_default() } else { String::new() };
+        if let Err(e) = writeln!(out, "{doc}").and_then(|()| out.flush()) {
+            write_error = Some(e);
+        }
     }
     drop(out);
+    let mut failed_output = false;
     if let Some(path) = &args.html {
         let title = args.file.file_name().map_or("lmt run".into(), |n| n.to_string_lossy().into_owned());
-        if let Err(e) = std::fs::write(path, render::html(state, &title)) {
-            eprintln!("error: cannot write `{}`: {e}", path.display());
+        if let Err(e) = write_atomically(path, render::html(state, &title).as_bytes()) {
+            eprintln!("error: cannot write the report `{}`: {e}", path.display());
+            failed_output = true;
         }
+    }
+    match write_error {
+        // The reader went away (`lmt run … | head`): a quiet end.
+        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return if failed_output { EXIT_TEMPLATE_ERROR } else { 0 },
+        Some(e) => {
+            eprintln!("error: cannot write to standard output: {e}");
+            failed_output = true;
+        }
+        None => {}
     }
     if !args.quiet {
         let u = &state.usage;
@@ -186,6 +207,11 @@ pub fn run(args: &RunArgs) -> i32 {
     }
     if let Some(e) = &outcome.error {
         eprint!("{}", report::render(&e.to_diagnostic(), &ws.sources, color, width));
+    }
+    if failed_output {
+        return EXIT_OUTPUT_ERROR;
+    }
+    if outcome.error.is_some() {
         return EXIT_MODEL_ERROR;
     }
     if state.finish_reason == FinishReason::Cancelled {
@@ -226,6 +252,32 @@ pub(super) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
         });
     }
     cancel
+}
+
+/// Writes `bytes` to `path` whole or not at all: into a temporary file
+/// beside it, then renamed over it, so a failed write never leaves half a
+/// report where the old one was.
+pub(super) fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    if path.is_dir() {
+        return Err(std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory"));
+    }
+    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    match written.and_then(|()| std::fs::rename(&tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
 }
 
 /// Streams an event to the terminal: text (generated and hidden text
