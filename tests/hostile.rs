@@ -26,11 +26,14 @@ fn model() -> &'static str {
         .unwrap()
 }
 
-/// `lmt run FILE --model M --json -q extra…`: exit code, the JSON document, stderr.
+/// `lmt run FILE --model M --json -q extra…` with at most 1 GiB of address
+/// space (`ulimit -v`: past it allocations fail and the run aborts, which
+/// the exit code shows): exit code, the JSON document, stderr.
 fn run_json(file: &str, extra: &[&str]) -> (i32, serde_json::Value, String) {
-    let mut args = vec!["run", file, "--model", model(), "--json", "-q"];
+    let mut args = vec!["-c", "ulimit -v 1048576; exec \"$0\" \"$@\"", env!("CARGO_BIN_EXE_lmt"), "run", file, "--model", model(), "--json", "-q"];
     args.extend_from_slice(extra);
-    let (code, out, err) = lmt(&args);
+    let out = Command::new("sh").args(&args).env("NO_COLOR", "1").env_remove("LMT_MODEL").stdin(Stdio::null()).output().unwrap();
+    let (code, out, err) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
     no_panic(code, &err);
     let doc = serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out:?} {err}"));
     (code, doc, err)
@@ -306,4 +309,30 @@ fn output_that_cannot_be_written_is_an_error_and_a_closed_pipe_a_quiet_end() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     no_panic(0, &err);
     assert!(!err.contains("error"), "{err}");
+}
+
+#[test]
+fn values_and_selects_are_bounded() {
+    let tmp = temp_dir("hostile-values");
+    let cases = [
+        ("{% set s = \"ab\" %}{% for i in range(40) %}{% set s = s ~ s %}{% end %}{{ s | len }}", "over 16 MiB"),
+        ("{% set s = \"a\" * 1000000 %}{{ s | replace(\"a\", \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\") | len }}", "over 16 MiB"),
+        ("{% set xs = [1] %}{% for i in range(60) %}{% set xs[] = xs %}{% end %}{{ xs }}", "over 16 MiB"),
+        ("{% set xs = [1] %}{% for i in range(60) %}{% set xs = [xs, xs] %}{% end %}{{ xs | join(\",\") | len }}", "over 16 MiB"),
+        ("{% set xs = [1] %}{% for i in range(60) %}{% set xs = [xs, xs] %}{% end %}{{ xs | tojson | len }}", "over 16 MiB"),
+        ("{% select x in range(20000) %}", "the limits are 10000 options"),
+    ];
+    for (text, want) in cases {
+        let t = write(&tmp, "t.lmt", &format!("Go: {text}"));
+        let (code, doc, err) = run_json(&t, &[]);
+        assert_eq!(code, 3, "{text}: {err}");
+        assert!(err.contains(want), "{text}: {err}");
+        assert!(doc["text"].as_str().unwrap().starts_with("Go:"));
+    }
+    // Appending in a loop is linear, and a select over 1,000 options is
+    // scored in bounded pieces (it took 0.9 GB in one pass).
+    let t = write(&tmp, "ok.lmt", "Go: {% set xs = [] %}{% for i in range(200000) %}{% set xs[] = i %}{% end %}{{ xs | len }} {% select x in range(1000) %}");
+    let (code, doc, err) = run_json(&t, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(doc["text"].as_str().unwrap().starts_with("Go: 200000 "));
 }

@@ -407,7 +407,8 @@ impl Vm<'_, '_> {
                 if matches!(v, Value::Undefined) {
                     return Err(Step::Err("this value is undefined".into()));
                 }
-                self.emit(&v.to_string(), Origin::Variable)?;
+                let text = ops::render(&v).map_err(Step::Err)?;
+                self.emit(&text, Origin::Variable)?;
             }
             Instr::Const(c) => {
                 let v = Value::from_const(&self.module().consts[c as usize]);
@@ -914,13 +915,21 @@ fn put<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, v: Value,
         scope.insert(key, v);
         return Ok(());
     }
-    let mut list = match scope.get(&key) {
-        None | Some(Value::Undefined) => Vec::new(),
-        Some(Value::List(l)) => l.to_vec(),
-        Some(other) => return Err(Step::Err(format!("cannot append to {}", other.a_type()))),
+    let mut list = match scope.remove(&key) {
+        None | Some(Value::Undefined) => Arc::new(Vec::new()),
+        Some(Value::List(l)) if l.len() < ops::MAX_ITEMS => l,
+        Some(other) => {
+            let msg = match &other {
+                Value::List(_) => format!("the list would have over {} items (the limit for lists)", ops::MAX_ITEMS),
+                _ => format!("cannot append to {}", other.a_type()),
+            };
+            scope.insert(key, other);
+            return Err(Step::Err(msg));
+        }
     };
-    list.push(v);
-    scope.insert(key, Value::list(list));
+    // In place when nothing else holds the list: appends in a loop stay linear.
+    Arc::make_mut(&mut list).push(v);
+    scope.insert(key, Value::List(list));
     Ok(())
 }
 

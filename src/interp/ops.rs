@@ -14,6 +14,63 @@ pub type OpResult = Result<Value, String>;
 
 /// Most items `range` may produce (a loop over model output is bounded).
 const MAX_RANGE: i64 = 1_000_000;
+/// Longest string a template may build.
+pub const MAX_STRING: usize = 16 << 20;
+/// Most items a list may hold.
+pub const MAX_ITEMS: usize = 1_000_000;
+
+/// Fails when a string of `len` bytes would pass [`MAX_STRING`].
+fn check_len(len: usize) -> Result<(), String> {
+    if len > MAX_STRING {
+        return Err(format!("the string would be over {} MiB (the limit for values)", MAX_STRING >> 20));
+    }
+    Ok(())
+}
+
+/// The length of `v` written as text, counted without writing it, or
+/// `None` past `limit`: a list holding itself a few times over would
+/// otherwise be written out at exponential size.
+fn text_len_within(v: &Value, limit: usize) -> Option<usize> {
+    let mut total = 0usize;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        total += match v {
+            Value::Str(s) => s.len() + 2,
+            Value::Captured(c) => c.text.len() + 2,
+            Value::List(l) => {
+                stack.extend(l.iter());
+                2 + l.len()
+            }
+            Value::Map(m) => {
+                stack.extend(m.values());
+                2 + m.keys().map(|k| k.len() + 4).sum::<usize>()
+            }
+            _ => 24,
+        };
+        if total > limit {
+            return None;
+        }
+    }
+    Some(total)
+}
+
+/// `v` as the text `{{ … }}` writes, refused past [`MAX_STRING`].
+pub fn render(v: &Value) -> Result<String, String> {
+    match v {
+        Value::List(_) | Value::Map(_) => {
+            text_len_within(v, MAX_STRING).ok_or_else(|| check_len(usize::MAX).unwrap_err())?;
+            Ok(v.to_string())
+        }
+        _ => Ok(v.to_string()),
+    }
+}
+
+/// `a` and `b` written one after the other, refused past [`MAX_STRING`].
+fn concat(a: &Value, b: &Value) -> OpResult {
+    let len = |v: &Value| text_len_within(v, MAX_STRING).unwrap_or(usize::MAX);
+    check_len(len(a).saturating_add(len(b)))?;
+    Ok(Value::str(format!("{a}{b}")))
+}
 
 /// Applies a unary operator.
 pub fn unary(op: UnaryOp, v: &Value) -> OpResult {
@@ -51,19 +108,20 @@ pub fn binary(op: BinaryOp, a: &Value, b: &Value) -> OpResult {
             let found = contains(b, a).ok_or_else(mismatch)?;
             Ok(Value::Bool(found == (op == In)))
         }
-        Concat => Ok(Value::str(format!("{a}{b}"))),
+        Concat => concat(a, b),
         Add => match (a, b) {
+            (Value::List(x), Value::List(y)) if x.len() + y.len() > MAX_ITEMS => {
+                Err(format!("the list would have over {MAX_ITEMS} items (the limit for lists)"))
+            }
             (Value::List(x), Value::List(y)) => Ok(Value::list(x.iter().chain(y.iter()).cloned().collect())),
-            _ if a.as_str().is_some() && b.as_str().is_some() => Ok(Value::str(format!("{a}{b}"))),
+            _ if a.as_str().is_some() && b.as_str().is_some() => concat(a, b),
             _ => arith(op, a, b).ok_or_else(mismatch)?,
         },
         Mul => match (a, b) {
             (s, Value::Int(n)) | (Value::Int(n), s) if s.as_str().is_some() => {
                 let n = usize::try_from(*n).unwrap_or(0);
                 let s = s.as_str().unwrap_or("");
-                if s.len().saturating_mul(n) > 10_000_000 {
-                    return Err("the repeated string would be over 10 MB".into());
-                }
+                check_len(s.len().saturating_mul(n))?;
                 Ok(Value::str(s.repeat(n)))
             }
             _ => arith(op, a, b).ok_or_else(mismatch)?,
@@ -281,10 +339,15 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
             Some(f) => Value::Float(f),
             None => args.get(0, "default").cloned().ok_or_else(|| format!("cannot convert {} to a float", describe(v)))?,
         },
-        "string" => Value::str(v.to_string()),
+        "string" => Value::str(render(v)?),
         "join" => {
             let sep = str_arg(0, "sep")?.unwrap_or_default();
-            Value::str(list()?.iter().map(Value::to_string).collect::<Vec<_>>().join(&sep))
+            let items = list()?;
+            let len = items.iter().try_fold(sep.len().saturating_mul(items.len()), |n, v| {
+                text_len_within(v, MAX_STRING).map(|l| n.saturating_add(l))
+            });
+            check_len(len.unwrap_or(usize::MAX))?;
+            Value::str(items.iter().map(Value::to_string).collect::<Vec<_>>().join(&sep))
         }
         "split" => {
             let t = s()?;
@@ -303,6 +366,10 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
         "replace" => {
             let old = str_arg(0, "old")?.unwrap_or_default();
             let new = str_arg(1, "new")?.unwrap_or_default();
+            let t = s()?;
+            // An empty `old` matches between every character.
+            let matches = if old.is_empty() { t.chars().count() + 1 } else { t.matches(old.as_str()).count() };
+            check_len(t.len().saturating_add(matches.saturating_mul(new.len())))?;
             match args.get(2, "count") {
                 Some(Value::Int(n)) => Value::str(s()?.replacen(&old, &new, (*n).max(0) as usize)),
                 _ => Value::str(s()?.replace(&old, &new)),
@@ -342,6 +409,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
             _ => return Err(format!("`abs` needs a number, not {}", v.a_type())),
         },
         "tojson" => {
+            render(v)?;
             let j = v.to_json();
             match args.get(0, "indent") {
                 Some(Value::Int(n)) if *n > 0 => {

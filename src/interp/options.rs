@@ -13,6 +13,10 @@ use crate::model::{Sampler, SamplingParams};
 const DEFAULT_MAX_TOKENS: usize = 256;
 /// Most tokens a greedy select may take.
 const SELECT_MAX_TOKENS: usize = 4096;
+/// Most options a `select … in` scores.
+const MAX_SELECT_OPTIONS: usize = 10_000;
+/// Most bytes of option text a `select … in` scores.
+const MAX_SELECT_BYTES: usize = 1 << 20;
 /// How much of the text after a select is scored with each option.
 const FOLLOW_CHARS: usize = 32;
 
@@ -196,6 +200,14 @@ impl Vm<'_, '_> {
         };
         if options.is_empty() {
             return Err(Step::Err("`select … in` got an empty list: there is nothing to choose".into()));
+        }
+        let bytes: usize = options.iter().map(String::len).sum();
+        if options.len() > MAX_SELECT_OPTIONS || bytes > MAX_SELECT_BYTES {
+            return Err(Step::Err(format!(
+                "`select … in` got {} options of {bytes} bytes in all: the limits are {MAX_SELECT_OPTIONS} options and {} KiB (each option is scored by the model)",
+                options.len(),
+                MAX_SELECT_BYTES >> 10
+            )));
         }
         let pc = self.frame().pc;
         let follow = self.follow_text(pc);

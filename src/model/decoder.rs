@@ -253,55 +253,93 @@ impl Decoder {
     }
 
     /// Log-probabilities of each token of each option given the state's
-    /// tokens as prefix, all options in one forward pass; the state is left
-    /// holding the prefix only.
+    /// tokens as prefix; the state is left holding the prefix only. Short
+    /// options share forward passes (each sees the prefix and itself); a
+    /// long one goes in pieces. Each pass holds at most [`SCORE_PIECE`]
+    /// tokens and its logits rows are reduced to log-probabilities at once,
+    /// so memory stays bounded however many options there are.
     pub fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
         let first = self.logits(st)?;
+        let first_lse = log_sum_exp(&first);
         let prefix = st.tokens.len();
-        let mut tokens = Vec::new();
-        let mut groups = Vec::new();
-        let mut positions = Vec::new();
-        let mut rows = Vec::new();
+        let saved = st.last.take();
+        // Each option's first token is predicted by the prefix.
+        let mut out: Vec<Vec<f32>> = options.iter().map(|o| o.first().map(|&t| first[t as usize] - first_lse).into_iter().collect()).collect();
+        let mut batch: Vec<usize> = Vec::new();
+        let mut batch_len = 0;
+        let mut result = Ok(());
         for (g, opt) in options.iter().enumerate() {
+            if opt.len() > SCORE_PIECE {
+                result = self.score_long(st, opt, &mut out[g]);
+                st.truncate(prefix)?;
+            } else {
+                if batch_len + opt.len() > SCORE_PIECE {
+                    result = self.score_batch(st, options, &batch, &mut out);
+                    st.truncate(prefix)?;
+                    (batch, batch_len) = (Vec::new(), 0);
+                }
+                batch.push(g);
+                batch_len += opt.len();
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        if result.is_ok() && !batch.is_empty() {
+            result = self.score_batch(st, options, &batch, &mut out);
+        }
+        // Back to the prefix whatever happened: the options were never
+        // part of the sequence.
+        st.truncate(prefix)?;
+        st.last = saved;
+        result.map(|()| out)
+    }
+
+    /// Scores the options `batch` (short ones) in one pass, each seeing the
+    /// prefix and itself; appends to `out` the log-probabilities of every
+    /// token after each option's first.
+    fn score_batch(&self, st: &mut KvState, options: &[Vec<u32>], batch: &[usize], out: &mut [Vec<f32>]) -> Result<(), ModelError> {
+        let prefix = st.tokens.len();
+        let (mut tokens, mut groups, mut positions, mut rows, mut next) = (vec![], vec![], vec![], vec![], vec![]);
+        for (gi, &g) in batch.iter().enumerate() {
+            let opt = &options[g];
             for (i, &t) in opt.iter().enumerate() {
                 // The logits after every option token but the last predict
                 // the option's next token.
-                if i + 1 < opt.len() {
+                if let Some(&n) = opt.get(i + 1) {
                     rows.push(tokens.len());
+                    next.push((g, n));
                 }
                 tokens.push(t);
-                groups.push(g as u32);
+                groups.push(gi as u32);
                 positions.push(prefix + i);
             }
         }
-        let out = if tokens.is_empty() {
-            Vec::new()
-        } else {
-            let saved = st.last.take();
-            let pass = Pass { st, tokens: &tokens, positions: &positions, vis: Visibility::Groups(&groups), rows: &rows };
-            let out = self.forward(&mut [pass]);
-            // Back to the prefix whatever happened: the options were never
-            // part of the sequence.
-            st.truncate(prefix)?;
-            st.last = saved;
-            out?.pop().unwrap_or_default()
-        };
-        // The forward pass checked every id; each option's first token is
-        // predicted by the prefix, the others by the rows in order.
-        let first_lse = log_sum_exp(&first);
-        let mut next = out.iter();
-        Ok(options
-            .iter()
-            .map(|opt| {
-                opt.iter()
-                    .enumerate()
-                    .map(|(i, &t)| match i {
-                        0 => first[t as usize] - first_lse,
-                        _ => next.next().map_or(f32::NAN, |row| row[t as usize] - log_sum_exp(row)),
-                    })
-                    .collect()
-            })
-            .collect())
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let pass = Pass { st, tokens: &tokens, positions: &positions, vis: Visibility::Groups(&groups), rows: &rows };
+        let logits = self.forward(&mut [pass])?.pop().unwrap_or_default();
+        for (row, (g, n)) in logits.iter().zip(next) {
+            out[g].push(row[n as usize] - log_sum_exp(row));
+        }
+        Ok(())
+    }
+
+    /// Scores one long option in causal pieces appended one after another.
+    fn score_long(&self, st: &mut KvState, opt: &[u32], out: &mut Vec<f32>) -> Result<(), ModelError> {
+        let prefix = st.tokens.len();
+        for (c, piece) in opt.chunks(SCORE_PIECE).enumerate() {
+            let base = c * SCORE_PIECE;
+            let rows: Vec<usize> = (0..piece.len()).filter(|&i| base + i + 1 < opt.len()).collect();
+            let positions: Vec<usize> = (0..piece.len()).map(|i| prefix + base + i).collect();
+            let pass = Pass { st, tokens: piece, positions: &positions, vis: Visibility::Causal, rows: &rows };
+            let logits = self.forward(&mut [pass])?.pop().unwrap_or_default();
+            for (&r, row) in rows.iter().zip(&logits) {
+                out.push(row[opt[base + r + 1] as usize] - log_sum_exp(row));
+            }
+        }
+        Ok(())
     }
 
     /// One forward pass over the chunks of several states, appending each
@@ -381,6 +419,8 @@ impl Decoder {
 
 /// Most tokens of one sequence in one pass when appending.
 const PIECE: usize = 512;
+/// Most option tokens scored in one pass (its logits rows are held at once).
+const SCORE_PIECE: usize = 128;
 
 /// One state's part of a forward pass.
 struct Pass<'a> {
