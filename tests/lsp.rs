@@ -252,25 +252,60 @@ fn definition_and_symbols() {
 /// The real binary over stdio, with Content-Length framing.
 #[test]
 fn the_binary_speaks_json_rpc_over_stdio() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lmt"))
-        .arg("lsp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut send = |v: Value| {
+    let mut p = Proc::start();
+    p.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}));
+    assert_eq!(p.recv()["id"], 1);
+    p.send(json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
+    let uri = "file:///tmp/lmt-lsp-bin/a.lmt";
+    p.send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "lmt", "version": 1, "text": TWO_ERRORS}}}));
+    let n = p.recv();
+    assert_eq!(n["method"], "textDocument/publishDiagnostics");
+    let diags = n["params"]["diagnostics"].as_array().unwrap();
+    assert_eq!(diags.len(), 2);
+    assert_eq!(range(&diags[0]), (1, 9, 1, 18));
+    assert_eq!(range(&diags[1]), (2, 3, 2, 7));
+    p.send(json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "Hello.\n{% gen a max_tokens=5 %}\n{{ nope }}\n"}]}}));
+    let n = p.recv();
+    assert_eq!(n["params"]["diagnostics"].as_array().unwrap().len(), 1);
+    p.finish(2);
+}
+
+/// `lmt lsp` as a child process, spoken to in frames.
+struct Proc {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Proc {
+    fn start() -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lmt"))
+            .arg("lsp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Proc { child, stdin, out }
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, v: Value) {
         let body = v.to_string();
-        write!(stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-        stdin.flush().unwrap();
-    };
-    let mut recv = || -> Value {
+        self.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    }
+
+    fn recv(&mut self) -> Value {
         let mut len = 0;
         loop {
             let mut line = String::new();
-            out.read_line(&mut line).unwrap();
+            assert!(self.out.read_line(&mut line).unwrap() > 0, "the server ended");
             if line == "\r\n" {
                 break;
             }
@@ -279,29 +314,76 @@ fn the_binary_speaks_json_rpc_over_stdio() {
             }
         }
         let mut buf = vec![0; len];
-        out.read_exact(&mut buf).unwrap();
+        self.out.read_exact(&mut buf).unwrap();
         serde_json::from_slice(&buf).unwrap()
-    };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}));
-    assert_eq!(recv()["id"], 1);
-    send(json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
-    let uri = "file:///tmp/lmt-lsp-bin/a.lmt";
-    send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "lmt", "version": 1, "text": TWO_ERRORS}}}));
-    let n = recv();
-    assert_eq!(n["method"], "textDocument/publishDiagnostics");
-    let diags = n["params"]["diagnostics"].as_array().unwrap();
-    assert_eq!(diags.len(), 2);
-    assert_eq!(range(&diags[0]), (1, 9, 1, 18));
-    assert_eq!(range(&diags[1]), (2, 3, 2, 7));
-    send(json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "Hello.\n{% gen a max_tokens=5 %}\n{{ nope }}\n"}]}}));
-    let n = recv();
-    assert_eq!(n["params"]["diagnostics"].as_array().unwrap().len(), 1);
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}));
-    assert_eq!(recv()["id"], 2);
-    send(json!({"jsonrpc": "2.0", "method": "exit"}));
-    drop(stdin);
-    let status = child.wait().unwrap();
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(status.success(), "exit status {status}: {err}");
+    }
+
+    /// Shuts the server down with request `id` and checks it exits cleanly.
+    fn finish(mut self, id: i32) -> String {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "shutdown"}));
+        assert_eq!(self.recv()["id"], id);
+        self.send(json!({"jsonrpc": "2.0", "method": "exit"}));
+        drop(self.stdin);
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        self.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert!(status.success(), "exit status {status}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        err
+    }
+}
+
+#[test]
+fn malformed_input_gets_errors_and_the_server_stays_up() {
+    let mut p = Proc::start();
+    p.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}));
+    assert_eq!(p.recv()["id"], 1);
+    p.send(json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
+    // Not JSON, not UTF-8, not a message, a bad length: each answered.
+    for (raw, code) in [
+        (b"Content-Length: 9\r\n\r\n{not json".to_vec(), -32700),
+        (b"Content-Length: 2\r\n\r\n\xff\xfe".to_vec(), -32700),
+        (b"Content-Length: 6\r\n\r\n[1, 2]".to_vec(), -32600),
+        (b"Content-Length: -5\r\n\r\n".to_vec(), -32700),
+    ] {
+        p.send_raw(&raw);
+        let e = p.recv();
+        assert_eq!(e["error"]["code"], code, "{e}");
+        assert!(e["id"].is_null());
+    }
+    // A bad URI and bad params: logged, and the session goes on.
+    p.send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": "not a uri", "languageId": "lmt", "version": 1, "text": "x"}}}));
+    p.send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": 17}));
+    // Hover right after an emoji; completion after U+2028 and U+0085 in a tag.
+    let uri = "file:///tmp/lmt-lsp-hostile/a.lmt";
+    let text = "Smile 😀 please {{ name }}\n{% gen x\u{2028}\u{85}| %}";
+    p.send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "lmt", "version": 1, "text": text}}}));
+    assert_eq!(p.recv()["method"], "textDocument/publishDiagnostics");
+    let mut id = 2;
+    for (method, line, character) in
+        [("textDocument/hover", 0, 8), ("textDocument/definition", 0, 8), ("textDocument/hover", 0, 7), ("textDocument/completion", 1, 8), ("textDocument/completion", 1, 9), ("textDocument/completion", 1, 10)]
+    {
+        p.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}}));
+        let r = p.recv();
+        assert_eq!(r["id"], id, "{method} {line}:{character}: {r}");
+        assert!(r.get("error").is_none() || r["error"].is_null(), "{r}");
+        id += 1;
+    }
+    let err = p.finish(id);
+    assert!(err.contains("ignored `textDocument/didOpen`"), "{err}");
+}
+
+#[test]
+fn a_huge_content_length_is_refused_without_allocating_it() {
+    for claim in ["18446744073709551615", "1000000000000"] {
+        let mut p = Proc::start();
+        p.send_raw(format!("Content-Length: {claim}\r\n\r\n{{}}").as_bytes());
+        drop(std::mem::replace(&mut p.stdin, Command::new("true").stdin(Stdio::piped()).spawn().unwrap().stdin.take().unwrap()));
+        let e = p.recv();
+        assert_eq!(e["error"]["code"], -32700, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("the limit is 64 MiB"), "{e}");
+        // The client left before `initialize`: a plain exit, no abort.
+        let status = p.child.wait().unwrap();
+        assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    }
 }

@@ -237,7 +237,7 @@ pub fn context_at(text: &str, offset: usize) -> Context {
         return Context::Text;
     }
     let inside = before[start + 2..].trim_start_matches('-');
-    let word_start = inside.rfind(|c: char| !is_ident_char(c)).map(|i| i + 1).unwrap_or(0);
+    let word_start = ident_start(inside);
     let head = inside[..word_start].trim_end();
     if stmt && head.is_empty() {
         return Context::Keyword;
@@ -274,10 +274,16 @@ pub fn is_ident_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
+/// Where the name that `s` ends with starts (a byte offset on a character
+/// boundary, also after a multi-byte character such as an emoji).
+pub fn ident_start(s: &str) -> usize {
+    s.char_indices().rev().find(|&(_, c)| !is_ident_char(c)).map_or(0, |(i, c)| i + c.len_utf8())
+}
+
 /// The name under (or just before) `offset`, with its span.
 pub fn word_at(text: &str, offset: usize) -> Option<(String, Span)> {
     let offset = crate::span::floor_char_boundary(text, offset);
-    let start = text[..offset].rfind(|c: char| !is_ident_char(c)).map(|i| i + 1).unwrap_or(0);
+    let start = ident_start(&text[..offset]);
     let end = text[offset..].find(|c: char| !is_ident_char(c)).map(|i| offset + i).unwrap_or(text.len());
     (start < end).then(|| (text[start..end].to_string(), Span::new(start, end)))
 }

@@ -7,6 +7,7 @@
 //! byte offsets to UTF-16 LSP positions and diagnostics to LSP diagnostics.
 
 pub mod analysis;
+pub mod transport;
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
@@ -31,7 +32,7 @@ type BoxError = Box<dyn Error + Send + Sync>;
 
 /// Runs the server on standard input/output; returns the exit code.
 pub fn run_stdio() -> i32 {
-    let (conn, io) = Connection::stdio();
+    let (conn, io) = transport::stdio();
     let result = serve(&conn);
     drop(conn);
     match result.and(io.join().map_err(BoxError::from)) {
@@ -62,8 +63,15 @@ pub fn serve(conn: &Connection) -> Result<(), BoxError> {
         document_symbol_provider: Some(lt::OneOf::Left(true)),
         ..Default::default()
     };
-    conn.initialize(serde_json::to_value(caps)?)?;
-    let mut server = Server::default();
+    let init = conn.initialize(serde_json::to_value(caps)?)?;
+    // Imports may reach anywhere in the editor's workspace folder.
+    let root = init
+        .get("rootUri")
+        .and_then(|u| u.as_str())
+        .or_else(|| init.pointer("/workspaceFolders/0/uri").and_then(|u| u.as_str()))
+        .and_then(|u| Uri::from_str(u).ok())
+        .and_then(|u| uri_to_path(&u));
+    let mut server = Server { root, ..Server::default() };
     loop {
         let wait = server.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
         let msg = match wait {
@@ -90,7 +98,14 @@ pub fn serve(conn: &Connection) -> Result<(), BoxError> {
                 let resp = server.request(req);
                 conn.sender.send(Message::Response(resp))?;
             }
-            Message::Notification(n) => server.notification(conn, n)?,
+            Message::Notification(n) => {
+                // A bad notification is the client's error, not the end of
+                // the session (notifications get no answer to carry it).
+                let method = n.method.clone();
+                if let Err(e) = server.notification(conn, n) {
+                    eprintln!("lmt lsp: ignored `{method}`: {e}");
+                }
+            }
             Message::Response(_) => {}
         }
     }
@@ -109,6 +124,8 @@ struct Server {
     docs: HashMap<String, (Uri, Doc)>,
     /// Per root document: the other files it published diagnostics to.
     published: HashMap<String, HashSet<String>>,
+    /// The editor's workspace folder: what imports must stay under.
+    root: Option<std::path::PathBuf>,
 }
 
 impl Server {
@@ -117,7 +134,7 @@ impl Server {
     }
 
     fn loader(&self) -> FsLoader {
-        let mut l = FsLoader::default();
+        let mut l = FsLoader { root: self.root.clone(), ..FsLoader::default() };
         for (uri, d) in self.docs.values() {
             if let Some(p) = uri_to_path(uri) {
                 l.overlay.insert(p, d.text.clone());

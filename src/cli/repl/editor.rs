@@ -13,7 +13,7 @@ use rustyline::Context;
 
 use crate::builtins;
 use crate::check::options::{GEN_OPTIONS, SELECT_OPTIONS};
-use crate::lsp::analysis::{context_at, is_ident_char, Context as At, KEYWORDS};
+use crate::lsp::analysis::{context_at, Context as At, KEYWORDS};
 use crate::span::FileId;
 
 /// The REPL's commands with one line of help each.
@@ -57,7 +57,7 @@ pub fn complete(line: &str, pos: usize, vars: &[String]) -> (usize, Vec<String>)
     if command.starts_with(':') && !command.contains(' ') {
         return (before.len() - command.len(), starting_with(command, command_names()));
     }
-    let start = before.rfind(|c: char| !is_ident_char(c)).map_or(0, |i| i + 1);
+    let start = crate::lsp::analysis::ident_start(before);
     let word = &before[start..];
     let names = || vars.iter().map(String::as_str).chain(builtins::FUNCTIONS.iter().map(|b| b.name));
     let found = match context_at(line, pos) {
