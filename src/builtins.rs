@@ -103,3 +103,9 @@ pub fn function(name: &str) -> Option<(&'static Builtin, usize)> {
 
 /// Names reserved for the language: not assignable.
 pub const RESERVED: &[&str] = &["loop"];
+
+/// Whether `name` may not be assigned: a reserved word or a built-in
+/// function (`range`, `usage`), which an assignment would hide.
+pub fn is_reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || FUNCTIONS.iter().any(|f| f.name == name)
+}

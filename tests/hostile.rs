@@ -336,3 +336,43 @@ fn values_and_selects_are_bounded() {
     assert_eq!(code, 0, "{err}");
     assert!(doc["text"].as_str().unwrap().starts_with("Go: 200000 "));
 }
+
+#[test]
+fn smaller_things_a_careless_user_meets() {
+    let tmp = temp_dir("hostile-small");
+    // `range` with extreme steps gives Python's values; a number too large for
+    // an integer takes `int`'s default instead of saturating.
+    let t = write(
+        &tmp,
+        "t.lmt",
+        "{{ range(0, 10, 9223372036854775807) }} {{ range(9223372036854775807, -9223372036854775807, -9223372036854775807) }} {{ \"99999999999999999999999\" | int(7) }} {{ 1e300 | int(8) }}",
+    );
+    let (code, doc, err) = run_json(&t, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(doc["text"], "[0] [9223372036854775807,0] 7 8");
+    // Caught by `check`, with what is wrong.
+    for (text, want) in [
+        ("{% set range = 1 %}{{ range }}", "`range` is reserved"),
+        ("{% gen x stop=[\"a\", \"\"] %}", "cannot hold the empty string"),
+        ("{% gen x regex=\"[^\\\\s\\\\S]\" %}", "this regex matches nothing"),
+    ] {
+        let t = write(&tmp, "c.lmt", text);
+        let (code, _, err) = lmt(&["check", &t]);
+        assert_eq!(code, 1, "{text}: {err}");
+        assert!(err.contains(want), "{text}: {err}");
+    }
+    // A long chain of grammar rules checks (it took 8.7 s, quadratic).
+    let mut g = String::from("{% grammar g %}\nroot ::= r0\n");
+    for i in 0..50_000 {
+        g.push_str(&format!("r{i} ::= \"a\" r{}\n", i + 1));
+    }
+    g.push_str("r50000 ::= \"b\"\n{% end %}X {% gen x grammar=g %}");
+    let t = write(&tmp, "g.lmt", &g);
+    let (code, _, err) = lmt(&["check", &t]);
+    assert_eq!(code, 0, "{err}");
+    // The REPL skips a line that is not UTF-8 and goes on.
+    let (code, out, err) = lmt_in(&["repl", "--model", model(), "-q", "--no-history"], b"{{ 1 + 1 }}\n\xff\xfe bad\n{{ 2 + 3 }}\n");
+    no_panic(code, &err);
+    assert!(out.contains('2') && out.contains('5'), "{out} {err}");
+    assert!(err.contains("not UTF-8"), "{err}");
+}

@@ -4,6 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
+use common::mutate::{apply, Mutation};
 use lmt::workspace::{FsLoader, Workspace};
 use proptest::prelude::*;
 
@@ -36,13 +39,7 @@ fn assert_sound(name: &str, text: &str, path: Option<PathBuf>) {
 /// Pieces that make random text look like templates.
 fn piece() -> impl Strategy<Value = String> {
     prop_oneof![
-        3 => prop::sample::select(vec![
-            "{{", "}}", "{%", "%}", "{#", "#}", "-", " ", "\n", "\"", "'", "\\", "(", ")", "[", "]", "{", "}",
-            ",", ":", "=", "|", ".", "gen", "select", "or", "end", "if", "elif", "else", "for", "in", "def",
-            "set", "role", "user", "capture", "hidden", "raw", "endraw", "grammar", "import", "input", "::=",
-            "x", "y", "1", "-2", "3.5", "max_tokens=", "regex=", "json=", "stop=", "grammar=", "not", "and",
-            "is", "defined", "default", "é", "😀", "日本", "\u{0}", "\r\n", "/", "*", "?", "+",
-        ]).prop_map(str::to_string),
+        3 => prop::sample::select(common::mutate::PIECES).prop_map(str::to_string),
         1 => any::<char>().prop_map(|c| c.to_string()),
     ]
 }
@@ -59,40 +56,12 @@ fn corpus_files() -> Vec<PathBuf> {
     files
 }
 
-#[derive(Debug, Clone)]
-enum Mutation {
-    Delete(usize, usize),
-    Insert(usize, String),
-    Duplicate(usize, usize),
-}
-
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<usize>(), 0usize..20).prop_map(|(a, n)| Mutation::Delete(a, n)),
         (any::<usize>(), piece()).prop_map(|(a, s)| Mutation::Insert(a, s)),
         (any::<usize>(), 0usize..40).prop_map(|(a, n)| Mutation::Duplicate(a, n)),
     ]
-}
-
-fn apply(text: &mut String, m: &Mutation) {
-    let at = |x: usize, t: &String| lmt::span::floor_char_boundary(t, if t.is_empty() { 0 } else { x % (t.len() + 1) });
-    match m {
-        Mutation::Delete(a, n) => {
-            let s = at(*a, text);
-            let e = lmt::span::floor_char_boundary(text, s + n);
-            text.replace_range(s..e, "");
-        }
-        Mutation::Insert(a, piece) => {
-            let s = at(*a, text);
-            text.insert_str(s, piece);
-        }
-        Mutation::Duplicate(a, n) => {
-            let s = at(*a, text);
-            let e = lmt::span::floor_char_boundary(text, s + n);
-            let copy = text[s..e].to_string();
-            text.insert_str(e, &copy);
-        }
-    }
 }
 
 proptest! {

@@ -75,6 +75,11 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
 /// `grammar=name.rule` entry used in the file.
 pub(super) fn unused_rules(g: &GrammarBlock, entries: &[(String, String)], file: FileId, out: &mut Vec<Diagnostic>) {
     let Some(start) = super::start_rule(&g.name.name, &g.grammar) else { return };
+    // By name, once: a lookup per reference kept long chains quadratic.
+    let mut rules = std::collections::HashMap::new();
+    for r in &g.grammar.rules {
+        rules.entry(r.name.as_str()).or_insert(r);
+    }
     let mut reached: BTreeSet<&str> = BTreeSet::new();
     let mut todo: Vec<&str> = vec![start.as_str()];
     todo.extend(entries.iter().filter(|(n, _)| *n == g.name.name).map(|(_, r)| r.as_str()));
@@ -82,7 +87,7 @@ pub(super) fn unused_rules(g: &GrammarBlock, entries: &[(String, String)], file:
         if !reached.insert(name) {
             continue;
         }
-        if let Some(rule) = g.grammar.rule(name) {
+        if let Some(rule) = rules.get(name) {
             visit(&rule.body, &mut |e| {
                 if let GKind::Ref(r) = &e.kind {
                     todo.push(r.as_str());

@@ -340,7 +340,7 @@ impl<'a> Checker<'a> {
             };
             let value = |defs: &mut HashMap<String, Binding>, t: &Ident| {
                 // Reserved names are reported where they are assigned, and never bound.
-                if !t.name.is_empty() && !builtins::RESERVED.contains(&t.name.as_str()) {
+                if !t.name.is_empty() && !builtins::is_reserved(&t.name) {
                     defs.entry(t.name.clone()).or_insert(Binding { span: t.span, kind: BindKind::Value });
                 }
             };
@@ -435,7 +435,7 @@ impl<'a> Checker<'a> {
     }
 
     fn define_target(&mut self, t: &Target, flow: &mut Flow) {
-        if builtins::RESERVED.contains(&t.name.name.as_str()) {
+        if builtins::is_reserved(&t.name.name) {
             self.push(
                 Diagnostic::new(Code::ReservedName, self.file(), t.name.span, format!("`{}` is reserved", t.name.name))
                     .with_help("choose another name"),
@@ -535,7 +535,7 @@ impl<'a> Checker<'a> {
                 self.expr(&f.iter, flow);
                 let mut body = flow.clone();
                 for v in &f.vars {
-                    if builtins::RESERVED.contains(&v.name.as_str()) {
+                    if builtins::is_reserved(&v.name) {
                         self.push(Diagnostic::new(Code::ReservedName, self.file(), v.span, format!("`{}` is reserved", v.name)));
                     }
                     body.define(self.id(&v.name));

@@ -233,6 +233,14 @@ fn check_value(spec: &OptionSpec, value: &Expr, semantics: Semantics, ctx: &supe
                 Diagnostic::new(Code::OptionType, file, value.span, format!("`{}` cannot be the empty string", spec.name))
                     .with_help("every string ends with the empty string: give the text to stop at"),
             ),
+            Const::List(items) if items.iter().any(|i| matches!(i, Const::Str(s) if s.is_empty())) => out.push(
+                Diagnostic::new(Code::OptionType, file, value.span, format!("`{}` cannot hold the empty string", spec.name))
+                    .with_help("every string ends with the empty string: remove `\"\"` from the list"),
+            ),
+            Const::List(items) if items.is_empty() => out.push(
+                Diagnostic::new(Code::OptionType, file, value.span, format!("`{}` is an empty list", spec.name))
+                    .with_help("give the strings to stop at, or leave the option out"),
+            ),
             _ => bad(out),
         },
         OptKind::Regex => match &c {
@@ -303,6 +311,13 @@ fn check_regex(e: &Expr, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) -> Opt
         return None;
     }
     match crate::engine::Dfa::regex(e.as_str()?, &crate::engine::Limits::default()) {
+        Ok(d) if d.is_empty() => {
+            out.push(
+                Diagnostic::new(Code::InvalidRegex, ctx.file, e.span, "this regex matches nothing".to_string())
+                    .with_help("no string can satisfy it (an empty class such as `[^\\s\\S]`?): a value could never be generated"),
+            );
+            None
+        }
         Ok(d) => Some(d),
         Err(err) => {
             out.push(engine_error(err, e.span, ctx));

@@ -557,11 +557,14 @@ pub fn call_builtin(name: &str, args: &Args<'_>) -> OpResult {
         if step == 0 {
             return Err("`range` step cannot be zero".into());
         }
+        // In i128: `stop - start` and the step may overflow i64.
+        let (start, stop, step) = (i128::from(start), i128::from(stop), i128::from(step));
         let count = if step > 0 { (stop - start + step - 1).max(0) / step } else { (start - stop - step - 1).max(0) / -step };
-        if count > MAX_RANGE {
+        if count > i128::from(MAX_RANGE) {
             return Err(format!("`range` would make {count} items (the limit is {MAX_RANGE})"));
         }
-        return Ok(Value::list((0..count).map(|k| Value::Int(start + k * step)).collect()));
+        // Every item lies between start and stop, so it fits an i64.
+        return Ok(Value::list((0..count).map(|k| Value::Int((start + k * step) as i64)).collect()));
     }
     let Some((first, rest)) = args.pos.split_first() else {
         return Err(format!("`{name}` needs a value to work on"));
@@ -575,13 +578,15 @@ pub fn map(pairs: Vec<(String, Value)>) -> Value {
 }
 
 fn to_int(v: &Value) -> Option<i64> {
+    // A float converts when its integer part fits: never saturated.
+    let whole = |f: f64| (f.is_finite() && f.trunc() >= -(2f64.powi(63)) && f.trunc() < 2f64.powi(63)).then(|| f.trunc() as i64);
     match v {
         Value::Int(i) => Some(*i),
-        Value::Float(f) if f.is_finite() => Some(f.trunc() as i64),
+        Value::Float(f) => whole(*f),
         Value::Bool(b) => Some(i64::from(*b)),
         _ => {
             let t = v.as_str()?.trim();
-            t.parse::<i64>().ok().or_else(|| t.parse::<f64>().ok().filter(|f| f.is_finite()).map(|f| f.trunc() as i64))
+            t.parse::<i64>().ok().or_else(|| t.parse::<f64>().ok().and_then(whole))
         }
     }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod gguf_vocab;
+pub mod mutate;
 pub mod tiny;
 
 use std::path::PathBuf;

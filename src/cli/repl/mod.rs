@@ -136,6 +136,11 @@ pub fn run(args: &ReplArgs) -> i32 {
                 }
                 break;
             }
+            // A line that is not UTF-8 is dropped; the session goes on.
+            Err(e) if is_not_text(&e) => {
+                eprintln!("error: a line that is not UTF-8 text was skipped");
+                repl.failures += 1;
+            }
             Err(e) => {
                 eprintln!("error: cannot read the next line: {e}");
                 repl.failures += 1;
@@ -156,6 +161,11 @@ pub fn run(args: &ReplArgs) -> i32 {
     } else {
         0
     }
+}
+
+/// Whether a read failed on bytes that are not UTF-8 (the line is consumed).
+fn is_not_text(e: &ReadlineError) -> bool {
+    matches!(e, ReadlineError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData)
 }
 
 /// Where the history is kept: the user's data directory.
