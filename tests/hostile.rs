@@ -198,49 +198,10 @@ fn a_role_name_is_a_plain_word_never_template_text() {
     assert!(err.contains("E0209"), "{err}");
 }
 
-/// Starts `lmt run FILE --json`, waits until the model has loaded and the
-/// program is under way, sends SIGINT `presses` times, and returns the exit
-/// code and the JSON document. A run still going 20 s later fails the test.
+/// `lmt run FILE --json` interrupted by `presses` Ctrl-Cs: exit code and the JSON document.
 fn interrupt(file: &str, presses: usize) -> (Option<i32>, serde_json::Value) {
-    use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lmt"))
-        .args(["run", file, "--model", model(), "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 256];
-    while !String::from_utf8_lossy(&seen).contains("loaded") {
-        let n = stderr.read(&mut buf).unwrap();
-        assert!(n > 0, "lmt exited early: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let pid = child.id().to_string();
-    for _ in 0..presses {
-        assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
-    }
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        stdout.read_to_string(&mut out).unwrap();
-        out
-    });
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if started.elapsed().as_secs() > 20 {
-            let _ = child.kill();
-            panic!("still running 20 s after Ctrl-C");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let out = reader.join().unwrap();
-    (status.code(), serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out:?}")))
+    let (code, out) = common::interrupted_run(&["run", file, "--model", model(), "--json"], presses);
+    (code, serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out:?}")))
 }
 
 #[test]

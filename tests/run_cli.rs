@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -145,28 +144,8 @@ fn ctrl_c_stops_the_run_keeps_the_partial_result_and_exits_130() {
         "Start: {% gen first max_tokens=3 %}\n{% for i in range(1000000) %}{% hidden %}{% gen x max_tokens=40 %}{% end %}{% end %}",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lmt"))
-        .args(["run", long.to_str().unwrap(), "--model", m.to_str().unwrap(), "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until the model has loaded and generation is under way.
-    let mut stderr = child.stderr.take().unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 256];
-    while !String::from_utf8_lossy(&seen).contains("loaded") {
-        let n = stderr.read(&mut buf).unwrap();
-        assert!(n > 0, "lmt exited early: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
-    std::thread::sleep(std::time::Duration::from_millis(700));
-    let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
-    let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    let (code, out) = common::interrupted_run(&["run", long.to_str().unwrap(), "--model", m.to_str().unwrap(), "--json"], 1);
+    assert_eq!(code, Some(130));
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["finish_reason"], "cancelled");
     assert!(doc["captures"]["first"]["value"].is_string(), "what was produced is kept: {}", doc["captures"]);

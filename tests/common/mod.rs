@@ -112,3 +112,44 @@ pub fn write_trained_chat_model(dir: &std::path::Path) {
     let cfg = serde_json::json!({"eos_token": "</s>", "chat_template": CHATML});
     std::fs::write(dir.join("tokenizer_config.json"), cfg.to_string()).expect("tokenizer_config written");
 }
+
+/// Runs `lmt args…` (which must print `loaded` on standard error once its
+/// model is in), sends SIGINT `presses` times once the run is under way,
+/// and returns the exit code and standard output. A process still running
+/// 20 s later fails the test (a hang guard, not a timing).
+pub fn interrupted_run(args: &[&str], presses: usize) -> (Option<i32>, String) {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lmt")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("loaded") {
+        let n = stderr.read(&mut buf).unwrap();
+        assert!(n > 0, "lmt exited early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = child.id().to_string();
+    for _ in 0..presses {
+        assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    }
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        stdout.read_to_string(&mut out).unwrap();
+        out
+    });
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed().as_secs() > 20 {
+            let _ = child.kill();
+            panic!("still running 20 s after Ctrl-C");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (status.code(), reader.join().unwrap())
+}
