@@ -19,10 +19,15 @@ struct Client {
 
 impl Client {
     fn start() -> Client {
+        Client::start_in(None)
+    }
+
+    /// A client whose workspace folder is `root`.
+    fn start_in(root: Option<&str>) -> Client {
         let (server, conn) = Connection::memory();
         let thread = std::thread::spawn(move || lmt::lsp::serve(&server).unwrap());
         let mut c = Client { conn, next: 1, thread: Some(thread), pending: Vec::new() };
-        let caps = c.request("initialize", json!({"capabilities": {}}));
+        let caps = c.request("initialize", json!({"capabilities": {}, "rootUri": root}));
         assert_eq!(caps["capabilities"]["hoverProvider"], json!(true));
         assert_eq!(caps["capabilities"]["positionEncoding"], json!("utf-16"));
         c.notify("initialized", json!({}));
@@ -166,6 +171,24 @@ fn errors_in_imported_files_are_published_to_those_files() {
     let d = c.at("textDocument/definition", &main_uri, 0, 38);
     assert_eq!(d["uri"], lib_uri);
     assert_eq!(d["range"]["start"]["character"], 7);
+}
+
+#[test]
+fn imports_may_reach_the_workspace_folder_and_no_further() {
+    let dir = std::env::temp_dir().join(format!("lmt-lsp-root-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("app/prompts")).unwrap();
+    std::fs::create_dir_all(dir.join("app/lib")).unwrap();
+    std::fs::write(dir.join("app/lib/util.lmt"), "{% def hi() %}hi{% end %}\n").unwrap();
+    std::fs::write(dir.join("secret.lmt"), "{% def s() %}s{% end %}\n").unwrap();
+    let app = std::fs::canonicalize(dir.join("app")).unwrap();
+    let root_uri = lmt::lsp::path_to_uri(&app).unwrap().as_str().to_string();
+    let main_uri = lmt::lsp::path_to_uri(&app.join("prompts/main.lmt")).unwrap().as_str().to_string();
+    let mut c = Client::start_in(Some(&root_uri));
+    assert!(c.open(&main_uri, "{% import \"../lib/util.lmt\" as u %}{{ u.hi() }}\n").is_empty(), "inside the workspace folder");
+    let d = c.open(&main_uri, "{% import \"../../secret.lmt\" as s %}{{ s.s() }}\n");
+    assert!(d.iter().any(|d| d["message"].as_str().unwrap().contains("outside the template's root folder")), "{d:?}");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const PROGRAM: &str = r#"{% input topic %}

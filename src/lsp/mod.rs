@@ -70,7 +70,8 @@ pub fn serve(conn: &Connection) -> Result<(), BoxError> {
         .and_then(|u| u.as_str())
         .or_else(|| init.pointer("/workspaceFolders/0/uri").and_then(|u| u.as_str()))
         .and_then(|u| Uri::from_str(u).ok())
-        .and_then(|u| uri_to_path(&u));
+        .and_then(|u| uri_to_path(&u))
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
     let mut server = Server { root, ..Server::default() };
     loop {
         let wait = server.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
@@ -124,7 +125,8 @@ struct Server {
     docs: HashMap<String, (Uri, Doc)>,
     /// Per root document: the other files it published diagnostics to.
     published: HashMap<String, HashSet<String>>,
-    /// The editor's workspace folder: what imports must stay under.
+    /// The editor's workspace folder: what imports of files inside it must
+    /// stay under (a file outside it keeps to its own folder).
     root: Option<std::path::PathBuf>,
 }
 
@@ -133,8 +135,9 @@ impl Server {
         self.docs.values().filter_map(|(_, d)| d.dirty_since).min().map(|t| t + DEBOUNCE)
     }
 
-    fn loader(&self) -> FsLoader {
-        let mut l = FsLoader { root: self.root.clone(), ..FsLoader::default() };
+    fn loader(&self, file: Option<&std::path::Path>) -> FsLoader {
+        let root = self.root.clone().filter(|r| file.is_some_and(|f| f.starts_with(r)));
+        let mut l = FsLoader { root, ..FsLoader::default() };
         for (uri, d) in self.docs.values() {
             if let Some(p) = uri_to_path(uri) {
                 l.overlay.insert(p, d.text.clone());
@@ -148,7 +151,8 @@ impl Server {
         let name = path.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
         let name = name.unwrap_or_else(|| uri.as_str().to_string());
         let canon = path.map(|p| std::fs::canonicalize(&p).unwrap_or(p));
-        Workspace::load_text(&name, text, canon, &self.loader())
+        let loader = self.loader(canon.as_deref());
+        Workspace::load_text(&name, text, canon, &loader)
     }
 
     /// Re-checks documents whose quiet period is over (all dirty ones when
