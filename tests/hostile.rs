@@ -245,6 +245,10 @@ fn output_that_cannot_be_written_is_an_error_and_a_closed_pipe_a_quiet_end() {
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
         assert!(err.contains("cannot write to standard output"), "{err}");
     }
+    let out = Command::new(env!("CARGO_BIN_EXE_lmt")).args(["model", "info", "--model", model()]).stdout(full()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "model info: {err}");
+    assert!(err.contains("cannot write to standard output"), "{err}");
     // The report: into a missing folder, onto a folder; no temporary file left.
     for bad in [tmp.join("missing/r.html"), tmp.to_path_buf()] {
         let (code, _, err) = lmt(&["run", &t, "--model", model(), "-q", "--html", bad.to_str().unwrap()]);

@@ -32,7 +32,7 @@ pub fn run(cmd: &ModelCommand) -> i32 {
                 .and_then(|path| ModelInfo::read(&path, &args.model.load_options()));
             match info {
                 Ok(info) => {
-                    print!("{}", describe(&spec_text, &info));
+                    super::out(format_args!("{}", describe(&spec_text, &info)));
                     0
                 }
                 Err(e) => {
