@@ -335,6 +335,16 @@ fn smaller_things_a_careless_user_meets() {
     let t = write(&tmp, "g.lmt", &g);
     let (code, _, err) = lmt(&["check", &t]);
     assert_eq!(code, 0, "{err}");
+    // Options no run can use are refused before the model loads; more
+    // threads than CPUs get the CPUs (1,024 spinning workers on two cores
+    // made a run crawl).
+    let (code, _, err) = lmt(&["run", &t, "--model", model(), "--temperature", "NaN"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a temperature"), "{err}");
+    let (code, out, err) = lmt(&["complete", "--model", model(), "--threads", "1024"]);
+    assert_eq!(code, 0, "{err}");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(format!("{out}{err}").contains(&format!(", {cpus} thread")), "{out}{err}");
     // The REPL skips a line that is not UTF-8 and goes on.
     let (code, out, err) = lmt_in(&["repl", "--model", model(), "-q", "--no-history"], b"{{ 1 + 1 }}\n\xff\xfe bad\n{{ 2 + 3 }}\n");
     no_panic(code, &err);

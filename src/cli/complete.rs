@@ -22,7 +22,7 @@ pub struct CompleteArgs {
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
     /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::run::temperature)]
     pub temperature: f32,
     /// Keep only the k most likely tokens (0: all).
     #[arg(long, default_value_t = 0)]

@@ -76,8 +76,19 @@ impl ModelArgs {
         let mut opts = LoadOptions::best_device();
         opts.tokenizer = self.tokenizer.clone();
         opts.chat_template = self.chat_template.clone();
-        opts.threads = self.threads.map_or(0, usize::from);
+        // More threads than CPUs only wait on each other (the pool's workers
+        // spin between jobs): a request past the CPUs available gets those.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        opts.threads = self.threads.map_or(0, |t| usize::from(t).min(cpus));
         opts
+    }
+}
+
+/// Parses a temperature: a finite number ≥ 0, refused before any model loads.
+pub(super) fn temperature(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("`{s}` is not a temperature: give a finite number ≥ 0 (0 is greedy)")),
     }
 }
 
@@ -94,7 +105,7 @@ pub struct InputArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Default sampling temperature for `gen` (0: greedy).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = temperature)]
     pub temperature: f32,
 }
 
