@@ -198,7 +198,6 @@ fn lmt_complete_reports_model_errors_with_exit_code_3() {
         (vec!["--model", "/no/such/model"], "/no/such/model"),
         (vec!["--model", "org/absent"], "HF_HUB_OFFLINE"),
         (vec!["--model", "not a model"], "hub id"),
-        (vec!["--temperature=-1", "--model", "org/absent"], "temperature"),
     ];
     for (args, needle) in cases {
         let out = lmt_complete(&args, &[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1")]);
@@ -206,6 +205,11 @@ fn lmt_complete_reports_model_errors_with_exit_code_3() {
         assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {needle} missing from {err}");
     }
+    // Bad usage is refused before any model is looked for: exit 2.
+    let out = lmt_complete(&["--temperature=-1", "--model", "org/absent"], &[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("temperature") && !err.contains("org/absent"), "{err}");
     // The default model comes from LMT_MODEL when no --model is given.
     let out = lmt_complete(&[], &[("HF_HUB_CACHE", root.to_str().unwrap()), ("HF_HUB_OFFLINE", "1"), ("LMT_MODEL", "org/from-env")]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("org/from-env"));
