@@ -63,9 +63,9 @@ pub struct Generated {
     pub tokens: Vec<Token>,
     /// Its metadata.
     pub meta: Meta,
-    /// False when a constraint was given and the value does not satisfy it
-    /// whole (`max_tokens` or a stop cut it short).
-    pub complete: bool,
+    /// True when `max_tokens` ran out before the value matched its
+    /// constraint (a stop's cut is asked for and does not count).
+    pub unfinished: bool,
     /// What stopped the generation mid-way, if anything failed; the value
     /// holds what was generated before.
     pub error: Option<String>,
@@ -558,12 +558,13 @@ impl<'m> Lm<'m> {
         if failed.is_some() {
             finish = FinishReason::Error;
         }
-        // Whether the value is one the constraint accepts whole: a limit or a
-        // stop can cut it short.
-        let complete = spec.constraint.as_ref().is_none_or(|c| {
-            let mut m = c.matcher(&self.limits);
-            m.feed(&value).unwrap_or(false) && m.is_accepting()
-        });
+        // Checked on the value as kept (forced bytes held back included),
+        // and only where a limit cut it.
+        let unfinished = finish == FinishReason::MaxTokens
+            && spec.constraint.as_ref().is_some_and(|c| {
+                let mut m = c.matcher(&self.limits);
+                !(m.feed(&value).unwrap_or(false) && m.is_accepting())
+            });
         let tokens: Vec<Token> = toks.into_iter().map(|(t, _)| t).collect();
         let meta = Meta {
             logprob: tokens.iter().filter_map(|t| t.logprob).map(f64::from).sum(),
@@ -572,7 +573,7 @@ impl<'m> Lm<'m> {
             stop: stop_text.map(|s| String::from_utf8_lossy(&s).into_owned()),
             choices: Vec::new(),
         };
-        Ok(Generated { text: String::from_utf8_lossy(&value).into_owned(), tokens, meta, complete, error: failed })
+        Ok(Generated { text: String::from_utf8_lossy(&value).into_owned(), tokens, meta, unfinished, error: failed })
     }
 
     /// The tokens allowed next: the constraint's (or any generable token),

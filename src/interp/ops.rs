@@ -22,9 +22,13 @@ pub const MAX_ITEMS: usize = 1_000_000;
 /// Fails when a string of `len` bytes would pass [`MAX_STRING`].
 fn check_len(len: usize) -> Result<(), String> {
     if len > MAX_STRING {
-        return Err(format!("the string would be over {} MiB (the limit for values)", MAX_STRING >> 20));
+        return Err(too_long());
     }
     Ok(())
+}
+
+fn too_long() -> String {
+    format!("the string would be over {} MiB (the limit for values)", MAX_STRING >> 20)
 }
 
 /// The length of `v` written as text, counted without writing it, or
@@ -58,7 +62,7 @@ fn text_len_within(v: &Value, limit: usize) -> Option<usize> {
 pub fn render(v: &Value) -> Result<String, String> {
     match v {
         Value::List(_) | Value::Map(_) => {
-            text_len_within(v, MAX_STRING).ok_or_else(|| check_len(usize::MAX).unwrap_err())?;
+            text_len_within(v, MAX_STRING).ok_or_else(too_long)?;
             Ok(v.to_string())
         }
         _ => Ok(v.to_string()),

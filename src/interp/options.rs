@@ -60,7 +60,7 @@ impl Vm<'_, '_> {
         let hidden = !self.hidden.is_empty();
         let quiet = self.frame().quiet;
         let mut sink = GenSink { on_event: &mut *self.on_event, cancel: self.opts.cancel.as_deref(), hidden };
-        let mut g = self.core.lm.generate(spec, &mut sink).map_err(Step::Err)?;
+        let g = self.core.lm.generate(spec, &mut sink).map_err(Step::Err)?;
         if !quiet {
             self.core.state.nodes.push(Node::Text { text: g.text.clone(), origin: Origin::Generated, tokens: g.tokens, hidden });
             self.account(&g.text);
@@ -71,24 +71,22 @@ impl Vm<'_, '_> {
             meta.choices = c;
             meta.logprob = score;
         }
-        let reason = meta.finish_reason;
-        let value = if g.complete { String::new() } else { g.text.clone() };
+        // A limit is not an answer (a stop the template asked for is).
+        let unfinished = (g.unfinished && !spec.partial).then(|| {
+            format!(
+                "the value {:?} is unfinished: `max_tokens={}` ran out before it matched its constraint (give `partial=true` to keep unfinished values)",
+                g.text, spec.max_tokens
+            )
+        });
         if let Some(t) = target {
             let c = CaptureFrame { text: g.text, node, choices: None };
             self.finish_capture(t, c, meta)?;
         }
         // The value and its capture are in the record before any error.
-        if let Some(e) = g.error.take() {
-            return Err(Step::Err(e));
+        match g.error.or(unfinished) {
+            Some(e) => Err(Step::Err(e)),
+            None => Ok(()),
         }
-        // A limit is not an answer: a stop the template asked for is.
-        if !g.complete && !spec.partial && reason == Some(FinishReason::MaxTokens) {
-            return Err(Step::Err(format!(
-                "the value {value:?} is unfinished: `max_tokens={}` ran out before it matched its constraint (give `partial=true` to keep unfinished values)",
-                spec.max_tokens
-            )));
-        }
-        Ok(())
     }
 
     fn gen_spec(&mut self, o: &Opts) -> Result<GenSpec, Step> {
