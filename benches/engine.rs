@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use criterion::Criterion;
 use lmt::engine::{Constraint, Limits, Semantics, TokenKind, TokenMask, Vocab, Whitespace};
-use lmt::tokenizer::TextEncoder;
+use lmt::model::tokenizer::TextEncoder;
 use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 
 fn data_dir() -> Option<PathBuf> {

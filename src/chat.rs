@@ -12,7 +12,7 @@
 //! prompt is encoded piece by piece: template text with its special tokens,
 //! content with the safe encoder, which never emits one.
 
-use crate::tokenizer::ModelTokenizer;
+use crate::model::tokenizer::ModelTokenizer;
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

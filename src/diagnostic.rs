@@ -258,3 +258,32 @@ pub fn with_article(word: &str) -> String {
     let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
     format!("{article} {word}")
 }
+
+/// Suggests the candidate closest to `word` by edit distance, if close enough.
+pub fn suggest<'c>(word: &str, candidates: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
+    let len = word.chars().count();
+    let max = (len / 3).max(1);
+    candidates
+        .into_iter()
+        .filter(|c| *c != word)
+        .map(|c| (edit_distance(word, c), c))
+        // One-letter names are one edit from every other one-letter name.
+        .filter(|(d, _)| *d <= max && *d < len)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + (ca != cb) as usize;
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}

@@ -24,5 +24,4 @@ pub mod span;
 pub mod state;
 pub mod stdlib;
 pub mod syntax;
-pub mod tokenizer;
 pub mod workspace;

@@ -5,7 +5,79 @@
 //! view, JSON and HTML are all derived from it (`crate::render`).
 
 use crate::chat::Message;
-use crate::interp::value::{Captured, FinishReason};
+
+/// A string from the model, with what is known about how it was produced.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Captured {
+    /// The text.
+    pub text: String,
+    /// Its metadata.
+    #[serde(flatten)]
+    pub meta: Meta,
+}
+
+/// Metadata of a captured value: `.logprob`, `.tokens`, `.finish_reason`,
+/// `.stop`, `.choices`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Meta {
+    /// Sum of the model's log-probabilities of the sampled tokens (or the
+    /// chosen option's score for a select).
+    pub logprob: f64,
+    /// The token ids generated.
+    pub tokens: Vec<u32>,
+    /// Why generation ended (`None` for plain captures).
+    pub finish_reason: Option<FinishReason>,
+    /// The stop string or regex match that ended it.
+    pub stop: Option<String>,
+    /// For a select: every option, most likely first.
+    pub choices: Vec<Choice>,
+}
+
+/// One option of a select with its score.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Choice {
+    /// The option.
+    pub text: String,
+    /// Its score: a log-probability (`full`), a mean log-probability per token (`mean`).
+    pub logprob: f64,
+    /// Its share of the options' probability.
+    pub probability: f64,
+}
+
+/// Why a generation (or a run) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A stop string or regex matched.
+    Stop,
+    /// The model emitted end-of-sequence (or end-of-turn).
+    Eos,
+    /// `max_tokens` was reached.
+    MaxTokens,
+    /// The constraint was complete and nothing more could follow.
+    ConstraintComplete,
+    /// The run was cancelled (Ctrl-C).
+    Cancelled,
+    /// An error stopped it.
+    Error,
+    /// The program ran to its end (runs only).
+    Done,
+}
+
+impl FinishReason {
+    /// The name used in JSON and as `.finish_reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Eos => "eos",
+            FinishReason::MaxTokens => "max_tokens",
+            FinishReason::ConstraintComplete => "constraint_complete",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Error => "error",
+            FinishReason::Done => "done",
+        }
+    }
+}
 
 /// Where a piece of text or a token came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -21,7 +21,7 @@ pub fn resolve(path: &str) -> Result<(String, &'static str), (String, String)> {
         Some(text) => Ok((name, text)),
         None => {
             let all: Vec<&str> = names().collect();
-            let help = match crate::check::suggest(&name, all.iter().copied()) {
+            let help = match crate::diagnostic::suggest(&name, all.iter().copied()) {
                 Some(s) => format!("did you mean `{s}`?"),
                 None => format!("stdlib modules are: {}", all.join(", ")),
             };

@@ -15,7 +15,7 @@ use candle_core::quantized::gguf_file;
 use common::gguf_vocab::{self, Kind};
 use lmt::chat::{encode, ChatTemplate, Message};
 use lmt::model::{LoadOptions, Model};
-use lmt::tokenizer::{GgufVocab, ModelTokenizer, TextEncoder};
+use lmt::model::tokenizer::{GgufVocab, ModelTokenizer, TextEncoder};
 use serde_json::Value;
 
 fn read_gguf_tokenizer(path: &Path) -> ModelTokenizer {

@@ -269,7 +269,7 @@ fn a_self_contained_gguf_resolves_from_the_cache_and_loads_with_its_own_tokenize
     assert!(err.contains("HF_HUB_OFFLINE"), "{err}");
     let model = Model::load_path(&path, &LoadOptions::default()).unwrap();
     let t = &model.tokenizer;
-    let reference = lmt::tokenizer::TextEncoder::new(&tok);
+    let reference = lmt::model::tokenizer::TextEncoder::new(&tok);
     for text in ["The quick brown fox", "{\"name\": \"Ada\", \"age\": 36}", "日本語, café 😀"] {
         assert_eq!(t.encoder.encode(text).unwrap(), reference.encode(text).unwrap(), "{text}");
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use common::tiny::{temp_dir, TempDir};
-use lmt::interp::value::FinishReason;
+use lmt::state::FinishReason;
 use lmt::interp::{self, Event, Outcome, RunOptions};
 use lmt::model::{LoadOptions, Model};
 use lmt::state::{Node, Origin, TokenKind};
@@ -65,7 +65,7 @@ fn run_ws(model: &Model, ws: &Workspace, vars: &[(&str, lmt::interp::value::Valu
     (out, events)
 }
 
-fn capture<'a>(o: &'a Outcome, name: &str) -> &'a lmt::interp::value::Captured {
+fn capture<'a>(o: &'a Outcome, name: &str) -> &'a lmt::state::Captured {
     &o.state.captures.iter().rev().find(|c| c.name == name).unwrap_or_else(|| panic!("no capture `{name}`")).value
 }
 

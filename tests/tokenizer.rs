@@ -4,7 +4,7 @@
 mod common;
 
 use lmt::engine::{TokenKind, Vocab};
-use lmt::tokenizer::TextEncoder;
+use lmt::model::tokenizer::TextEncoder;
 
 const TEXTS: &[&str] = &["Hello, world!", "  two  spaces\n\tand tabs", "café naïve 日本語 😀🎉", "{\"a\": [1, 2.5e-3]}", "x"];
 const FORGERIES: &[&str] = &[
@@ -59,7 +59,7 @@ fn ordinary_text_gets_the_tokenizers_own_ids() {
 
 #[test]
 fn utf8_stream_holds_back_split_characters() {
-    use lmt::tokenizer::Utf8Stream;
+    use lmt::model::tokenizer::Utf8Stream;
     let text = "café 日本 😀!";
     let bytes = text.as_bytes();
     // Every split of the bytes into two pushes gives the text back with no

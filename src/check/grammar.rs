@@ -28,7 +28,7 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
     for r in &g.grammar.rules {
         visit(&r.body, &mut |e| match &e.kind {
             GKind::Ref(name) if !first.contains_key(name.as_str()) => {
-                let help = match super::suggest(name, names.iter().copied()) {
+                let help = match crate::diagnostic::suggest(name, names.iter().copied()) {
                     Some(s) => format!("did you mean `{s}`?"),
                     None => format!("define it with `{name} ::= …`"),
                 };

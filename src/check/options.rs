@@ -151,7 +151,7 @@ fn unknown_option(file: FileId, what: &str, name: &str, span: Span, specs: &[Opt
     let d = Diagnostic::new(Code::UnknownOption, file, span, format!("`{what}` has no option `{name}`"))
         .with_label("unknown option");
     let alias = ALIASES.iter().find(|(a, _)| *a == name).map(|(_, to)| *to).filter(|to| specs.iter().any(|s| s.name == *to));
-    let suggestion = alias.or_else(|| super::suggest(name, specs.iter().map(|s| s.name)));
+    let suggestion = alias.or_else(|| crate::diagnostic::suggest(name, specs.iter().map(|s| s.name)));
     let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
     let help = match suggestion {
         Some(s) => format!("did you mean `{s}`?"),

@@ -248,7 +248,7 @@ fn walk(root: &Value, v: &Value, ptr: &str, out: &mut Vec<Problem>) {
             k if KEYWORDS.contains(&k) => {}
             k if k.starts_with("x-") || k.starts_with('$') => {}
             other => {
-                let message = match super::suggest(other, KEYWORDS.iter().copied()) {
+                let message = match crate::diagnostic::suggest(other, KEYWORDS.iter().copied()) {
                     Some(s) => format!("unknown JSON Schema keyword `{other}`; did you mean `{s}`?"),
                     None => format!("unknown JSON Schema keyword `{other}`"),
                 };

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use crate::model::{Model, ModelSpec, Sampler, SamplingParams, DEFAULT_MODEL};
-use crate::tokenizer::Utf8Stream;
+use crate::model::tokenizer::Utf8Stream;
 
 /// Exit code: the model could not be loaded or failed while running.
 pub const EXIT_MODEL_ERROR: i32 = 3;

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::engine::{Constraint, Limits, Matcher, Semantics, TokenMask, Vocab, Whitespace};
 use crate::syntax::ast::{ExprKind, Node};
-use crate::tokenizer::TextEncoder;
+use crate::model::tokenizer::TextEncoder;
 use crate::workspace::{FsLoader, Workspace};
 
 /// Arguments of `lmt match`.

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use crate::chat::{ChatTemplate, Message, Rendered};
 use crate::engine::{Bias, Constraint, Limits, StopEvent, StopMatcher, TokenMask};
-use crate::interp::value::{Choice, FinishReason, Meta};
+use crate::state::{Choice, FinishReason, Meta};
 use crate::model::{log_softmax, KvState, Model, ModelError, Sampler, SamplingParams};
 use crate::state::{Alternative, Origin, Token, TokenKind, Usage};
 

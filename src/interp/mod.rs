@@ -26,7 +26,8 @@ use crate::span::{FileId, SourceMap, Span};
 use crate::state::{CaptureRecord, Node, Origin, State, Token};
 use lm::{Lm, Sink};
 use ops::Args;
-use value::{Captured, FinishReason, Meta, Value};
+use crate::state::{Captured, FinishReason, Meta};
+use value::Value;
 
 /// How to run.
 #[derive(Debug, Clone, Default)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use super::value::{Value, META_ATTRS};
+use super::value::{self, Value, META_ATTRS};
 use crate::syntax::ast::{BinaryOp, UnaryOp};
 
 /// Result of an operation: a value or a message.
@@ -199,7 +199,7 @@ pub fn attr(v: &Value, name: &str) -> OpResult {
     match v {
         Value::Map(m) => m.get(name).cloned().ok_or_else(|| format!("the map has no key `{name}`")),
         Value::Captured(c) => {
-            c.meta.attr(name).ok_or_else(|| format!("a generated value has no attribute `{name}` (it has {})", META_ATTRS.join(", ")))
+            value::meta_attr(&c.meta, name).ok_or_else(|| format!("a generated value has no attribute `{name}` (it has {})", META_ATTRS.join(", ")))
         }
         Value::Str(_) if META_ATTRS.contains(&name) => {
             Err(format!("`.{name}` exists only on values the model produced (gen, select, capture)"))

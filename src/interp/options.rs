@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::lm::{GenSpec, Lm};
-use super::value::{Choice, Meta};
+use crate::state::{Choice, Meta};
 use super::*;
 use crate::engine::{Bias, Constraint, Semantics, Whitespace};
 use crate::model::{Sampler, SamplingParams};

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::lm::Checkpoint;
-use super::value::{FinishReason, Value};
+use super::value::Value;
+use crate::state::FinishReason;
 use super::{Core, Event, RunError, RunOptions, Vm};
 use crate::check::{self, Export, ModuleInfo, ParamSig, Prelude};
 use crate::ir::Program;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
+use crate::state::{Captured, Meta};
 use crate::syntax::ast::Const;
 
 /// A value.
@@ -52,79 +53,6 @@ pub enum Value {
         /// The start rule, when chosen with `.rule`.
         rule: Option<Arc<str>>,
     },
-}
-
-/// A string from the model, with what is known about how it was produced.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Captured {
-    /// The text.
-    pub text: String,
-    /// Its metadata.
-    #[serde(flatten)]
-    pub meta: Meta,
-}
-
-/// Metadata of a captured value: `.logprob`, `.tokens`, `.finish_reason`,
-/// `.stop`, `.choices`.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct Meta {
-    /// Sum of the model's log-probabilities of the sampled tokens (or the
-    /// chosen option's score for a select).
-    pub logprob: f64,
-    /// The token ids generated.
-    pub tokens: Vec<u32>,
-    /// Why generation ended (`None` for plain captures).
-    pub finish_reason: Option<FinishReason>,
-    /// The stop string or regex match that ended it.
-    pub stop: Option<String>,
-    /// For a select: every option, most likely first.
-    pub choices: Vec<Choice>,
-}
-
-/// One option of a select with its score.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Choice {
-    /// The option.
-    pub text: String,
-    /// Its score: a log-probability (`full`), a mean log-probability per token (`mean`).
-    pub logprob: f64,
-    /// Its share of the options' probability.
-    pub probability: f64,
-}
-
-/// Why a generation (or a run) ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// A stop string or regex matched.
-    Stop,
-    /// The model emitted end-of-sequence (or end-of-turn).
-    Eos,
-    /// `max_tokens` was reached.
-    MaxTokens,
-    /// The constraint was complete and nothing more could follow.
-    ConstraintComplete,
-    /// The run was cancelled (Ctrl-C).
-    Cancelled,
-    /// An error stopped it.
-    Error,
-    /// The program ran to its end (runs only).
-    Done,
-}
-
-impl FinishReason {
-    /// The name used in JSON and as `.finish_reason`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Eos => "eos",
-            FinishReason::MaxTokens => "max_tokens",
-            FinishReason::ConstraintComplete => "constraint_complete",
-            FinishReason::Cancelled => "cancelled",
-            FinishReason::Error => "error",
-            FinishReason::Done => "done",
-        }
-    }
 }
 
 impl Value {
@@ -311,29 +239,27 @@ impl fmt::Display for Value {
     }
 }
 
-impl Meta {
-    /// The metadata as attribute values.
-    pub fn attr(&self, name: &str) -> Option<Value> {
-        Some(match name {
-            "logprob" => Value::Float(self.logprob),
-            "tokens" => Value::list(self.tokens.iter().map(|&t| Value::Int(i64::from(t))).collect()),
-            "finish_reason" => self.finish_reason.map_or(Value::None, |r| Value::str(r.as_str())),
-            "stop" => self.stop.as_deref().map_or(Value::None, Value::str),
-            "choices" => Value::list(
-                self.choices
-                    .iter()
-                    .map(|c| {
-                        let mut m = IndexMap::new();
-                        m.insert("text".to_string(), Value::str(c.text.as_str()));
-                        m.insert("logprob".to_string(), Value::Float(c.logprob));
-                        m.insert("probability".to_string(), Value::Float(c.probability));
-                        Value::Map(Arc::new(m))
-                    })
-                    .collect(),
-            ),
-            _ => return None,
-        })
-    }
+/// A captured value's metadata as attribute values (`.logprob`, …).
+pub fn meta_attr(meta: &Meta, name: &str) -> Option<Value> {
+    Some(match name {
+        "logprob" => Value::Float(meta.logprob),
+        "tokens" => Value::list(meta.tokens.iter().map(|&t| Value::Int(i64::from(t))).collect()),
+        "finish_reason" => meta.finish_reason.map_or(Value::None, |r| Value::str(r.as_str())),
+        "stop" => meta.stop.as_deref().map_or(Value::None, Value::str),
+        "choices" => Value::list(
+            meta.choices
+                .iter()
+                .map(|c| {
+                    let mut m = IndexMap::new();
+                    m.insert("text".to_string(), Value::str(c.text.as_str()));
+                    m.insert("logprob".to_string(), Value::Float(c.logprob));
+                    m.insert("probability".to_string(), Value::Float(c.probability));
+                    Value::Map(Arc::new(m))
+                })
+                .collect(),
+        ),
+        _ => return None,
+    })
 }
 
 /// The attribute names a captured value has.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file;
 
 use super::{load_tokenizer, safetensors_files, weights_path, LoadOptions, ModelConfig, ModelError};
-use crate::tokenizer::{GgufVocab, ModelTokenizer};
+use crate::model::tokenizer::{GgufVocab, ModelTokenizer};
 
 /// Tensors of one storage type.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,6 +14,7 @@ mod decoder;
 pub mod hub;
 mod info;
 pub mod kernels;
+pub mod tokenizer;
 mod sample;
 mod weights;
 
@@ -28,7 +29,7 @@ pub use info::{ModelInfo, WeightType};
 pub use sample::{Sampled, Sampler, SamplingParams};
 pub use weights::safetensors_files;
 
-use crate::tokenizer::{GgufVocab, ModelTokenizer};
+use crate::model::tokenizer::{GgufVocab, ModelTokenizer};
 
 /// Why a model could not be loaded or run.
 #[derive(Debug)]

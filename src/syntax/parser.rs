@@ -877,7 +877,7 @@ fn unknown_statement(file: FileId, head: &str, span: Span) -> Diagnostic {
         "generate" | "complete" => Some("generate text with `{% gen name %}`".to_string()),
         "choose" | "choice" | "choices" | "oneof" => Some("choose with `{% select name %}a{% or %}b{% end %}`".to_string()),
         "endblock" | "endmacro" | "endcall" => Some("close blocks with `{% end %}`".to_string()),
-        _ => crate::check::suggest(head, STATEMENTS.iter().copied())
+        _ => crate::diagnostic::suggest(head, STATEMENTS.iter().copied())
             .map(|s| format!("did you mean `{s}`?"))
             .or_else(|| {
                 (!head.is_empty()).then(|| format!("to insert the value of `{head}`, write `{{{{ {head} }}}}`"))

@@ -20,7 +20,8 @@ use super::complete::EXIT_MODEL_ERROR;
 use super::run::{cancel_on_ctrl_c, load_model, read_vars, write_event, InputArgs, ModelArgs};
 use super::{report, terminal_width, EXIT_TEMPLATE_ERROR, EXIT_USAGE};
 use crate::interp::session::Session;
-use crate::interp::value::{FinishReason, Meta, Value};
+use crate::interp::value::Value;
+use crate::state::{FinishReason, Meta};
 use crate::interp::Event;
 use crate::render::{self, Styles};
 use crate::state::{Node, State, TokenKind};
@@ -265,7 +266,7 @@ impl Repl<'_> {
             ":quit" | ":q" | ":exit" => return Next::Quit,
             other => {
                 let hint =
-                    crate::check::suggest(other, editor::command_names()).map(|s| format!("did you mean `{s}`? ")).unwrap_or_default();
+                    crate::diagnostic::suggest(other, editor::command_names()).map(|s| format!("did you mean `{s}`? ")).unwrap_or_default();
                 self.fail(&format!("unknown command `{other}`; {hint}`:help` lists the commands"))
             }
         };
