@@ -5,6 +5,11 @@
 //! [`syntax`] (text → AST), [`check`] (static checks → diagnostics),
 //! [`ir`] (AST → instructions). [`workspace`] ties them together across
 //! imported files. See `ARCHITECTURE.md` for the map and the invariants.
+//!
+//! Layers, lowest first; a module never uses one after it (tested by
+//! `tests/layers.rs`): span → diagnostic → files → syntax → engine →
+//! builtins → check → stdlib → workspace → ir → model → chat → state →
+//! interp → render → lsp → cli.
 
 #![warn(missing_docs)]
 

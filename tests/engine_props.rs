@@ -75,7 +75,7 @@ proptest! {
         let mut diags = Vec::new();
         let g = lmt::syntax::gbnf::parse(&src, 0, lmt::span::FileId(0), &mut diags);
         let vocab = Vocab::from_tokenizer(&common::trained_byte_level());
-        if let Ok(c) = Constraint::grammar(&g, "root", &Limits::default()) {
+        if let Ok(c) = Constraint::grammar(&lmt::engine::Grammar::from(&g), "root", &Limits::default()) {
             exercise(&c, &vocab, text.as_bytes());
         }
     }
@@ -92,7 +92,7 @@ fn long_chains_of_rules_compile() {
     let mut diags = Vec::new();
     let g = lmt::syntax::gbnf::parse(&src, 0, lmt::span::FileId(0), &mut diags);
     assert!(diags.is_empty());
-    let c = Constraint::grammar(&g, "root", &Limits::default());
+    let c = Constraint::grammar(&lmt::engine::Grammar::from(&g), "root", &Limits::default());
     if let Ok(c) = c {
         let mut m = c.matcher(&Limits::default());
         assert!(m.feed(b"xxxx").unwrap());

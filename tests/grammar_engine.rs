@@ -14,7 +14,7 @@ fn grammar(src: &str, start: &str) -> Arc<Tables> {
     let mut diags = Vec::new();
     let g = lmt::syntax::gbnf::parse(src, 0, lmt::span::FileId(0), &mut diags);
     assert!(diags.is_empty(), "{diags:?}");
-    Arc::new(Tables::new(Cfg::from_gbnf(&g, start, &Limits::default()).unwrap()))
+    Arc::new(Tables::new(Cfg::new(&lmt::engine::Grammar::from(&g), start, &Limits::default()).unwrap()))
 }
 
 fn accepts(t: &Arc<Tables>, text: &str) -> bool {
@@ -176,7 +176,7 @@ fn forced_bytes_and_token_healing_on_both_engines() {
     let g = lmt::syntax::gbnf::parse("root ::= \"{\\\"name\\\": \" [a-z]+ \"}\"\n", 0, lmt::span::FileId(0), &mut diags);
     for c in [
         Constraint::regex("\\{\"name\": [a-z]+\\}", &limits).unwrap(),
-        Constraint::grammar(&g, "root", &limits).unwrap(),
+        Constraint::grammar(&lmt::engine::Grammar::from(&g), "root", &limits).unwrap(),
     ] {
         let mut m = c.matcher(&limits);
         assert_eq!(m.forced_bytes(100).unwrap(), b"{\"name\": ", "forced text");
@@ -185,7 +185,7 @@ fn forced_bytes_and_token_healing_on_both_engines() {
     // Healing: the prompt ended with `n` (backed out); the first token must
     // start with it, and the rest of it is the value's start.
     let g = lmt::syntax::gbnf::parse("root ::= [a-z]+ (\" \" [a-z]+)*\n", 0, lmt::span::FileId(0), &mut diags);
-    for c in [Constraint::regex("[a-z]+( [a-z]+)*", &limits).unwrap(), Constraint::grammar(&g, "root", &limits).unwrap()] {
+    for c in [Constraint::regex("[a-z]+( [a-z]+)*", &limits).unwrap(), Constraint::grammar(&lmt::engine::Grammar::from(&g), "root", &limits).unwrap()] {
         let mut m = c.matcher(&limits);
         let mut healed = TokenMask::new(vocab.len());
         m.mask_after_prefix(&vocab, b"n", &mut healed).unwrap();

@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
     let mut diags = Vec::new();
     let g = lmt::syntax::gbnf::parse(text, 0, lmt::span::FileId(0), &mut diags);
     if let Some(first) = g.rules.first() {
-        if let Ok(c) = Constraint::grammar(&g, &first.name, &limits) {
+        if let Ok(c) = Constraint::grammar(&lmt::engine::Grammar::from(&g), &first.name, &limits) {
             compiled.push(c);
         }
     }

@@ -56,7 +56,7 @@ pub(super) fn check_block(g: &GrammarBlock, ctx: &super::Ctx<'_>, out: &mut Vec<
     // A grammar that checks clean is compiled as a run will compile it.
     let clean = !out.iter().any(|d| d.is_error() && g.span.start <= d.span.start && d.span.end <= g.span.end);
     if let (true, Some(start)) = (clean, super::start_rule(&g.name.name, &g.grammar)) {
-        if let Err(err) = crate::engine::Cfg::from_gbnf(&g.grammar, &start, &crate::engine::Limits::default()) {
+        if let Err(err) = crate::engine::Cfg::new(&crate::engine::Grammar::from(&g.grammar), &start, &crate::engine::Limits::default()) {
             out.push(super::options::engine_error(err, g.name.span, ctx));
         }
     }

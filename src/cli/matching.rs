@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::engine::{Constraint, Limits, Matcher, Semantics, TokenMask, Vocab, Whitespace};
+use crate::engine::{Constraint, Grammar, Limits, Matcher, Semantics, TokenMask, Vocab, Whitespace};
 use crate::syntax::ast::{ExprKind, Node};
 use crate::model::tokenizer::TextEncoder;
 use crate::workspace::{FsLoader, Workspace};
@@ -146,7 +146,7 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
         Some(r) => r.to_string(),
         None => crate::check::start_rule(block, &g.grammar).ok_or_else(|| format!("grammar `{block}` has no start rule"))?,
     };
-    Constraint::grammar(&g.grammar, &start, limits).map_err(|e| e.to_string())
+    Constraint::grammar(&Grammar::from(&g.grammar), &start, limits).map_err(|e| e.to_string())
 }
 
 /// A template file, or a stdlib module (`std/NAME`), loaded and checked.

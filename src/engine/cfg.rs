@@ -13,7 +13,7 @@ use regex_syntax::hir::{Capture, Class, ClassUnicode, ClassUnicodeRange, Hir, Hi
 use super::dfa::{Dfa, COUNTED_MIN};
 use super::memo::Memo;
 use super::{EngineError, Limits};
-use crate::syntax::gbnf::{GExpr, GKind, Grammar};
+use super::grammar::{Expr, Grammar};
 
 /// A grammar symbol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,7 +34,7 @@ pub struct Production {
 }
 
 /// Members in any order, each at most once (see
-/// [`GKind::Permutation`]). Its nonterminals are made as parses reach them
+/// [`Expr::Permutation`]). Its nonterminals are made as parses reach them
 /// (one per set of members written): the parser expands them, the grammar
 /// holds only the entry.
 #[derive(Debug, Clone)]
@@ -131,7 +131,7 @@ const MAX_EXPANSION: u32 = 1_000;
 
 impl Cfg {
     /// Compiles `g` starting at rule `start`.
-    pub fn from_gbnf(g: &Grammar, start: &str, limits: &Limits) -> Result<Cfg, EngineError> {
+    pub fn new(g: &Grammar, start: &str, limits: &Limits) -> Result<Cfg, EngineError> {
         let mut b = Builder::new(g, limits)?;
         let root = b.rule_nt(start)?.ok_or_else(|| EngineError::Unsatisfiable(format!("the grammar has no rule `{start}`")))?;
         b.finish(root)
@@ -139,22 +139,14 @@ impl Cfg {
 
     /// The single-nonterminal grammar of one regex (mostly for tests).
     pub fn from_regex(pattern: &str, limits: &Limits) -> Result<Cfg, EngineError> {
-        let g = Grammar {
-            rules: vec![crate::syntax::gbnf::GrammarRule {
-                name: "root".into(),
-                name_span: Default::default(),
-                body: GExpr { kind: GKind::Regex(pattern.into()), span: Default::default() },
-                span: Default::default(),
-            }],
-        };
-        Cfg::from_gbnf(&g, "root", limits)
+        Cfg::new(&Grammar::regex(pattern), "root", limits)
     }
 }
 
 struct Builder<'g> {
     g: &'g Grammar,
     limits: &'g Limits,
-    rules: HashMap<&'g str, &'g GExpr>,
+    rules: HashMap<&'g str, &'g Expr>,
     /// Rules that take part in a cycle of references, or reference one.
     non_regular: HashMap<&'g str, bool>,
     /// Regular `%` rules too large to copy into other lexemes.
@@ -285,9 +277,9 @@ impl<'g> Builder<'g> {
         c
     }
 
-    fn expr_cost(&mut self, e: &'g GExpr, cost: &mut HashMap<&'g str, usize>) -> usize {
-        match &e.kind {
-            GKind::Ref(r) => {
+    fn expr_cost(&mut self, e: &'g Expr, cost: &mut HashMap<&'g str, usize>) -> usize {
+        match e {
+            Expr::Ref(r) => {
                 let key = self.rules.get_key_value(r.as_str()).map(|(k, _)| *k).expect("checked");
                 let c = self.inline_cost(key, cost);
                 // What uses a rule that cannot be inlined cannot be either;
@@ -303,46 +295,46 @@ impl<'g> Builder<'g> {
                     c
                 }
             }
-            GKind::Alt(v) | GKind::Seq(v) => v.iter().map(|x| self.expr_cost(x, cost)).fold(1usize, usize::saturating_add),
+            Expr::Alt(v) | Expr::Seq(v) => v.iter().map(|x| self.expr_cost(x, cost)).fold(1usize, usize::saturating_add),
             // Long counts stay lexemes of their own, which count without
             // a copy of their body per count (see `Dfa`'s counted form).
-            GKind::Repeat { min, max, .. } if max.unwrap_or(*min).max(*min) >= COUNTED_MIN => usize::MAX,
-            GKind::Regex(r) if parse_regex(r, self.limits).is_ok_and(|h| long_count(&h)) => usize::MAX,
-            GKind::Repeat { inner, min, max } => {
+            Expr::Repeat { min, max, .. } if max.unwrap_or(*min).max(*min) >= COUNTED_MIN => usize::MAX,
+            Expr::Regex(r) if parse_regex(r, self.limits).is_ok_and(|h| long_count(&h)) => usize::MAX,
+            Expr::Repeat { inner, min, max } => {
                 // Counted repeats copy their body in the automaton.
                 let copies = max.unwrap_or(*min).max(1) as usize;
                 self.expr_cost(inner, cost).saturating_mul(copies.min(64)).saturating_add(1)
             }
-            GKind::Literal(s) => s.len().max(1),
-            GKind::Regex(r) => r.len().max(1),
+            Expr::Literal(s) => s.len().max(1),
+            Expr::Regex(r) => r.len().max(1),
             _ => 1,
         }
     }
 
-    fn is_regular(&self, e: &GExpr) -> bool {
+    fn is_regular(&self, e: &Expr) -> bool {
         self.regular_as(e, false)
     }
 
     /// Whether `e` is regular; with `atomic`, also through rules too large
     /// to copy into a bigger lexeme (a difference needs their text).
-    fn regular_as(&self, e: &GExpr, atomic: bool) -> bool {
+    fn regular_as(&self, e: &Expr, atomic: bool) -> bool {
         self.regular_in(e, atomic, 0)
     }
 
-    fn regular_in(&self, e: &GExpr, atomic: bool, depth: usize) -> bool {
-        match &e.kind {
+    fn regular_in(&self, e: &Expr, atomic: bool, depth: usize) -> bool {
+        match e {
             // Through chains of rules as deep as inlining goes (see `inline_cost`).
-            GKind::Ref(r) if atomic && self.costly.contains(r.as_str()) => depth < 64 && self.regular_in(self.rules[r.as_str()], true, depth + 1),
-            GKind::Ref(r) => !self.non_regular.get(r.as_str()).copied().unwrap_or(true) && (atomic || !self.atomic.contains(r.as_str())),
-            GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.regular_in(x, atomic, depth)),
-            GKind::Repeat { inner, .. } => self.regular_in(inner, atomic, depth),
-            GKind::Permutation { .. } | GKind::Except { .. } => false,
+            Expr::Ref(r) if atomic && self.costly.contains(r.as_str()) => depth < 64 && self.regular_in(self.rules[r.as_str()], true, depth + 1),
+            Expr::Ref(r) => !self.non_regular.get(r.as_str()).copied().unwrap_or(true) && (atomic || !self.atomic.contains(r.as_str())),
+            Expr::Alt(v) | Expr::Seq(v) => v.iter().all(|x| self.regular_in(x, atomic, depth)),
+            Expr::Repeat { inner, .. } => self.regular_in(inner, atomic, depth),
+            Expr::Permutation { .. } | Expr::Except { .. } => false,
             _ => true,
         }
     }
 
     /// The regex of a regular expression (rule references inlined).
-    fn hir(&mut self, e: &'g GExpr) -> Result<Hir, EngineError> {
+    fn hir(&mut self, e: &'g Expr) -> Result<Hir, EngineError> {
         self.depth += 1;
         if self.depth > self.limits.max_nesting * 2 {
             self.depth -= 1;
@@ -353,19 +345,19 @@ impl<'g> Builder<'g> {
         h
     }
 
-    fn hir_inner(&mut self, e: &'g GExpr) -> Result<Hir, EngineError> {
-        Ok(match &e.kind {
-            GKind::Literal(s) => Hir::literal(s.as_bytes().to_vec().into_boxed_slice()),
-            GKind::Class { negated, ranges } => {
+    fn hir_inner(&mut self, e: &'g Expr) -> Result<Hir, EngineError> {
+        Ok(match e {
+            Expr::Literal(s) => Hir::literal(s.as_bytes().to_vec().into_boxed_slice()),
+            Expr::Class { negated, ranges } => {
                 let mut class = ClassUnicode::new(ranges.iter().map(|(a, b)| ClassUnicodeRange::new(*a, *b)));
                 if *negated {
                     class.negate();
                 }
                 Hir::class(Class::Unicode(class))
             }
-            GKind::Any => Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new('\0', char::MAX)]))),
-            GKind::Regex(r) => parse_regex(r, self.limits)?,
-            GKind::Ref(name) => {
+            Expr::Any => Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new('\0', char::MAX)]))),
+            Expr::Regex(r) => parse_regex(r, self.limits)?,
+            Expr::Ref(name) => {
                 if let Some(h) = self.hir_cache.get(name.as_str()) {
                     return Ok(h.clone());
                 }
@@ -376,26 +368,26 @@ impl<'g> Builder<'g> {
                 h
             }
             // Plain loops: iterator adapters cost stack frames per level.
-            GKind::Seq(v) => {
+            Expr::Seq(v) => {
                 let mut parts = Vec::with_capacity(v.len());
                 for x in v {
                     parts.push(self.hir(x)?);
                 }
                 Hir::concat(parts)
             }
-            GKind::Alt(v) => {
+            Expr::Alt(v) => {
                 let mut parts = Vec::with_capacity(v.len());
                 for x in v {
                     parts.push(self.hir(x)?);
                 }
                 Hir::alternation(parts)
             }
-            GKind::Repeat { inner, min, max } => {
+            Expr::Repeat { inner, min, max } => {
                 let sub = self.hir(inner)?;
                 Hir::repetition(Repetition { min: *min, max: *max, greedy: true, sub: Box::new(sub) })
             }
             // Never reached: `is_regular` is false for these.
-            GKind::Permutation { .. } | GKind::Except { .. } => {
+            Expr::Permutation { .. } | Expr::Except { .. } => {
                 return Err(EngineError::TooComplex("a permutation or a difference has no regex".into()))
             }
         })
@@ -407,7 +399,7 @@ impl<'g> Builder<'g> {
     }
 
     /// The lexeme of the strings of `base` that are not strings of `except`.
-    fn difference(&mut self, base: &'g GExpr, except: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
+    fn difference(&mut self, base: &'g Expr, except: &'g Expr, name: &str) -> Result<Sym, EngineError> {
         let r = Regular::Except(Box::new(self.regular(base, name)?), Box::new(self.regular(except, name)?));
         let limits = self.limits;
         self.lexeme_by(r.key(), || r.build(limits))
@@ -415,7 +407,7 @@ impl<'g> Builder<'g> {
 
     /// The regular language of `e`: a regex, or a difference of them (also
     /// through rules whose body is one).
-    fn regular(&mut self, e: &'g GExpr, name: &str) -> Result<Regular<'g>, EngineError> {
+    fn regular(&mut self, e: &'g Expr, name: &str) -> Result<Regular<'g>, EngineError> {
         let mut literals = Vec::new();
         if literal_set(e, &mut literals) {
             return Ok(Regular::Literals(literals));
@@ -424,12 +416,12 @@ impl<'g> Builder<'g> {
             return Ok(Regular::Regex(self.hir(e)?));
         }
         self.depth += 1;
-        let r = match &e.kind {
+        let r = match e {
             _ if self.depth > self.limits.max_nesting => Err(EngineError::TooComplex("differences nest too deeply".into())),
-            GKind::Except { base, except } => {
+            Expr::Except { base, except } => {
                 self.regular(base, name).and_then(|b| Ok(Regular::Except(Box::new(b), Box::new(self.regular(except, name)?))))
             }
-            GKind::Ref(r) if self.rules.contains_key(r.as_str()) => self.regular(self.rules[r.as_str()], name),
+            Expr::Ref(r) if self.rules.contains_key(r.as_str()) => self.regular(self.rules[r.as_str()], name),
             _ => Err(EngineError::Unsupported(format!("a difference of recursive parts in `{name}`"))),
         };
         self.depth -= 1;
@@ -474,13 +466,13 @@ impl<'g> Builder<'g> {
         Ok(Some(nt))
     }
 
-    fn define(&mut self, nt: u32, body: &'g GExpr, name: &str) -> Result<(), EngineError> {
+    fn define(&mut self, nt: u32, body: &'g Expr, name: &str) -> Result<(), EngineError> {
         stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.define_inner(nt, body, name))
     }
 
-    fn define_inner(&mut self, nt: u32, body: &'g GExpr, name: &str) -> Result<(), EngineError> {
-        let alts = match &body.kind {
-            GKind::Alt(v) if !self.is_regular(body) => v.iter().collect::<Vec<_>>(),
+    fn define_inner(&mut self, nt: u32, body: &'g Expr, name: &str) -> Result<(), EngineError> {
+        let alts = match body {
+            Expr::Alt(v) if !self.is_regular(body) => v.iter().collect::<Vec<_>>(),
             _ => vec![body],
         };
         for alt in alts {
@@ -491,16 +483,16 @@ impl<'g> Builder<'g> {
     }
 
     /// The symbols of one alternative; adjacent regular items merge into one lexeme.
-    fn sequence(&mut self, e: &'g GExpr, name: &str) -> Result<Vec<Sym>, EngineError> {
+    fn sequence(&mut self, e: &'g Expr, name: &str) -> Result<Vec<Sym>, EngineError> {
         // A list of literals (an `enum`): its trie, keyed without printing a regex.
         let mut literals = Vec::new();
-        if matches!(e.kind, GKind::Alt(_)) && literal_set(e, &mut literals) {
+        if matches!(e, Expr::Alt(_)) && literal_set(e, &mut literals) {
             let r = Regular::Literals(literals);
             let limits = self.limits;
             return Ok(vec![self.lexeme_by(r.key(), || r.build(limits))?]);
         }
-        let items: Vec<&'g GExpr> = match &e.kind {
-            GKind::Seq(v) => v.iter().collect(),
+        let items: Vec<&'g Expr> = match e {
+            Expr::Seq(v) => v.iter().collect(),
             _ => vec![e],
         };
         let mut out = Vec::new();
@@ -509,7 +501,7 @@ impl<'g> Builder<'g> {
             // `%`-named rules (only the JSON Schema compiler makes them; GBNF
             // names cannot start with `%`) are lexemes of their own, so equal
             // values share one automaton and its cached masks.
-            if let GKind::Ref(r) = &item.kind {
+            if let Expr::Ref(r) = item {
                 if r.starts_with('%') && self.is_regular(item) {
                     if !run.is_empty() {
                         out.push(self.lexeme(Hir::concat(std::mem::take(&mut run)))?);
@@ -535,13 +527,13 @@ impl<'g> Builder<'g> {
     }
 
     /// One symbol for an item: a nonterminal, or for a difference a lexeme.
-    fn symbol(&mut self, e: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
-        match &e.kind {
-            GKind::Ref(r) => self
+    fn symbol(&mut self, e: &'g Expr, name: &str) -> Result<Sym, EngineError> {
+        match e {
+            Expr::Ref(r) => self
                 .rule_nt(r)?
                 .map(Sym::Nt)
                 .ok_or_else(|| EngineError::Unsatisfiable(format!("rule `{r}` is not defined"))),
-            GKind::Repeat { inner, min, max } => {
+            Expr::Repeat { inner, min, max } => {
                 let item = self.symbol_any(inner, name)?;
                 let (min, max) = (*min, *max);
                 if min > MAX_EXPANSION || max.is_some_and(|m| m > MAX_EXPANSION) {
@@ -578,8 +570,8 @@ impl<'g> Builder<'g> {
                 self.add(nt, rhs)?;
                 Ok(Sym::Nt(nt))
             }
-            GKind::Except { base, except } => self.difference(base, except, name),
-            GKind::Permutation { members, extra, sep, nonempty, requires } => {
+            Expr::Except { base, except } => self.difference(base, except, name),
+            Expr::Permutation { members, extra, sep, nonempty, requires } => {
                 let sep = self.symbol_any(sep, name)?;
                 if let Sym::Lex(l) = sep {
                     if self.lexemes[l as usize].is_accepting(self.lexemes[l as usize].start()) {
@@ -623,7 +615,7 @@ impl<'g> Builder<'g> {
     }
 
     /// A symbol for any expression (regular ones become a lexeme).
-    fn symbol_any(&mut self, e: &'g GExpr, name: &str) -> Result<Sym, EngineError> {
+    fn symbol_any(&mut self, e: &'g Expr, name: &str) -> Result<Sym, EngineError> {
         if self.is_regular(e) {
             let h = self.hir(e)?;
             self.lexeme(h)
@@ -782,13 +774,13 @@ fn long_count(h: &Hir) -> bool {
 
 /// Into `out`, the strings of `e` when it is a literal or an alternation
 /// of them.
-fn literal_set<'g>(e: &'g GExpr, out: &mut Vec<&'g str>) -> bool {
-    match &e.kind {
-        GKind::Literal(s) => {
+fn literal_set<'g>(e: &'g Expr, out: &mut Vec<&'g str>) -> bool {
+    match e {
+        Expr::Literal(s) => {
             out.push(s);
             true
         }
-        GKind::Alt(v) => v.iter().all(|x| literal_set(x, out)),
+        Expr::Alt(v) => v.iter().all(|x| literal_set(x, out)),
         _ => false,
     }
 }
@@ -930,20 +922,20 @@ fn on_cycles(adj: &[Vec<usize>]) -> Vec<bool> {
     cyclic
 }
 
-fn collect_refs<'a>(e: &'a GExpr, out: &mut Vec<&'a str>) {
-    match &e.kind {
-        GKind::Ref(r) => out.push(r),
+fn collect_refs<'a>(e: &'a Expr, out: &mut Vec<&'a str>) {
+    match e {
+        Expr::Ref(r) => out.push(r),
         _ => e.for_each_child(|x| collect_refs(x, out)),
     }
 }
 
 /// True for expressions with a node no regex can say (a permutation, a
 /// difference): the rules that hold them are always nonterminals.
-fn is_structural(e: &GExpr) -> bool {
-    match &e.kind {
-        GKind::Permutation { .. } | GKind::Except { .. } => true,
-        GKind::Alt(v) | GKind::Seq(v) => v.iter().any(is_structural),
-        GKind::Repeat { inner, .. } => is_structural(inner),
+fn is_structural(e: &Expr) -> bool {
+    match e {
+        Expr::Permutation { .. } | Expr::Except { .. } => true,
+        Expr::Alt(v) | Expr::Seq(v) => v.iter().any(is_structural),
+        Expr::Repeat { inner, .. } => is_structural(inner),
         _ => false,
     }
 }

@@ -10,8 +10,8 @@ use super::earley::{Parser, Tables};
 use super::json_keys::KeyScan;
 use super::json_schema::{schema_grammar, Semantics, Whitespace};
 use super::vocab::Vocab;
+use super::grammar::Grammar;
 use super::{EngineError, Limits, TokenMask};
-use crate::syntax::gbnf::Grammar;
 
 /// A compiled constraint, shareable between generations.
 #[derive(Debug, Clone)]
@@ -41,9 +41,10 @@ impl Constraint {
         Ok(Constraint { automaton: Automaton::Regular(Arc::new(Dfa::choices(options, limits)?)), json_keys: false })
     }
 
-    /// A GBNF grammar starting at rule `start`.
+    /// A grammar (GBNF lowered with `Grammar::from`, or built) starting at
+    /// rule `start`.
     pub fn grammar(g: &Grammar, start: &str, limits: &Limits) -> Result<Constraint, EngineError> {
-        let tables = Tables::new(Cfg::from_gbnf(g, start, limits)?);
+        let tables = Tables::new(Cfg::new(g, start, limits)?);
         Ok(Constraint { automaton: Automaton::ContextFree(Arc::new(tables)), json_keys: false })
     }
 

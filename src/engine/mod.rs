@@ -3,8 +3,9 @@
 //!
 //! It knows bytes and token ids, not tensors or templates. [`Vocab`] holds
 //! the exact bytes of every token and the token trie. A [`Constraint`] is
-//! compiled once: regexes and literal choices become a [`Dfa`]; GBNF grammars
-//! and JSON Schemas ([`schema_grammar`]) become a [`Cfg`] of DFA lexemes run
+//! compiled once: regexes and literal choices become a [`Dfa`]; grammars (GBNF
+//! lowered into the engine's [`Grammar`] IR) and JSON Schemas
+//! ([`schema_grammar`]) become a [`Cfg`] of DFA lexemes run
 //! by the Earley [`Parser`]. A [`Matcher`] per generated value writes masks
 //! into a [`TokenMask`] sized to the model's logit dimension, consumes bytes,
 //! and rewinds. [`StopMatcher`] finds stop strings and regexes across token
@@ -14,6 +15,7 @@ mod bias;
 mod cfg;
 mod dfa;
 mod earley;
+mod grammar;
 mod json_keys;
 mod json_schema;
 mod matcher;
@@ -25,6 +27,7 @@ mod vocab;
 pub use bias::Bias;
 pub use cfg::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
+pub use grammar::{Expr, Grammar, Rule};
 pub use json_schema::{schema_grammar, Semantics, SchemaGrammar, Whitespace};
 pub use matcher::{Constraint, Matcher};
 pub use dfa::{Dfa, DfaState, Exits};

@@ -108,7 +108,7 @@ impl Vm<'_, '_> {
             let g = &self.program.modules[*module].grammars[*id as usize];
             let start = rule.as_deref().map(str::to_string).or_else(|| g.start.clone()).unwrap_or_else(|| "root".into());
             let key = format!("grammar:{module}:{id}:{start}");
-            let grammar = g.grammar.clone();
+            let grammar = crate::engine::Grammar::from(&g.grammar);
             constraint = Some(self.core.cache.get(key, || Constraint::grammar(&grammar, &start, &limits)).map_err(Step::Err)?);
         }
         if let Some(v) = o.get("json") {

@@ -209,11 +209,5 @@ pub fn gexpr(e: &GExpr) -> String {
             (m, Some(n)) if m == n => format!("{}{{{}}}", gexpr(inner), m),
             (m, Some(n)) => format!("{}{{{},{}}}", gexpr(inner), m, n),
         },
-        GKind::Permutation { members, extra, sep, nonempty, .. } => {
-            let mut items: Vec<String> = members.iter().map(|(m, req)| format!("{}{}", gexpr(m), if *req { "" } else { "?" })).collect();
-            items.extend(extra.iter().map(|x| format!("{}*", gexpr(x))));
-            format!("permutation{}({} / {})", if *nonempty { "+" } else { "" }, items.join(", "), gexpr(sep))
-        }
-        GKind::Except { base, except } => format!("except({}, {})", gexpr(base), gexpr(except)),
     }
 }

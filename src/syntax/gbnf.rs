@@ -1,5 +1,6 @@
 //! GBNF grammars (llama.cpp's notation plus `/regex/` terminals): the AST
-//! and its parser. The parser reads one rule at a time and, after a broken
+//! (what GBNF can write, with spans; the engine lowers it into its own
+//! grammar IR) and its parser. The parser reads one rule at a time and, after a broken
 //! rule, resumes at the next line that starts a rule, so every broken rule
 //! is reported.
 
@@ -81,31 +82,6 @@ pub enum GKind {
         /// Most repetitions; `None` for unbounded.
         max: Option<u32>,
     },
-    /// Members in any order, each at most once (required ones exactly
-    /// once), `sep` between two items, any number of `extra` items among
-    /// them. GBNF has no syntax for it: the JSON Schema compiler makes it
-    /// for objects, since listing the orders would take exponential space.
-    Permutation {
-        /// Each member, and whether it is required.
-        members: Vec<(GExpr, bool)>,
-        /// What may also appear, any number of times.
-        extra: Option<Box<GExpr>>,
-        /// What comes between two items; it must not match the empty string.
-        sep: Box<GExpr>,
-        /// At least one item (a member or an extra) must appear.
-        nonempty: bool,
-        /// Members that bring others: when member `i` appears, so must these.
-        requires: Vec<(usize, Vec<usize>)>,
-    },
-    /// The strings of `base` that are not strings of `except`; both
-    /// regular. GBNF has no syntax for it either: the JSON Schema compiler
-    /// makes it for keys that are none of an object's names and patterns.
-    Except {
-        /// What is taken.
-        base: Box<GExpr>,
-        /// What of it is left out.
-        except: Box<GExpr>,
-    },
 }
 
 impl GExpr {
@@ -114,15 +90,6 @@ impl GExpr {
         match &self.kind {
             GKind::Alt(v) | GKind::Seq(v) => v.iter().for_each(f),
             GKind::Repeat { inner, .. } => f(inner),
-            GKind::Permutation { members, extra, sep, .. } => {
-                members.iter().for_each(|(m, _)| f(m));
-                extra.iter().for_each(|x| f(x));
-                f(sep);
-            }
-            GKind::Except { base, except } => {
-                f(base);
-                f(except);
-            }
             GKind::Literal(_) | GKind::Class { .. } | GKind::Ref(_) | GKind::Regex(_) | GKind::Any => {}
         }
     }

@@ -4,12 +4,12 @@
 //! naming the keyword (never silently ignored): `oneOf` and `not` beyond
 //! the forms below, `uniqueItems: true`, `multipleOf`, unknown `format`s,
 //! remote `$ref`s. Properties may come in any order, each at most once (a
-//! [`GKind::Permutation`]), with additional properties anywhere among them
+//! [`Expr::Permutation`]), with additional properties anywhere among them
 //! where the schema allows them: for generation an object that lists its
 //! keys is closed unless it says otherwise ([`Semantics::Generation`]); validation
 //! semantics ([`Semantics::Validation`]) allow what the schema does not forbid.
 //!
-//! Differences of regular languages (a [`GKind::Except`], one automaton)
+//! Differences of regular languages (a [`Expr::Except`], one automaton)
 //! make the rest exact: keys by `patternProperties` and "any other key"
 //! (the string minus the listed names and the patterns); a `pattern` or
 //! `format` with lengths; `oneOf` over regular branches (each minus the
@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use super::{Dfa, EngineError, Limits};
 use numbers::{integer_regex, number_regex, NUMBER};
-use crate::syntax::gbnf::{GExpr, GKind, Grammar, GrammarRule};
+use super::grammar::{Expr, Grammar, Rule};
 
 /// White space the generated JSON may contain between tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,33 +78,30 @@ pub struct SchemaGrammar {
 pub fn schema_grammar(schema: &Value, ws: Whitespace, semantics: Semantics) -> Result<SchemaGrammar, EngineError> {
     let mut c = Conv { root: schema, rules: Vec::new(), refs: HashMap::new(), ws, semantics, other_keys: false, depth: 0 };
     let body = c.schema(schema)?;
-    c.rules.insert(0, GrammarRule { name: "root".into(), name_span: Default::default(), body, span: Default::default() });
+    c.rules.insert(0, Rule { name: "root".into(), body });
     Ok(SchemaGrammar { grammar: Grammar { rules: c.rules }, other_keys: c.other_keys })
 }
 
-fn e(kind: GKind) -> GExpr {
-    GExpr { kind, span: Default::default() }
+fn lit(s: &str) -> Expr {
+    Expr::Literal(s.to_string())
 }
-fn lit(s: &str) -> GExpr {
-    e(GKind::Literal(s.to_string()))
+fn seq(v: Vec<Expr>) -> Expr {
+    Expr::Seq(v)
 }
-fn seq(v: Vec<GExpr>) -> GExpr {
-    e(GKind::Seq(v))
-}
-fn alt(v: Vec<GExpr>) -> GExpr {
+fn alt(v: Vec<Expr>) -> Expr {
     if v.len() == 1 {
         return v.into_iter().next().expect("one");
     }
-    e(GKind::Alt(v))
+    Expr::Alt(v)
 }
-fn rx(r: &str) -> GExpr {
-    e(GKind::Regex(r.to_string()))
+fn rx(r: &str) -> Expr {
+    Expr::Regex(r.to_string())
 }
-fn rep(x: GExpr, min: u32, max: Option<u32>) -> GExpr {
-    e(GKind::Repeat { inner: Box::new(x), min, max })
+fn rep(x: Expr, min: u32, max: Option<u32>) -> Expr {
+    Expr::Repeat { inner: Box::new(x), min, max }
 }
-fn reference(name: &str) -> GExpr {
-    e(GKind::Ref(name.to_string()))
+fn reference(name: &str) -> Expr {
+    Expr::Ref(name.to_string())
 }
 
 /// The one text of each JSON string and number value: escapes only where
@@ -153,7 +150,7 @@ const ANNOTATIONS: &[&str] = &[
 
 struct Conv<'s> {
     root: &'s Value,
-    rules: Vec<GrammarRule>,
+    rules: Vec<Rule>,
     refs: HashMap<String, String>,
     ws: Whitespace,
     semantics: Semantics,
@@ -167,24 +164,24 @@ fn unsupported(k: &str, why: &str) -> EngineError {
 }
 
 impl<'s> Conv<'s> {
-    fn ws(&self) -> GExpr {
+    fn ws(&self) -> Expr {
         match self.ws {
             Whitespace::Compact => seq(vec![]),
-            Whitespace::Flexible(n) => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n')] }), 0, Some(n)),
-            Whitespace::Any => rep(e(GKind::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n'), ('\r', '\r')] }), 0, None),
+            Whitespace::Flexible(n) => rep(Expr::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n')] }, 0, Some(n)),
+            Whitespace::Any => rep(Expr::Class { negated: false, ranges: vec![(' ', ' '), ('\t', '\t'), ('\n', '\n'), ('\r', '\r')] }, 0, None),
             Whitespace::Pretty => rx(r"(?: |\n{1,2}[ \t]{0,20})?"),
         }
     }
 
     /// A value written as one lexeme of its own (see `%` rules in `cfg`),
     /// shared by every place that uses the same regex.
-    fn atomic(&mut self, regex: String) -> GExpr {
+    fn atomic(&mut self, regex: String) -> Expr {
         let body = rx(&regex);
         self.shared(format!("%{regex}"), body)
     }
 
     /// A reference to the rule of `body`, made once per `key`.
-    fn shared(&mut self, key: String, body: GExpr) -> GExpr {
+    fn shared(&mut self, key: String, body: Expr) -> Expr {
         let name = match self.refs.get(&key) {
             Some(n) => n.clone(),
             None => {
@@ -199,7 +196,7 @@ impl<'s> Conv<'s> {
 
     /// The branches of `anyOf` (or else `oneOf`), each with the keywords
     /// beside it applied; branches nothing satisfies are left out.
-    fn branches(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Vec<GExpr>, EngineError> {
+    fn branches(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Vec<Expr>, EngineError> {
         let list = obj.get("anyOf").or_else(|| obj.get("oneOf")).and_then(Value::as_array).ok_or_else(|| unsupported("anyOf", "must be a list"))?;
         let base: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| *k != "anyOf" && *k != "oneOf").map(|(k, v)| (k.clone(), v.clone())).collect();
         let mut alts = Vec::new();
@@ -220,7 +217,7 @@ impl<'s> Conv<'s> {
     /// `oneOf` whose branches are all regular (strings by pattern, format
     /// or enum, numbers, literals): each branch minus the others, which is
     /// exactly "one of". `None` when a branch is not regular.
-    fn one_of_regular(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Option<GExpr>, EngineError> {
+    fn one_of_regular(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Option<Expr>, EngineError> {
         let branches = self.branches(obj)?;
         if !branches.iter().all(|b| self.is_regular(b, 0)) {
             return Ok(None);
@@ -229,7 +226,7 @@ impl<'s> Conv<'s> {
             return Ok(Some(alt(branches)));
         }
         let exclusive = (0..branches.len()).map(|i| {
-            let others: Vec<GExpr> = branches.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, b)| b.clone()).collect();
+            let others: Vec<Expr> = branches.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, b)| b.clone()).collect();
             minus(canonical(branches[i].clone()), alt(others))
         });
         Ok(Some(alt(exclusive.collect())))
@@ -239,7 +236,7 @@ impl<'s> Conv<'s> {
     /// one required property (objects without it), and of any schema when
     /// both are regular (what `rest` takes minus what `n` takes). `None`
     /// for the rest, which stay an error naming `not`.
-    fn negation(&mut self, rest: &serde_json::Map<String, Value>, n: &Value) -> Result<Option<GExpr>, EngineError> {
+    fn negation(&mut self, rest: &serde_json::Map<String, Value>, n: &Value) -> Result<Option<Expr>, EngineError> {
         let Some(n) = n.as_object() else {
             return match n {
                 Value::Bool(false) => self.schema(&Value::Object(rest.clone())).map(Some),
@@ -304,21 +301,21 @@ impl<'s> Conv<'s> {
 
     /// True when `g` names a regular language: no permutation, difference
     /// or recursion through the rules made so far.
-    fn is_regular(&self, g: &GExpr, depth: usize) -> bool {
-        match &g.kind {
-            GKind::Alt(v) | GKind::Seq(v) => v.iter().all(|x| self.is_regular(x, depth)),
-            GKind::Repeat { inner, .. } => self.is_regular(inner, depth),
-            GKind::Ref(r) => depth < 32 && self.rules.iter().find(|x| x.name == *r).is_some_and(|x| self.is_regular(&x.body, depth + 1)),
-            GKind::Permutation { .. } | GKind::Except { .. } => false,
-            GKind::Literal(_) | GKind::Class { .. } | GKind::Regex(_) | GKind::Any => true,
+    fn is_regular(&self, g: &Expr, depth: usize) -> bool {
+        match g {
+            Expr::Alt(v) | Expr::Seq(v) => v.iter().all(|x| self.is_regular(x, depth)),
+            Expr::Repeat { inner, .. } => self.is_regular(inner, depth),
+            Expr::Ref(r) => depth < 32 && self.rules.iter().find(|x| x.name == *r).is_some_and(|x| self.is_regular(&x.body, depth + 1)),
+            Expr::Permutation { .. } | Expr::Except { .. } => false,
+            Expr::Literal(_) | Expr::Class { .. } | Expr::Regex(_) | Expr::Any => true,
         }
     }
 
-    fn add_rule(&mut self, name: String, body: GExpr) {
-        self.rules.push(GrammarRule { name, name_span: Default::default(), body, span: Default::default() });
+    fn add_rule(&mut self, name: String, body: Expr) {
+        self.rules.push(Rule { name, body });
     }
 
-    fn schema(&mut self, s: &Value) -> Result<GExpr, EngineError> {
+    fn schema(&mut self, s: &Value) -> Result<Expr, EngineError> {
         self.depth += 1;
         if self.depth > 200 {
             self.depth -= 1;
@@ -330,7 +327,7 @@ impl<'s> Conv<'s> {
         out
     }
 
-    fn schema_inner(&mut self, s: &Value) -> Result<GExpr, EngineError> {
+    fn schema_inner(&mut self, s: &Value) -> Result<Expr, EngineError> {
         let obj = match s {
             Value::Bool(true) => return Ok(self.any_value()),
             Value::Bool(false) => return Err(EngineError::Unsatisfiable("the schema `false` matches nothing".into())),
@@ -487,7 +484,7 @@ impl<'s> Conv<'s> {
         Ok(Value::Array(out))
     }
 
-    fn any_value(&mut self) -> GExpr {
+    fn any_value(&mut self) -> Expr {
         if !self.refs.contains_key("<any>") {
             self.refs.insert("<any>".into(), "any".into());
             let ws = self.ws();
@@ -511,7 +508,7 @@ impl<'s> Conv<'s> {
         reference("any")
     }
 
-    fn reference(&mut self, r: &str) -> Result<GExpr, EngineError> {
+    fn reference(&mut self, r: &str) -> Result<Expr, EngineError> {
         if let Some(name) = self.refs.get(r) {
             return Ok(reference(name));
         }
@@ -526,7 +523,7 @@ impl<'s> Conv<'s> {
         Ok(reference(&name))
     }
 
-    fn string(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
+    fn string(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Expr, EngineError> {
         // Known formats are enforced; others are annotations, as the
         // specification says of formats a validator does not know.
         let (min, max) = counts(obj, "minLength", "maxLength")?;
@@ -562,7 +559,7 @@ impl<'s> Conv<'s> {
         Ok(self.shared(format!("%\"{STRING_CHAR}{{{min},{max:?}}}\""), body))
     }
 
-    fn array(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
+    fn array(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Expr, EngineError> {
         if obj.get("uniqueItems") == Some(&Value::Bool(true)) {
             return Err(unsupported("uniqueItems", "uniqueness cannot be enforced while generating"));
         }
@@ -594,7 +591,7 @@ impl<'s> Conv<'s> {
         Ok(seq(vec![lit("["), ws, list, lit("]")]))
     }
 
-    fn tuple(&mut self, obj: &serde_json::Map<String, Value>, items: Vec<&Value>, rest: Option<&Value>) -> Result<GExpr, EngineError> {
+    fn tuple(&mut self, obj: &serde_json::Map<String, Value>, items: Vec<&Value>, rest: Option<&Value>) -> Result<Expr, EngineError> {
         let ws = self.ws();
         let min = counts(obj, "minItems", "maxItems")?.0 as usize;
         if obj.contains_key("maxItems") {
@@ -608,7 +605,7 @@ impl<'s> Conv<'s> {
         // Items i.. as a comma-separated tail; item i may be absent only when
         // fewer than `min` are required and nothing follows it.
         let mut tail = rest.map(|r| rep(seq(vec![lit(","), ws.clone(), r, ws.clone()]), 0, None)).unwrap_or(seq(vec![]));
-        let compiled: Vec<GExpr> = items.iter().map(|s| self.schema(s)).collect::<Result<_, _>>()?;
+        let compiled: Vec<Expr> = items.iter().map(|s| self.schema(s)).collect::<Result<_, _>>()?;
         for (i, it) in compiled.into_iter().enumerate().rev() {
             let sep = if i == 0 { seq(vec![]) } else { seq(vec![lit(","), ws.clone()]) };
             let present = seq(vec![sep, it, ws.clone(), tail]);
@@ -621,15 +618,15 @@ impl<'s> Conv<'s> {
 
 
 /// What `base` takes that `except` does not.
-fn minus(base: GExpr, except: GExpr) -> GExpr {
-    e(GKind::Except { base: Box::new(base), except: Box::new(except) })
+fn minus(base: Expr, except: Expr) -> Expr {
+    Expr::Except { base: Box::new(base), except: Box::new(except) }
 }
 
 /// The texts of `g` that are the one text of their value. Texts are
 /// compared where values are meant (`1.0` is `1`, `"\u0041"` is `"A"`):
 /// kept to one text per value (no needless escape, no exponent, trailing
 /// zero or `-0`), a difference of texts is the difference of the values.
-fn canonical(g: GExpr) -> GExpr {
+fn canonical(g: Expr) -> Expr {
     minus(g, minus(rx(&format!("\"{STRING_CHAR}*\"|{NUMBER}")), rx(CANONICAL)))
 }
 

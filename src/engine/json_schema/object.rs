@@ -1,5 +1,5 @@
 //! Objects: listed properties (in the schema's order for generation, in any
-//! order as a [`GKind::Permutation`] for validation), required ones, keys by
+//! order as a [`Expr::Permutation`] for validation), required ones, keys by
 //! pattern and other keys, property dependencies and property counts.
 
 use std::borrow::Cow;
@@ -15,7 +15,7 @@ impl Conv<'_> {
         (self.semantics == Semantics::Generation).then_some(&FALSE)
     }
 
-    pub(super) fn object(&mut self, obj: &serde_json::Map<String, Value>) -> Result<GExpr, EngineError> {
+    pub(super) fn object(&mut self, obj: &serde_json::Map<String, Value>) -> Result<Expr, EngineError> {
         let ws = self.ws();
         let lists_keys = obj.contains_key("properties") || obj.contains_key("patternProperties");
         let additional = obj.get("additionalProperties").or(if lists_keys { self.closed() } else { None });
@@ -75,14 +75,14 @@ impl Conv<'_> {
             return Err(unsupported("minProperties", "more than the required properties (but for a non-empty object) is not supported"));
         }
         let max_props = obj.get("maxProperties").map(|m| m.as_u64().ok_or_else(|| unsupported("maxProperties", "must be a count"))).transpose()?;
-        let mut extra_keys: Vec<GExpr> = Vec::new();
+        let mut extra_keys: Vec<Expr> = Vec::new();
         let listed = || alt(names.iter().map(|n| lit(&json_text(&Value::String(n.to_string())))).collect());
-        let minus_names = |key: GExpr| if names.is_empty() { key } else { minus(key, listed()) };
+        let minus_names = |key: Expr| if names.is_empty() { key } else { minus(key, listed()) };
         // Extra keys are any key but the listed ones (and the patterns').
         let other_key = if patterns.is_empty() {
             minus_names(rx(&format!("\"{STRING_CHAR}*\"")))
         } else {
-            let mut taken: Vec<GExpr> = patterns.iter().map(|p| rx(&p.key)).collect();
+            let mut taken: Vec<Expr> = patterns.iter().map(|p| rx(&p.key)).collect();
             if !names.is_empty() {
                 taken.push(listed());
             }
@@ -105,7 +105,7 @@ impl Conv<'_> {
         }
         self.other_keys |= !extra_keys.is_empty();
         let extra = (!extra_keys.is_empty()).then(|| alt(extra_keys));
-        let mut compiled: Vec<(&str, GExpr, bool)> = Vec::new();
+        let mut compiled: Vec<(&str, Expr, bool)> = Vec::new();
         for (k, sub) in &props {
             let req = required.contains(&k.as_str());
             match self.schema(sub) {
@@ -128,7 +128,7 @@ impl Conv<'_> {
         // per set of members written as it reaches them. Each member is a
         // rule of its own, so equal members share their symbols.
         let id = self.rules.len();
-        let members: Vec<(GExpr, bool)> = compiled
+        let members: Vec<(Expr, bool)> = compiled
             .into_iter()
             .enumerate()
             .map(|(j, (k, value, req))| {
@@ -141,7 +141,7 @@ impl Conv<'_> {
         let extra = extra.map(|x| Box::new(seq(vec![x, ws.clone()])));
         // A bound past any generation bounds nothing (as with lengths).
         if let Some(at_most) = max_props.filter(|&m| m <= MAX_COUNT).map(|m| m as usize) {
-            let required: Vec<&GExpr> = members.iter().filter(|(_, r)| *r).map(|(m, _)| m).collect();
+            let required: Vec<&Expr> = members.iter().filter(|(_, r)| *r).map(|(m, _)| m).collect();
             if at_most < required.len() || (at_most == 0 && nonempty) {
                 return Err(EngineError::Unsatisfiable("`maxProperties` is below the properties that must be there".into()));
             }
@@ -150,11 +150,11 @@ impl Conv<'_> {
             if at_most <= 1 {
                 // A member that brings others cannot be the only one.
                 let alone = |j: usize| requires.iter().all(|(i, js)| *i != j || js.iter().all(|&k| k == j));
-                let alone: Vec<&GExpr> = members.iter().enumerate().filter(|(j, _)| alone(*j)).map(|(_, (m, _))| m).collect();
+                let alone: Vec<&Expr> = members.iter().enumerate().filter(|(j, _)| alone(*j)).map(|(_, (m, _))| m).collect();
                 if required.len() == 1 && !alone.iter().any(|m| std::ptr::eq(*m, required[0])) {
                     return Err(EngineError::Unsatisfiable("a required property depends on another, and `maxProperties` allows one".into()));
                 }
-                let items: Vec<GExpr> = match required.as_slice() {
+                let items: Vec<Expr> = match required.as_slice() {
                     [only] => vec![(*only).clone()],
                     _ => alone.into_iter().cloned().chain(extra.as_deref().cloned()).collect(),
                 };
@@ -176,7 +176,7 @@ impl Conv<'_> {
             let body = self.in_order(id, &members, extra.map(|x| *x), &sep);
             return Ok(seq(vec![lit("{"), ws, body, lit("}")]));
         }
-        let permutation = e(GKind::Permutation { members, extra, sep: Box::new(sep), nonempty, requires });
+        let permutation = Expr::Permutation { members, extra, sep: Box::new(sep), nonempty, requires };
         Ok(seq(vec![lit("{"), ws, permutation, lit("}")]))
     }
 
@@ -184,7 +184,7 @@ impl Conv<'_> {
     /// number of `extra` members: a rule per position for "nothing written
     /// yet" (`f`) and "something written, so a comma comes first" (`r`),
     /// so the grammar grows linearly with the members.
-    fn in_order(&mut self, id: usize, members: &[(GExpr, bool)], extra: Option<GExpr>, sep: &GExpr) -> GExpr {
+    fn in_order(&mut self, id: usize, members: &[(Expr, bool)], extra: Option<Expr>, sep: &Expr) -> Expr {
         let name = |kind: char, i: usize| format!("obj{id}_{kind}{i}");
         let n = members.len();
         let more = extra.as_ref().map(|x| rep(seq(vec![sep.clone(), x.clone()]), 0, None)).unwrap_or_else(|| seq(vec![]));
