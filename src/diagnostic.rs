@@ -192,8 +192,18 @@ codes! {
     SingleOption = "W0701", "single-option", Warning, "A `select` with one option always picks it.";
     DuplicateChoice = "W0702", "duplicate-choice", Warning, "A `select` lists the same option twice.";
     EmptyChoices = "E0703", "empty-choices", Error, "A `select … in [...]` has no options.";
+    GreedyBranches = "W0704", "greedy-branches", Warning, "`score=\"greedy\"` on a select whose branches are not all plain text: it is scored `\"full\"`.";
     // Running.
-    Runtime = "E0801", "runtime", Error, "An error while running: a missing input, a failed filter, a constraint the model cannot satisfy, a model failure.";
+    Runtime = "E0801", "runtime", Error, "A value error while running: a value of the wrong type, an undefined value, a failed filter, test or call.";
+    MissingInput = "E0802", "missing-input", Error, "An input the template declares with `{% input %}` was not given.";
+    OptionValue = "E0803", "option-value", Error, "A `gen` or `select` option computed at run time has the wrong type or is out of range.";
+    ConstraintFailed = "E0804", "constraint-failed", Error, "A constraint the engine refuses at run time, or one no token of the model can continue.";
+    UnfinishedValue = "E0805", "unfinished-value", Error, "`max_tokens` ran out before a `regex`, `grammar` or `json` value matched (`partial=true` keeps it).";
+    ContextFull = "E0806", "context-full", Error, "The text does not fit the model's context.";
+    RunLimit = "E0807", "run-limit", Error, "A bound on values or work: string size, list items, `range`, call depth, `select … in` options.";
+    RunFile = "E0808", "run-file", Error, "A file the template names at run time cannot be read or parsed.";
+    ModelFailed = "E0809", "model-failed", Error, "The model, its tokenizer or its chat template failed while running.";
+    Internal = "E0810", "internal", Error, "A fault of lmt itself: please report it.";
 }
 
 /// Sorts diagnostics by file and position so output is stable.

@@ -23,6 +23,7 @@ pub mod files;
 pub mod interp;
 pub mod ir;
 pub mod lsp;
+pub mod options;
 pub mod model;
 pub mod render;
 pub mod span;

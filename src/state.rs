@@ -5,6 +5,7 @@
 //! view, JSON and HTML are all derived from it (`crate::render`).
 
 use crate::chat::Message;
+use crate::diagnostic::Code;
 
 /// A string from the model, with what is known about how it was produced.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -76,6 +77,106 @@ impl FinishReason {
             FinishReason::Error => "error",
             FinishReason::Done => "done",
         }
+    }
+}
+
+/// What kind of failure stopped a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunErrorKind {
+    /// A value of the wrong type or out of range for an operation, an
+    /// undefined name, a failed filter, test or call.
+    Value,
+    /// An input the template declares was not given.
+    MissingInput,
+    /// A `gen` or `select` option value computed at run time is wrong.
+    OptionValue,
+    /// A constraint the engine refuses, or one no token can continue.
+    Constraint,
+    /// `max_tokens` cut a constrained value short of matching.
+    Unfinished,
+    /// The text does not fit the model's context.
+    ContextFull,
+    /// A bound on values, calls or work (string size, list items, call
+    /// depth, `select … in` options).
+    Limit,
+    /// A file the template names cannot be read.
+    File,
+    /// The model, its tokenizer or its chat template failed.
+    Model,
+    /// A fault of lmt itself.
+    Internal,
+}
+
+impl serde::Serialize for RunErrorKind {
+    /// As its code's name (`unfinished-value`), as `--json` writes it.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.code().name())
+    }
+}
+
+impl RunErrorKind {
+    /// The diagnostic code of this kind.
+    pub fn code(self) -> Code {
+        match self {
+            RunErrorKind::Value => Code::Runtime,
+            RunErrorKind::MissingInput => Code::MissingInput,
+            RunErrorKind::OptionValue => Code::OptionValue,
+            RunErrorKind::Constraint => Code::ConstraintFailed,
+            RunErrorKind::Unfinished => Code::UnfinishedValue,
+            RunErrorKind::ContextFull => Code::ContextFull,
+            RunErrorKind::Limit => Code::RunLimit,
+            RunErrorKind::File => Code::RunFile,
+            RunErrorKind::Model => Code::ModelFailed,
+            RunErrorKind::Internal => Code::Internal,
+        }
+    }
+}
+
+/// Why a run failed: what the record keeps, and what operations, the
+/// model state and the generation loop return (the interpreter adds the
+/// span).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Failure {
+    /// What kind of failure.
+    pub kind: RunErrorKind,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl Failure {
+    /// The failure as the `--json` document writes it: code, kind, message.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"code": self.kind.code().as_str(), "kind": self.kind, "message": self.message})
+    }
+
+    /// A failure of `kind`.
+    pub fn new(kind: RunErrorKind, message: impl Into<String>) -> Failure {
+        Failure { kind, message: message.into() }
+    }
+
+    /// A value error.
+    pub fn value(message: impl Into<String>) -> Failure {
+        Failure::new(RunErrorKind::Value, message)
+    }
+
+    /// A failure of the model, its tokenizer or its chat template.
+    pub fn model(message: impl Into<String>) -> Failure {
+        Failure::new(RunErrorKind::Model, message)
+    }
+
+    /// A limit reached.
+    pub fn limit(message: impl Into<String>) -> Failure {
+        Failure::new(RunErrorKind::Limit, message)
+    }
+
+    /// A constraint failure.
+    pub fn constraint(message: impl ToString) -> Failure {
+        Failure::new(RunErrorKind::Constraint, message.to_string())
+    }
+
+    /// A fault of lmt itself.
+    pub fn internal(message: impl Into<String>) -> Failure {
+        Failure::new(RunErrorKind::Internal, message)
     }
 }
 
@@ -239,7 +340,7 @@ pub struct State {
     /// Why the run ended.
     pub finish_reason: FinishReason,
     /// The error that stopped it, when one did.
-    pub error: Option<String>,
+    pub error: Option<Failure>,
 }
 
 impl Default for State {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use lmt::check::options::{GEN_OPTIONS, SELECT_OPTIONS};
+use lmt::options::{GEN_OPTIONS, SELECT_OPTIONS};
 use lmt::diagnostic::Code;
 
 fn reference() -> String {
@@ -54,6 +54,20 @@ fn options_filters_and_tests_match_the_tables() {
     assert_eq!(first_column(section(&doc, "Filters")), names(&mut lmt::builtins::FILTERS.iter().map(|f| f.name)));
     assert_eq!(first_column(section(&doc, "Tests")), names(&mut lmt::builtins::TESTS.iter().map(|f| f.name)));
     assert_eq!(first_column(section(&doc, "Functions")), names(&mut lmt::builtins::FUNCTIONS.iter().map(|f| f.name)));
+}
+
+/// The option tables are the option table: every row's type, default and
+/// meaning as `lmt::options` gives them.
+#[test]
+fn option_rows_are_the_option_table() {
+    let doc = reference();
+    for (title, table) in [("`gen` options", GEN_OPTIONS), ("`select` options", SELECT_OPTIONS)] {
+        let text = section(&doc, title);
+        let want: Vec<String> =
+            table.iter().map(|o| format!("| `{}` | {} | {} | {} |", o.name, o.ty, o.default.display(), o.doc)).collect();
+        let have: Vec<&str> = text.lines().filter(|l| l.starts_with("| `")).collect();
+        assert_eq!(have, want, "the rows of `{title}` should be:\n{}", want.join("\n"));
+    }
 }
 
 #[test]

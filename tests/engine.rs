@@ -121,10 +121,11 @@ fn check_path(v: &Vocab, d: &Dfa, choices: &[u32], name: &str, pattern: &str) {
     let n_logits = v.len() + 7; // logit dimension past the vocabulary
     let mut s = d.start();
     let mut mask = TokenMask::new(n_logits);
+    let mut path: Vec<u32> = Vec::new();
     for &c in choices {
         d.mask(v, s, &mut mask);
         let expected = brute_force(v, d, s, n_logits);
-        assert_eq!(mask, expected, "{name}: /{pattern}/ after {:?}", String::from_utf8_lossy(&v.decode(&[])));
+        assert_eq!(mask, expected, "{name}: /{pattern}/ after {:?} (tokens {path:?})", String::from_utf8_lossy(&v.decode(&path)));
         let allowed: Vec<u32> = mask.ones().filter(|t| v.is_generable(*t)).collect();
         if allowed.is_empty() {
             assert!(d.is_accepting(s), "{name}: /{pattern}/: nothing allowed in a non-accepting state");
@@ -132,6 +133,7 @@ fn check_path(v: &Vocab, d: &Dfa, choices: &[u32], name: &str, pattern: &str) {
         }
         let t = allowed[c as usize % allowed.len()];
         s = d.feed(s, v.bytes(t)).expect("allowed token keeps the match alive");
+        path.push(t);
     }
 }
 

@@ -138,8 +138,9 @@ fn a_constrained_value_cut_short_is_an_error_that_keeps_it() {
         let t = write(&tmp, "t.lmt", text);
         let (code, doc, err) = run_json(&t, &[]);
         assert_eq!(code, 3, "{kind}: {err}");
-        assert!(err.contains("unfinished") && err.contains("max_tokens=3"), "{kind}: {err}");
+        assert!(err.contains("E0805") && err.contains("max_tokens=3"), "{kind}: {err}");
         assert_eq!(doc["finish_reason"], "error");
+        assert_eq!((doc["error"]["code"].as_str(), doc["error"]["kind"].as_str()), (Some("E0805"), Some("unfinished-value")), "{doc}");
         let x = &doc["captures"]["x"];
         assert_eq!(x["finish_reason"], "max_tokens", "{kind}: {doc}");
         assert_eq!(x["tokens"].as_array().unwrap().len(), 3);
@@ -161,6 +162,7 @@ fn a_gen_that_fills_the_context_keeps_its_value() {
     let (code, doc, err) = run_json(&t, &[]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("context length"), "{err}");
+    assert_eq!(doc["error"]["code"], "E0806", "{doc}");
     let x = &doc["captures"]["x"];
     assert_eq!(x["finish_reason"], "error");
     let generated = doc["usage"]["generated_tokens"].as_u64().unwrap();
@@ -225,6 +227,7 @@ fn text_past_the_context_stops_early_with_the_record() {
     let (code, doc, err) = run_json(&t, &[]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("context length (512 tokens)"), "{err}");
+    assert_eq!(doc["error"]["kind"], "context-full", "{doc}");
     assert!(doc["text"].as_str().unwrap().starts_with("0.0 0.1 0.2"));
     assert!(doc["text"].as_str().unwrap().len() < 1 << 20);
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Lowest first.
 const LAYERS: &[&str] = &[
-    "span", "diagnostic", "files", "syntax", "engine", "builtins", "check", "stdlib", "workspace", "ir", "model", "chat",
+    "span", "diagnostic", "files", "syntax", "engine", "builtins", "options", "check", "stdlib", "workspace", "ir", "model", "chat",
     "state", "interp", "render", "lsp", "cli",
 ];
 

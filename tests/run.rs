@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use common::tiny::{temp_dir, TempDir};
-use lmt::state::FinishReason;
+use lmt::state::{FinishReason, RunErrorKind};
 use lmt::interp::{self, Event, Outcome, RunOptions};
 use lmt::model::{LoadOptions, Model};
 use lmt::state::{Node, Origin, TokenKind};
@@ -101,12 +101,13 @@ fn every_example_runs_and_its_constraints_hold() {
             let ctx = format!("{name} {stem}");
             if ["chat", "agent", "trip"].contains(&stem.as_str()) && !has_template {
                 let e = o.error.expect("role blocks need a chat template");
+                assert_eq!(e.kind, RunErrorKind::Model, "{ctx}: {}", e.message);
                 assert!(e.message.contains("no chat template"), "{ctx}: {}", e.message);
                 continue;
             }
             // A random model can run out of `max_tokens` inside a constrained
             // value: that is an error naming it, with the value kept.
-            if let Some(e) = o.error.as_ref().filter(|e| e.message.contains("is unfinished")) {
+            if let Some(e) = o.error.as_ref().filter(|e| e.kind == RunErrorKind::Unfinished) {
                 let cut = o.state.captures.iter().any(|c| c.value.meta.finish_reason == Some(FinishReason::MaxTokens));
                 assert!(cut && e.message.contains("max_tokens="), "{ctx}: {}", e.message);
                 continue;
@@ -521,12 +522,38 @@ fn events_stream_text_tokens_and_captures_then_done() {
     assert!((capture(&o, "x").meta.logprob - o.state.logprob).abs() < 1e-9);
 }
 
+/// `score="greedy"` on a select of plain-text branches decodes the option
+/// token by token, as on a `select … in` list of the same options: the
+/// same choice, text and tokens.
+#[test]
+fn greedy_branch_selects_decode_like_greedy_list_selects() {
+    for (name, dir) in models() {
+        let model = load(dir);
+        let list = "Q: Pick one:{% select c in [\" red\", \" green\", \" blue sky\"] score=\"greedy\" %}.";
+        let branches = "Q: Pick one:{% select c score=\"greedy\" %} red{% or %} green{% or %} blue sky{% end %}.";
+        let (a, _) = run_text(&model, list, &[]);
+        let (b, _) = run_text(&model, branches, &[]);
+        assert!(a.error.is_none() && b.error.is_none(), "{name}: {:?} {:?}", a.error, b.error);
+        let (ca, cb) = (capture(&a, "c"), capture(&b, "c"));
+        assert!([" red", " green", " blue sky"].contains(&cb.text.as_str()), "{name}: {:?}", cb.text);
+        assert_eq!(ca.text, cb.text, "{name}");
+        assert_eq!(a.state.text(), b.state.text(), "{name}");
+        let ids = |o: &Outcome| o.state.tokens.iter().map(|t| (t.id, t.kind)).collect::<Vec<_>>();
+        assert_eq!(ids(&a), ids(&b), "{name}: generated, not scored and written");
+        assert!(b.state.tokens.iter().any(|t| t.origin == Origin::Generated && t.kind != TokenKind::Prompt), "{name}: the option is decoded");
+        assert_eq!(cb.meta.choices.len(), 3, "{name}: the scores stay as metadata");
+        assert_eq!(ca.meta, cb.meta, "{name}: the same metadata (tokens, finish reason, the chosen option's score)");
+    }
+}
+
 #[test]
 fn runtime_errors_point_at_the_source_and_keep_the_partial_state() {
     let (name, dir) = &models()[0];
     let model = load(dir);
     let (o, _) = run_text(&model, "Start {% gen x max_tokens=2 %} then {{ \"abc\" | int }} never", &[]);
     let e = o.error.expect("`int` of a word fails");
+    assert_eq!(e.kind, RunErrorKind::Value, "{name}: {}", e.message);
+    assert_eq!(e.to_diagnostic().code.as_str(), "E0801");
     assert!(e.message.contains("cannot convert"), "{name}: {}", e.message);
     let src = "Start {% gen x max_tokens=2 %} then {{ \"abc\" | int }} never";
     assert_eq!(src[e.span.range()].trim(), "\"abc\" | int");
@@ -535,7 +562,16 @@ fn runtime_errors_point_at_the_source_and_keep_the_partial_state() {
     assert_eq!(o.state.captures.len(), 1, "the generated value is kept");
     // A missing input.
     let (o, _) = run_text(&model, "{% input topic %}About {{ topic }}", &[]);
-    assert!(o.error.unwrap().message.contains("`topic` was not given"));
+    let e = o.error.unwrap();
+    assert_eq!((e.kind, e.to_diagnostic().code.as_str()), (RunErrorKind::MissingInput, "E0802"), "{}", e.message);
+    // A limit has its own kind.
+    let (o, _) = run_text(&model, "{{ range(2000000) | len }}", &[]);
+    assert_eq!(o.error.map(|e| e.kind), Some(RunErrorKind::Limit));
+    // So does an option computed at run time.
+    let (o, _) = run_text(&model, "{% set n = 0 %}{% gen x max_tokens=n %}", &[]);
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, RunErrorKind::OptionValue, "{}", e.message);
+    assert_eq!(e.message, "`max_tokens` takes an integer ≥ 1, not the integer 0", "the checker's words");
 }
 
 #[test]
@@ -585,7 +621,7 @@ fn text_past_the_context_is_an_error_that_keeps_the_record() {
         let text = format!("Hi {{% gen a max_tokens=2 %}}{{% for i in range({}) %}}word {{% end %}}", ctx + 100);
         let (o, events) = run_text(&model, &text, &[]);
         let e = o.error.unwrap_or_else(|| panic!("{name}: no error"));
-        assert!(e.message.contains("context"), "{name}: {}", e.message);
+        assert_eq!(e.kind, RunErrorKind::ContextFull, "{name}: {}", e.message);
         assert_eq!(o.state.finish_reason, FinishReason::Error, "{name}");
         assert_eq!(o.state.captures.len(), 1, "{name}: the capture before is kept");
         assert_eq!(events.last().map(String::as_str), Some("done"), "{name}");

@@ -434,7 +434,7 @@ impl<'a> Checker<'a> {
                         self.select_list(list, s.open);
                     }
                     Choices::Branches(bs) => {
-                        self.select_branches(bs, s.open);
+                        self.select_branches(bs, s.open, &s.options);
                         let mut outs = Vec::new();
                         for b in bs {
                             let mut f = flow.clone();
@@ -643,8 +643,16 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn select_branches(&mut self, bs: &[Branch], open: Span) {
+    fn select_branches(&mut self, bs: &[Branch], open: Span, options: &[GenOption]) {
         let file = self.file();
+        let greedy = options.iter().find(|o| o.name.name == "score" && matches!(o.value.to_const(), Some(Const::Str(s)) if s == "greedy"));
+        if let Some(g) = greedy.filter(|_| !bs.iter().all(|b| b.body.iter().all(|n| matches!(n, Node::Text { .. })))) {
+            self.push(
+                Diagnostic::new(Code::GreedyBranches, file, g.value.span, "`score=\"greedy\"` needs branches that are plain text; this select is scored `\"full\"`")
+                    .with_label("greedy decoding needs literal options")
+                    .with_help("make every branch plain text, or write `score=\"full\"` or `score=\"mean\"`"),
+            );
+        }
         if bs.len() == 1 {
             self.push(
                 Diagnostic::new(Code::SingleOption, file, open, "this select has one branch, so it always picks it")

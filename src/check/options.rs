@@ -1,110 +1,20 @@
-//! The `gen` and `select` options: their names, types, defaults and docs
-//! (one table for the checker, the interpreter and the language server), and
-//! the checks of literal option values.
+//! Checks of `gen` and `select` options: names against the one table
+//! ([`crate::options`]), literal values read as the run reads them, and what
+//! only the checker does before a run: regexes compiled, schemas checked and
+//! compiled, one hard constraint per `gen`.
 
 use crate::diagnostic::{Code, Diagnostic};
 use crate::engine::Semantics;
 use crate::span::{FileId, Span};
+use crate::options::{self, OptKind, OptValue, OptionSpec, ALIASES};
 use crate::syntax::ast::{Const, Expr, ExprKind, GenOption};
 use crate::syntax::literal;
-
-/// What kind of value an option takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptKind {
-    /// Integer ≥ 1.
-    PositiveInt,
-    /// Integer ≥ 0.
-    NonNegativeInt,
-    /// Number ≥ 0.
-    NonNegativeNumber,
-    /// Number in (0, 1].
-    Probability,
-    /// Number in [0, 1].
-    UnitInterval,
-    /// A boolean.
-    Bool,
-    /// A string or a list of strings.
-    Strings,
-    /// A regex.
-    Regex,
-    /// A regex or a list of regexes.
-    Regexes,
-    /// A grammar name (`{% grammar NAME %}`), optionally `.rule`.
-    Grammar,
-    /// A JSON Schema: a map, `true`, or a path to a schema file.
-    Schema,
-    /// A map from regex to logit offset.
-    Bias,
-    /// One of `full`, `mean`, `greedy`.
-    Score,
-}
-
-/// One option of `gen` or `select`.
-#[derive(Debug, Clone, Copy)]
-pub struct OptionSpec {
-    /// The option's name.
-    pub name: &'static str,
-    /// Its kind of value.
-    pub kind: OptKind,
-    /// The type as shown to users.
-    pub ty: &'static str,
-    /// The default, as shown to users.
-    pub default: &'static str,
-    /// One line of documentation.
-    pub doc: &'static str,
-}
-
-const fn o(name: &'static str, kind: OptKind, ty: &'static str, default: &'static str, doc: &'static str) -> OptionSpec {
-    OptionSpec { name, kind, ty, default, doc }
-}
-
-/// The options of `{% gen %}`.
-pub const GEN_OPTIONS: &[OptionSpec] = &[
-    o("max_tokens", OptKind::PositiveInt, "integer ≥ 1", "256", "Most tokens to generate."),
-    o("stop", OptKind::Strings, "string or list of strings", "none", "Stop at any of these strings; the stop text is cut from the value."),
-    o("stop_regex", OptKind::Regexes, "regex or list of regexes", "none", "Stop where one of these regexes matches; the match is cut from the value."),
-    o("regex", OptKind::Regex, "regex", "none", "The value must match this regex in full."),
-    o("grammar", OptKind::Grammar, "grammar name", "none", "The value must match this grammar (`{% grammar NAME %}`, optionally `NAME.rule`)."),
-    o("json", OptKind::Schema, "JSON Schema map, or path to a schema file", "none", "The value must be JSON valid against this schema; an object that lists its properties takes no other key unless the schema says so (see `json_open`)."),
-    o("json_open", OptKind::Bool, "boolean", "false", "With `json`: JSON Schema's validation semantics, where an object takes keys it does not list unless `additionalProperties` is false."),
-    o("bias", OptKind::Bias, "map of regex to number", "none", "Adds the number to the logits of tokens that keep the regex matching (a soft constraint)."),
-    o("temperature", OptKind::NonNegativeNumber, "number ≥ 0", "0 (greedy), or --temperature", "Sampling temperature; 0 picks the most likely token."),
-    o("top_p", OptKind::Probability, "number in (0, 1]", "1", "Nucleus sampling: sample from the smallest set of tokens with this much probability."),
-    o("top_k", OptKind::NonNegativeInt, "integer ≥ 0", "0 (off)", "Sample from the k most likely tokens."),
-    o("min_p", OptKind::UnitInterval, "number in [0, 1]", "0 (off)", "Drop tokens less likely than min_p times the most likely one."),
-    o("seed", OptKind::NonNegativeInt, "integer ≥ 0", "--seed", "Seed for this generation's sampler."),
-    o("heal", OptKind::Bool, "boolean", "true", "Token healing: re-generate the last prompt token so the value can start mid-token."),
-    o("partial", OptKind::Bool, "boolean", "false", "With `regex`, `grammar` or `json`: keep a value that `max_tokens` cut short of matching (its `finish_reason` is `max_tokens`) instead of stopping the run with an error."),
-];
-
-/// The options of `{% select %}`.
-pub const SELECT_OPTIONS: &[OptionSpec] = &[
-    o("score", OptKind::Score, "\"full\", \"mean\" or \"greedy\"", "\"full\"", "How options are compared: total log-probability, per-token mean, or token-by-token constrained decoding."),
-    o("temperature", OptKind::NonNegativeNumber, "number ≥ 0", "0", "Sample the choice from the scores at this temperature; 0 picks the best."),
-    o("seed", OptKind::NonNegativeInt, "integer ≥ 0", "--seed", "Seed for sampling the choice."),
-];
-
-/// Names people write for options that are called something else here.
-const ALIASES: &[(&str, &str)] = &[
-    ("max_new_tokens", "max_tokens"),
-    ("max_length", "max_tokens"),
-    ("n_predict", "max_tokens"),
-    ("stops", "stop"),
-    ("until", "stop"),
-    ("stop_sequences", "stop"),
-    ("pattern", "regex"),
-    ("schema", "json"),
-    ("json_schema", "json"),
-    ("temp", "temperature"),
-    ("logit_bias", "bias"),
-    ("token_healing", "heal"),
-];
 
 /// Checks the options of a `gen` (`is_select` false) or `select`, and returns
 /// diagnostics. Grammar references are checked by the caller, which knows
 /// the names in scope.
 pub fn check(options: &[GenOption], is_select: bool, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
-    let specs = if is_select { SELECT_OPTIONS } else { GEN_OPTIONS };
+    let specs = options::table(is_select);
     let what = if is_select { "select" } else { "gen" };
     let file = ctx.file;
     let mut seen: Vec<&GenOption> = Vec::new();
@@ -122,14 +32,14 @@ pub fn check(options: &[GenOption], is_select: bool, ctx: &super::Ctx<'_>, out: 
             continue;
         }
         seen.push(opt);
-        let Some(spec) = specs.iter().find(|s| s.name == name) else {
+        let Some(spec) = options::find(specs, name) else {
             out.push(unknown_option(file, what, name, opt.name.span, specs, is_select));
             continue;
         };
         check_value(spec, &opt.value, semantics, ctx, out);
     }
     let constraints: Vec<&&GenOption> =
-        seen.iter().filter(|o| matches!(o.name.name.as_str(), "regex" | "grammar" | "json")).collect();
+        seen.iter().filter(|o| options::find(specs, &o.name.name).is_some_and(|s| options::CONSTRAINTS.contains(&s.opt))).collect();
     if constraints.len() > 1 {
         let first = constraints[0];
         for other in &constraints[1..] {
@@ -163,133 +73,53 @@ fn unknown_option(file: FileId, what: &str, name: &str, span: Span, specs: &[Opt
     d.with_help(help)
 }
 
-fn type_error(file: FileId, spec: &OptionSpec, span: Span, found: &str) -> Diagnostic {
-    Diagnostic::new(Code::OptionType, file, span, format!("`{}` takes {}, not {}", spec.name, crate::diagnostic::with_article(spec.ty), found))
-        .with_label(format!("expected {}", spec.ty))
-}
-
-fn describe(c: &Const) -> String {
-    match c {
-        Const::Str(s) => format!("the string {s:?}"),
-        Const::Int(n) => format!("the integer {n}"),
-        Const::Float(f) => format!("the number {f}"),
-        Const::Bool(b) => format!("`{b}`"),
-        Const::None => "`none`".into(),
-        Const::List(_) => "a list".into(),
-        Const::Map(_) => "a map".into(),
-    }
-}
-
 fn check_value(spec: &OptionSpec, value: &Expr, semantics: Semantics, ctx: &super::Ctx<'_>, out: &mut Vec<Diagnostic>) {
     let file = ctx.file;
-    if matches!(value.kind, ExprKind::Error) {
-        return;
-    }
-    if spec.kind == OptKind::Grammar {
-        return; // checked with the names in scope
+    if matches!(value.kind, ExprKind::Error) || spec.kind == OptKind::Grammar {
+        return; // grammar names are checked with the names in scope
     }
     // Only literal values can be checked before the run.
     let Some(c) = value.to_const() else { return };
-    let bad = |out: &mut Vec<Diagnostic>| out.push(type_error(file, spec, value.span, &describe(&c)));
-    let number = match c {
-        Const::Int(n) => Some(n as f64),
-        Const::Float(f) => Some(f),
-        _ => None,
+    let read = match options::parse_value(spec, &c) {
+        Ok(v) => v,
+        Err(e) => {
+            // A bias entry that is not a number is pointed at itself.
+            let number = |e: &&Expr| matches!(e.to_const(), Some(Const::Int(_))) || matches!(e.to_const(), Some(Const::Float(f)) if f.is_finite());
+            let span = match (&value.kind, spec.kind) {
+                (ExprKind::Map(entries), OptKind::Bias) => entries.iter().map(|(_, v)| v).find(|v| !number(v)).map_or(value.span, |v| v.span),
+                _ => value.span,
+            };
+            let d = Diagnostic::new(Code::OptionType, file, span, e.message);
+            out.push(match e.help {
+                Some(h) => d.with_help(h),
+                None => d.with_label(format!("expected {}", spec.ty)),
+            });
+            return;
+        }
     };
-    match spec.kind {
-        OptKind::PositiveInt => match c {
-            Const::Int(n) if n >= 1 => {}
-            _ => bad(out),
-        },
-        OptKind::NonNegativeInt => match c {
-            Const::Int(n) if n >= 0 => {}
-            _ => bad(out),
-        },
-        OptKind::NonNegativeNumber => match number {
-            Some(x) if x >= 0.0 => {}
-            _ => bad(out),
-        },
-        OptKind::Probability => match number {
-            Some(x) if x > 0.0 && x <= 1.0 => {}
-            _ => bad(out),
-        },
-        OptKind::UnitInterval => match number {
-            Some(x) if (0.0..=1.0).contains(&x) => {}
-            _ => bad(out),
-        },
-        OptKind::Bool => {
-            if !matches!(c, Const::Bool(_)) {
-                bad(out)
+    match (spec.kind, &value.kind) {
+        (OptKind::Regex, _) => {
+            check_regex(value, ctx, out);
+        }
+        (OptKind::Regexes, ExprKind::List(exprs)) => exprs.iter().for_each(|e| check_stop_regex(e, ctx, out)),
+        (OptKind::Regexes, _) => check_stop_regex(value, ctx, out),
+        (OptKind::Bias, ExprKind::Map(exprs)) => {
+            for (k, _) in exprs {
+                check_regex(k, ctx, out);
             }
         }
-        OptKind::Score => match &c {
-            Const::Str(s) if matches!(s.as_str(), "full" | "mean" | "greedy") => {}
-            _ => bad(out),
-        },
-        OptKind::Strings => match &c {
-            Const::Str(s) if !s.is_empty() => {}
-            Const::List(items) if !items.is_empty() && items.iter().all(|i| matches!(i, Const::Str(s) if !s.is_empty())) => {}
-            Const::Str(_) => out.push(
-                Diagnostic::new(Code::OptionType, file, value.span, format!("`{}` cannot be the empty string", spec.name))
-                    .with_help("every string ends with the empty string: give the text to stop at"),
-            ),
-            Const::List(items) if items.iter().any(|i| matches!(i, Const::Str(s) if s.is_empty())) => out.push(
-                Diagnostic::new(Code::OptionType, file, value.span, format!("`{}` cannot hold the empty string", spec.name))
-                    .with_help("every string ends with the empty string: remove `\"\"` from the list"),
-            ),
-            Const::List(items) if items.is_empty() => out.push(
-                Diagnostic::new(Code::OptionType, file, value.span, format!("`{}` is an empty list", spec.name))
-                    .with_help("give the strings to stop at, or leave the option out"),
-            ),
-            _ => bad(out),
-        },
-        OptKind::Regex => match &c {
-            Const::Str(_) => {
-                check_regex(value, ctx, out);
-            }
-            _ => bad(out),
-        },
-        OptKind::Regexes => match (&c, &value.kind) {
-            (Const::Str(_), _) => check_stop_regex(value, ctx, out),
-            (Const::List(items), ExprKind::List(exprs)) if !items.is_empty() && items.iter().all(|i| matches!(i, Const::Str(_))) => {
-                for e in exprs {
-                    check_stop_regex(e, ctx, out);
-                }
-            }
-            _ => bad(out),
-        },
-        OptKind::Bias => match (&c, &value.kind) {
-            (Const::Map(entries), ExprKind::Map(exprs)) => {
-                for ((_, v), (ke, ve)) in entries.iter().zip(exprs) {
-                    check_regex(ke, ctx, out);
-                    let ok = match v {
-                        Const::Int(_) => true,
-                        Const::Float(f) => f.is_finite(),
-                        _ => false,
-                    };
-                    if !ok {
-                        out.push(
-                            Diagnostic::new(Code::OptionType, file, ve.span, format!("a bias must be a number, not {}", describe(v)))
-                                .with_help("write `bias={\"regex\": -2.5}`: negative discourages, positive encourages"),
-                        );
-                    }
-                }
-            }
-            _ => bad(out),
-        },
-        OptKind::Schema => match &c {
-            Const::Bool(true) => {}
-            Const::Map(_) => {
+        (OptKind::Schema, _) => match read {
+            OptValue::Schema(schema) if matches!(c, Const::Map(_)) => {
                 let before = out.len();
                 super::schema::check_literal(value, file, out);
                 if !out[before..].iter().any(Diagnostic::is_error) {
-                    check_engine_schema(&c.to_json(), value.span, semantics, ctx, out);
+                    check_engine_schema(&schema, value.span, semantics, ctx, out);
                 }
             }
-            Const::Str(path) => super::schema::check_file(path, value.span, semantics, ctx, out),
-            _ => bad(out),
+            OptValue::SchemaPath(path) => super::schema::check_file(&path, value.span, semantics, ctx, out),
+            _ => {}
         },
-        OptKind::Grammar => {}
+        _ => {}
     }
 }
 

@@ -318,7 +318,7 @@ pub(super) fn write_event(out: &mut dyn Write, styles: &Styles, e: &Event<'_>) -
 /// A required input that was not given, as a diagnostic at its declaration.
 fn missing_input(d: &interp::InputDecl) -> Diagnostic {
     let name = &d.name;
-    Diagnostic::new(Code::Runtime, d.file, d.span, format!("the input `{name}` was not given"))
+    Diagnostic::new(Code::MissingInput, d.file, d.span, format!("the input `{name}` was not given"))
         .with_label("declared here without a default")
         .with_help(format!(
             "pass it with `--var {name}=VALUE` or in `--vars FILE.json`, or give it a default: `{{% input {name}=\"…\" %}}`"

@@ -16,6 +16,7 @@ use crate::engine::{Bias, Constraint, Limits, StopEvent, StopMatcher, TokenMask}
 use crate::state::{Choice, FinishReason, Meta};
 use crate::model::{log_softmax, KvState, Model, ModelError, Sampler, SamplingParams};
 use crate::state::{Alternative, Origin, Token, TokenKind, Usage};
+use crate::state::{Failure, RunErrorKind};
 
 /// Most tokens of an existing sequence re-tokenized with new text.
 const BACK_OFF: usize = 2;
@@ -68,7 +69,7 @@ pub struct Generated {
     pub unfinished: bool,
     /// What stopped the generation mid-way, if anything failed; the value
     /// holds what was generated before.
-    pub error: Option<String>,
+    pub error: Option<Failure>,
 }
 
 /// Streaming callbacks for generated text and tokens.
@@ -129,7 +130,7 @@ pub struct Checkpoint {
 const CHECKPOINT_TAIL: usize = 16;
 
 /// An error of the model side: a message.
-pub type LmResult<T> = Result<T, String>;
+pub type LmResult<T> = Result<T, Failure>;
 
 impl<'m> Lm<'m> {
     /// A fresh state on `model`.
@@ -147,7 +148,7 @@ impl<'m> Lm<'m> {
             Some(src) => {
                 let name = |id: Option<u32>| id.map(|i| String::from_utf8_lossy(tok.vocab.bytes(i)).into_owned()).unwrap_or_default();
                 let t = ChatTemplate::new(&src.text, &name(tok.bos_token), &name(tok.eos.first().copied()))
-                    .map_err(|e| format!("the chat template from {}: {e}", src.origin))?;
+                    .map_err(|e| Failure::model(format!("the chat template from {}: {e}", src.origin)))?;
                 Some(t)
             }
             None => None,
@@ -201,7 +202,7 @@ impl<'m> Lm<'m> {
         // No token covers more bytes than the longest one in the vocabulary.
         let least_tokens = self.pending_bytes / self.max_token_bytes.max(1);
         if self.seq.len() + least_tokens > max {
-            return Err(ModelError::ContextFull { max }.to_string());
+            return Err(ModelError::ContextFull { max }.into());
         }
         Ok(())
     }
@@ -222,7 +223,7 @@ impl<'m> Lm<'m> {
     /// Opens a chat turn: queues the template's text up to the content.
     pub fn role_begin(&mut self, role: &str) -> LmResult<()> {
         let r = self.render_with(&[message(role, "")])?;
-        let at = r.content_spans.last().map(|s| s.0).ok_or("the chat template does not write the message's content")?;
+        let at = r.content_spans.last().map(|s| s.0).ok_or_else(|| Failure::model("the chat template does not write the message's content"))?;
         self.pending.push(Piece::Marker(r.text[self.transcript.len()..at].to_string()));
         self.transcript = r.text[..at].to_string();
         self.turn_content_at = Some(self.pending.len());
@@ -235,7 +236,7 @@ impl<'m> Lm<'m> {
     /// for [`Lm::close_conversation`]).
     pub fn role_end(&mut self, role: &str, content: &str) -> LmResult<()> {
         let r = self.render_with(&[message(role, content)])?;
-        let end = r.content_spans.last().map(|s| s.1).ok_or("the chat template does not write the message's content")?;
+        let end = r.content_spans.last().map(|s| s.1).ok_or_else(|| Failure::model("the chat template does not write the message's content"))?;
         let mut suffix = r.text[end..].to_string();
         // A template may transform content (Llama 3 trims it): while the
         // turn's text is still pending, it is fed as the template wrote it.
@@ -271,7 +272,7 @@ impl<'m> Lm<'m> {
     pub fn close_conversation(&mut self) -> LmResult<()> {
         if let Some(t) = &self.template {
             if !self.messages.is_empty() {
-                let r = t.render(&self.messages, false)?;
+                let r = t.render(&self.messages, false).map_err(Failure::model)?;
                 if let Some(tail) = r.text.strip_prefix(&self.transcript).filter(|t| !t.is_empty()) {
                     self.pending.push(Piece::Marker(tail.to_string()));
                     self.transcript = r.text;
@@ -285,17 +286,18 @@ impl<'m> Lm<'m> {
     /// extend what the template wrote before.
     fn render_with(&self, more: &[Message]) -> LmResult<Rendered> {
         let t = self.template.as_ref().ok_or_else(|| {
-            "this model has no chat template (none in its GGUF metadata, chat_template.jinja or tokenizer_config.json), \
-             so role blocks cannot be rendered: pass one with --chat-template FILE"
-                .to_string()
+            Failure::model(
+                "this model has no chat template (none in its GGUF metadata, chat_template.jinja or tokenizer_config.json), \
+                 so role blocks cannot be rendered: pass one with --chat-template FILE",
+            )
         })?;
         let msgs: Vec<Message> = self.messages.iter().chain(more).cloned().collect();
-        let r = t.render(&msgs, false)?;
+        let r = t.render(&msgs, false).map_err(Failure::model)?;
         if !r.text.starts_with(&self.transcript) {
-            return Err(
-                "the chat template renders earlier turns differently once a new turn is added; lmt needs a template that only appends"
-                    .into(),
-            );
+            return Err(Failure::new(
+                RunErrorKind::Model,
+                "the chat template renders earlier turns differently once a new turn is added; lmt needs a template that only appends",
+            ));
         }
         Ok(r)
     }
@@ -395,9 +397,9 @@ impl<'m> Lm<'m> {
         let mut lead: Vec<u8> = Vec::new();
         let mut matcher = spec.constraint.as_ref().map(|c| c.matcher(&self.limits));
         let regexes: Vec<&str> = spec.stop_regex.iter().map(String::as_str).collect();
-        let mut stops = StopMatcher::new(&spec.stop, &regexes, &self.limits).map_err(|e| e.to_string())?;
+        let mut stops = StopMatcher::new(&spec.stop, &regexes, &self.limits).map_err(Failure::from)?;
         let mut bias_state = spec.bias.as_ref().map(Bias::start);
-        let mut sampler = Sampler::new(spec.sampling.clone()).map_err(|e| e.to_string())?;
+        let mut sampler = Sampler::new(spec.sampling.clone()).map_err(Failure::from)?;
         let stop_ids: Vec<u32> = stop_ids(self.model).collect();
         let mut mask = TokenMask::new(self.free_mask.len());
         let mut value: Vec<u8> = Vec::new();
@@ -411,12 +413,12 @@ impl<'m> Lm<'m> {
         let mut steps = 0;
         // A failure mid-way (the context is full, no token is allowed) keeps
         // what was generated: it is the value, and the error follows it.
-        let failed: Option<String> = 'run: {
+        let failed: Option<Failure> = 'run: {
             macro_rules! attempt {
                 ($e:expr) => {
                     match $e {
                         Ok(v) => v,
-                        Err(e) => break 'run Some(e.to_string()),
+                        Err(e) => break 'run Some(Failure::from(e)),
                     }
                 };
             }
@@ -430,7 +432,7 @@ impl<'m> Lm<'m> {
                     let forced = attempt!(m.forced_bytes(FORCED_LIMIT));
                     let forced = valid_utf8_prefix(&forced).to_string();
                     if !forced.is_empty() {
-                        let ids = attempt!(self.model.tokenizer.encoder.encode(&forced));
+                        let ids = attempt!(self.model.tokenizer.encoder.encode(&forced).map_err(Failure::model));
                         let here = m.position();
                         let complete = attempt!(m.feed(forced.as_bytes())) && m.is_complete();
                         m.rewind(here);
@@ -479,8 +481,8 @@ impl<'m> Lm<'m> {
                     b.apply(&vocab, st, |t, off| bias.push((t, off)));
                 }
                 let s = attempt!(sampler.sample(&logits, Some(&mask), &bias).map_err(|e| match matcher {
-                    Some(_) => format!("the constraint allows no token the model can emit here ({e})"),
-                    None => e.to_string(),
+                    Some(_) => Failure::constraint(format!("the constraint allows no token the model can emit here ({e})")),
+                    None => Failure::from(e),
                 }));
                 if self.usage.time_to_first_token_ms.is_none() {
                     self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
@@ -508,11 +510,11 @@ impl<'m> Lm<'m> {
                 // (A healed token equal to the prompt bytes adds nothing to the value.)
                 if let (Some(m), false) = (matcher.as_mut(), new.is_empty()) {
                     if !attempt!(m.feed(new)) {
-                        break 'run Some(format!(
-                            "internal: the sampled token {:?} (after {:?}) does not continue the constraint",
+                        break 'run Some(Failure::internal(format!(
+                            "the sampled token {:?} (after {:?}) does not continue the constraint",
                             String::from_utf8_lossy(bytes),
                             String::from_utf8_lossy(&healed)
-                        ));
+                        )));
                     }
                 }
                 if let (Some(b), Some(st)) = (&spec.bias, bias_state.as_mut()) {
@@ -581,8 +583,8 @@ impl<'m> Lm<'m> {
     fn next_mask(&self, matcher: Option<&mut crate::engine::Matcher>, heal: &[u8], lead: &[u8], mask: &mut TokenMask) -> LmResult<()> {
         let vocab = &self.model.tokenizer.vocab;
         match matcher {
-            Some(m) if !heal.is_empty() => return m.mask_after_prefix(vocab, heal, mask).map_err(|e| e.to_string()),
-            Some(m) => m.mask(vocab, mask).map_err(|e| e.to_string())?,
+            Some(m) if !heal.is_empty() => return m.mask_after_prefix(vocab, heal, mask).map_err(Failure::from),
+            Some(m) => m.mask(vocab, mask).map_err(Failure::from)?,
             None => mask.copy_prefix(&self.free_mask),
         }
         let start = if heal.is_empty() { lead } else { heal };
@@ -636,9 +638,9 @@ impl<'m> Lm<'m> {
         for o in options {
             let text = format!("{prefix}{o}{follow}");
             let r = Rendered { content_spans: vec![(0, text.len())], text };
-            ids.push(crate::chat::encode_in(&self.model.tokenizer, &r, continues)?.into_iter().map(|(id, _)| id).collect());
+            ids.push(crate::chat::encode_in(&self.model.tokenizer, &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
         }
-        let lps = self.model.decoder.score(&mut self.kv, &ids).map_err(|e| e.to_string())?;
+        let lps = self.model.decoder.score(&mut self.kv, &ids).map_err(Failure::from)?;
         self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
         // Healing's token goes back as pending text, to be decided with the choice.
         if !prefix.is_empty() {
@@ -653,9 +655,9 @@ impl<'m> Lm<'m> {
         self.decide()?;
         let logits = self.feed()?;
         let lp = log_softmax(&logits);
-        let c = Constraint::choices(literals, &self.limits).map_err(|e| e.to_string())?;
+        let c = Constraint::choices(literals, &self.limits).map_err(Failure::from)?;
         let mut mask = TokenMask::new(self.free_mask.len());
-        c.matcher(&self.limits).mask(&self.model.tokenizer.vocab, &mut mask).map_err(|e| e.to_string())?;
+        c.matcher(&self.limits).mask(&self.model.tokenizer.vocab, &mut mask).map_err(Failure::from)?;
         let on: f64 = mask.ones().filter(|&t| (t as usize) < lp.len()).map(|t| f64::from(lp[t as usize]).exp()).sum();
         Ok((1.0 - on).max(1e-12).ln())
     }
@@ -685,7 +687,7 @@ impl<'m> Lm<'m> {
         self.seq.truncate(len);
         if self.kv.len() > len {
             self.usage.rewound_tokens += (self.kv.len() - len) as u64;
-            self.kv.truncate(len).map_err(|e| e.to_string())?;
+            self.kv.truncate(len).map_err(Failure::from)?;
             self.logits = None;
         }
         Ok(())
@@ -700,15 +702,15 @@ impl<'m> Lm<'m> {
             }
             // The logits were dropped by a rewind: feed the last token again.
             if self.kv.is_empty() {
-                return Err("nothing to generate from: the model has no BOS token and no text comes before this point".into());
+                return Err(Failure::model("nothing to generate from: the model has no BOS token and no text comes before this point"));
             }
             let n = self.kv.len() - 1;
             self.usage.rewound_tokens += 1;
-            self.kv.truncate(n).map_err(|e| e.to_string())?;
+            self.kv.truncate(n).map_err(Failure::from)?;
         }
         let ids: Vec<u32> = self.seq[self.kv.len()..].iter().map(|t| t.id).collect();
         self.usage.reused_tokens += self.kv.len() as u64;
-        let l = self.model.decoder.append(&mut self.kv, &ids).map_err(|e| e.to_string())?;
+        let l = self.model.decoder.append(&mut self.kv, &ids).map_err(Failure::from)?;
         self.logits = Some(l.clone());
         Ok(l)
     }
@@ -772,7 +774,7 @@ impl<'m> Lm<'m> {
             }
         }
         let r = Rendered { text, content_spans: spans };
-        let ids = crate::chat::encode_in(tok, &r, continues)?;
+        let ids = crate::chat::encode_in(tok, &r, continues).map_err(Failure::model)?;
         let tail_ids: Vec<u32> = self.seq[self.seq.len() - k..].iter().map(|t| t.id).collect();
         let new = if ids.iter().map(|x| x.0).take(k).eq(tail_ids.iter().copied()) {
             &ids[k..]

@@ -6,9 +6,10 @@
 //! the open captures, roles and hidden sections: all plain data, so a run
 //! can be forked as a whole once program-level sampling needs it.
 
+mod error;
 pub mod lm;
 pub mod ops;
-mod options;
+mod gen;
 pub mod session;
 pub mod value;
 
@@ -18,7 +19,6 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use crate::diagnostic::{Code, Diagnostic};
 use crate::engine::Limits;
 use crate::ir::{CodeModule, Instr, Program, Store, Sym};
 use crate::model::Model;
@@ -28,6 +28,9 @@ use lm::{Lm, Sink};
 use ops::Args;
 use crate::state::{Captured, FinishReason, Meta};
 use value::Value;
+
+pub use error::RunError;
+use crate::state::{Failure, RunErrorKind};
 
 /// How to run.
 #[derive(Debug, Clone, Default)]
@@ -66,24 +69,6 @@ pub enum Event<'a> {
     Capture(&'a CaptureRecord),
     /// The run ended: everything, with usage and finish reason.
     Done(&'a State),
-}
-
-/// A runtime error with the place in the template it comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunError {
-    /// What went wrong.
-    pub message: String,
-    /// The file.
-    pub file: FileId,
-    /// Where.
-    pub span: Span,
-}
-
-impl RunError {
-    /// As a diagnostic, for rendering with the template's source.
-    pub fn to_diagnostic(&self) -> Diagnostic {
-        Diagnostic::new(Code::Runtime, self.file, self.span, self.message.clone()).with_label("while running this")
-    }
 }
 
 /// What a run produced: the record (always, partial on error or cancel) and the error.
@@ -129,11 +114,11 @@ pub fn inputs(program: &Program) -> Vec<InputDecl> {
 pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOptions, on_event: &mut dyn FnMut(Event<'_>)) -> Outcome {
     let mut core = match Core::new(model, opts, program.modules.len()) {
         Ok(core) => core,
-        Err(message) => {
+        Err(fail) => {
             let m = &program.modules[program.entry];
-            let state = State { finish_reason: FinishReason::Error, error: Some(message.clone()), ..State::default() };
+            let state = State { finish_reason: FinishReason::Error, error: Some(fail.clone()), ..State::default() };
             on_event(Event::Done(&state));
-            return Outcome { state, error: Some(RunError { message, file: m.file, span: Span::default() }) };
+            return Outcome { state, error: Some(RunError { kind: fail.kind, message: fail.message, file: m.file, span: Span::default() }) };
         }
     };
     let mut vm = Vm::new(program, sources, opts, &mut core, program.entry, on_event);
@@ -210,7 +195,7 @@ struct Core<'m> {
     globals: Vec<HashMap<Sym, Value>>,
     imported: Vec<bool>,
     defaults: HashMap<(usize, u32), Vec<Value>>,
-    cache: options::ConstraintCache,
+    cache: gen::ConstraintCache,
     /// Random draws so far (each gen/select without a seed gets the next).
     draws: u64,
     /// Which modules are REPL entries: their top levels share one
@@ -220,14 +205,14 @@ struct Core<'m> {
 }
 
 impl<'m> Core<'m> {
-    fn new(model: &'m Model, opts: &RunOptions, modules: usize) -> Result<Core<'m>, String> {
+    fn new(model: &'m Model, opts: &RunOptions, modules: usize) -> Result<Core<'m>, Failure> {
         let mut core = Core {
             lm: Lm::new(model, opts.limits.clone())?,
             state: State::default(),
             globals: Vec::new(),
             imported: Vec::new(),
             defaults: HashMap::new(),
-            cache: options::ConstraintCache::default(),
+            cache: gen::ConstraintCache::default(),
             draws: 0,
             entries: Vec::new(),
             shared: HashMap::new(),
@@ -250,7 +235,7 @@ impl<'m> Core<'m> {
             (None, true) => FinishReason::Cancelled,
             (None, false) => FinishReason::Done,
         };
-        self.state.error = error.map(|e| e.message.clone());
+        self.state.error = error.map(|e| Failure::new(e.kind, e.message.clone()));
         self.sync();
     }
 
@@ -313,7 +298,7 @@ impl Vm<'_, '_> {
         &self.program.modules[self.frame().module]
     }
 
-    fn error_here(&self, message: impl Into<String>) -> RunError {
+    fn error_here(&self, fail: Failure) -> RunError {
         // After the last instruction (pending text fed at the end) there is
         // no frame: the error points at the end of the entry module.
         let (module, pc) = match self.frames.last() {
@@ -322,13 +307,13 @@ impl Vm<'_, '_> {
         };
         let m = &self.program.modules[module];
         let pc = pc.min(m.spans.len().saturating_sub(1));
-        RunError { message: message.into(), file: m.file, span: m.spans.get(pc).copied().unwrap_or_default() }
+        RunError { kind: fail.kind, message: fail.message, file: m.file, span: m.spans.get(pc).copied().unwrap_or_default() }
     }
 
     /// Closes what a stopped execution left open, so that a REPL's next
     /// entry starts at the top level: hidden text is rewound, an open turn
     /// is closed with what it holds, unfinished captures are dropped.
-    fn unwind(&mut self) -> Result<(), String> {
+    fn unwind(&mut self) -> Result<(), Failure> {
         self.captures.clear();
         if let Some(&m) = self.hidden.first() {
             self.hidden.clear();
@@ -385,17 +370,17 @@ impl Vm<'_, '_> {
             }
             let (module, pc) = (self.frame().module, self.frame().pc);
             let Some(instr) = self.program.modules[module].code.get(pc).cloned() else {
-                return Err(self.error_here("internal: ran past the end of the code"));
+                return Err(self.error_here(Failure::internal("ran past the end of the code")));
             };
             self.frames.last_mut().expect("frame").pc += 1;
-            if !self.step(instr).map_err(|Step::Err(m)| self.error_here(m))? {
+            if !self.step(instr).map_err(|f| self.error_here(f))? {
                 return Ok(());
             }
         }
     }
 
     /// Runs one instruction; `false` when the program is done.
-    fn step(&mut self, instr: Instr) -> Result<bool, Step> {
+    fn step(&mut self, instr: Instr) -> Result<bool, Failure> {
         match instr {
             Instr::Text(c) => {
                 if let crate::syntax::ast::Const::Str(s) = &self.module().consts[c as usize] {
@@ -406,9 +391,9 @@ impl Vm<'_, '_> {
             Instr::Emit => {
                 let v = self.pop();
                 if matches!(v, Value::Undefined) {
-                    return Err(Step::Err("this value is undefined".into()));
+                    return Err(Failure::value("this value is undefined"));
                 }
-                let text = ops::render(&v).map_err(Step::Err)?;
+                let text = ops::render(&v).map_err(Failure::from)?;
                 self.emit(&text, Origin::Variable)?;
             }
             Instr::Const(c) => {
@@ -416,7 +401,7 @@ impl Vm<'_, '_> {
                 self.stack.push(v);
             }
             Instr::Load(s) => {
-                let v = self.load(s).ok_or_else(|| Step::Err(format!("`{}` is not defined here", self.name(s))))?;
+                let v = self.load(s).ok_or_else(|| Failure::value(format!("`{}` is not defined here", self.name(s))))?;
                 self.stack.push(v);
             }
             Instr::LoadMaybe(s) => {
@@ -436,7 +421,7 @@ impl Vm<'_, '_> {
             Instr::Index => {
                 let i = self.pop();
                 let v = self.pop();
-                self.stack.push(ops::index(&v, &i).map_err(Step::Err)?);
+                self.stack.push(ops::index(&v, &i).map_err(Failure::from)?);
             }
             Instr::Slice(mask) => {
                 let mut parts = [None, None, None];
@@ -446,7 +431,7 @@ impl Vm<'_, '_> {
                     }
                 }
                 let v = self.pop();
-                self.stack.push(ops::slice(&v, parts[0].as_ref(), parts[1].as_ref(), parts[2].as_ref()).map_err(Step::Err)?);
+                self.stack.push(ops::slice(&v, parts[0].as_ref(), parts[1].as_ref(), parts[2].as_ref()).map_err(Failure::from)?);
             }
             Instr::List(n) => {
                 let items = self.pop_n(n as usize);
@@ -463,12 +448,12 @@ impl Vm<'_, '_> {
             }
             Instr::Unary(op) => {
                 let v = self.pop();
-                self.stack.push(ops::unary(op, &v).map_err(Step::Err)?);
+                self.stack.push(ops::unary(op, &v).map_err(Failure::from)?);
             }
             Instr::Binary(op) => {
                 let b = self.pop();
                 let a = self.pop();
-                self.stack.push(ops::binary(op, &a, &b).map_err(Step::Err)?);
+                self.stack.push(ops::binary(op, &a, &b).map_err(Failure::from)?);
             }
             Instr::Call { args, kwargs } => self.call(args as usize, kwargs)?,
             Instr::Filter { name, args, kwargs } => {
@@ -476,13 +461,13 @@ impl Vm<'_, '_> {
                 let pos = self.pop_n(args as usize);
                 let v = self.pop();
                 let name = self.name(name).to_string();
-                let r = ops::filter(&name, &v, &Args { pos: &pos, kw: &kw }).map_err(Step::Err)?;
+                let r = ops::filter(&name, &v, &Args { pos: &pos, kw: &kw }).map_err(Failure::from)?;
                 self.stack.push(r);
             }
             Instr::Test { name, args, negated } => {
                 let a = self.pop_n(args as usize);
                 let v = self.pop();
-                let r = ops::test(self.name(name), &v, &a).map_err(Step::Err)?;
+                let r = ops::test(self.name(name), &v, &a).map_err(Failure::from)?;
                 self.stack.push(Value::Bool(r != negated));
             }
             Instr::Jump(t) => self.jump(t),
@@ -512,14 +497,14 @@ impl Vm<'_, '_> {
                     Value::Map(m) => m.keys().map(|k| Value::str(k.as_str())).collect(),
                     _ => match v.as_str() {
                         Some(s) => s.chars().map(|c| Value::str(c.to_string())).collect(),
-                        None => return Err(Step::Err(format!("cannot loop over {}", v.a_type()))),
+                        None => return Err(Failure::value(format!("cannot loop over {}", v.a_type()))),
                     },
                 };
                 let saved = vars.iter().map(|&s| (s, self.stored(s))).collect();
                 self.frames.last_mut().expect("frame").loops.push(LoopState { items: Arc::new(items), next: 0, saved });
             }
             Instr::Iterate(t) => {
-                let l = self.frames.last_mut().expect("frame").loops.last_mut().ok_or_else(|| Step::Err("internal: no loop".into()))?;
+                let l = self.frames.last_mut().expect("frame").loops.last_mut().ok_or_else(|| Failure::internal("no loop"))?;
                 if l.next < l.items.len() {
                     let item = l.items[l.next].clone();
                     l.next += 1;
@@ -535,7 +520,7 @@ impl Vm<'_, '_> {
                 } else {
                     match &v {
                         Value::List(l) if l.len() == n as usize => self.stack.extend(l.iter().cloned()),
-                        _ => return Err(Step::Err(format!("cannot unpack {} into {n} names", describe_len(&v)))),
+                        _ => return Err(Failure::value(format!("cannot unpack {} into {n} names", describe_len(&v)))),
                     }
                 }
             }
@@ -556,9 +541,9 @@ impl Vm<'_, '_> {
             Instr::SelectEnd { target } => self.select_end(target)?,
             Instr::RoleBegin => {
                 let v = self.pop();
-                let role = v.as_str().ok_or_else(|| Step::Err(format!("a role name must be a string, not {}", v.a_type())))?.to_string();
+                let role = v.as_str().ok_or_else(|| Failure::value(format!("a role name must be a string, not {}", v.a_type())))?.to_string();
                 if !crate::syntax::ast::is_role_name(&role) {
-                    return Err(Step::Err(format!(
+                    return Err(Failure::value(format!(
                         "{role:?} is not a role name: a role name is a plain word (a letter, then letters, digits, `_` or `-`; at most {})",
                         crate::syntax::ast::MAX_ROLE_NAME
                     )));
@@ -566,14 +551,14 @@ impl Vm<'_, '_> {
                 if self.role.is_none() {
                     self.drop_layout_whitespace();
                 }
-                self.core.lm.role_begin(&role).map_err(Step::Err)?;
+                self.core.lm.role_begin(&role).map_err(Failure::from)?;
                 self.core.state.nodes.push(Node::RoleOpen { role: role.clone() });
                 (self.on_event)(Event::RoleOpen(&role));
                 self.role = Some((role, String::new()));
             }
             Instr::RoleEnd => {
                 if let Some((role, content)) = self.role.take() {
-                    self.core.lm.role_end(&role, &content).map_err(Step::Err)?;
+                    self.core.lm.role_end(&role, &content).map_err(Failure::from)?;
                     self.core.state.nodes.push(Node::RoleClose { role: role.clone() });
                     (self.on_event)(Event::RoleClose(&role));
                 }
@@ -582,16 +567,16 @@ impl Vm<'_, '_> {
                 self.captures.push(CaptureFrame { text: String::new(), node: self.core.state.nodes.len(), choices: None })
             }
             Instr::CaptureEnd(t) => {
-                let c = self.captures.pop().ok_or_else(|| Step::Err("internal: no capture".into()))?;
+                let c = self.captures.pop().ok_or_else(|| Failure::internal("no capture"))?;
                 self.finish_capture(t, c, Meta::default())?;
             }
             Instr::HiddenBegin => {
-                let m = self.core.lm.mark().map_err(Step::Err)?;
+                let m = self.core.lm.mark().map_err(Failure::from)?;
                 self.hidden.push(m);
             }
             Instr::HiddenEnd => {
                 if let Some(m) = self.hidden.pop() {
-                    self.core.lm.rewind(m).map_err(Step::Err)?;
+                    self.core.lm.rewind(m).map_err(Failure::from)?;
                 }
             }
             Instr::DefineFunction(id) => {
@@ -614,7 +599,7 @@ impl Vm<'_, '_> {
                     self.store(Store { name: alias, append: false }, Value::Module(target))?;
                 } else {
                     if self.frames.len() >= MAX_FRAMES {
-                        return Err(Step::Err("imports nest too deeply".into()));
+                        return Err(Failure::limit("imports nest too deeply"));
                     }
                     self.core.imported[target] = true;
                     self.frames.push(Frame {
@@ -634,7 +619,7 @@ impl Vm<'_, '_> {
                     .vars
                     .get(&name)
                     .cloned()
-                    .ok_or_else(|| Step::Err(format!("the input `{name}` was not given: pass it with `--var {name}=VALUE`")))?;
+                    .ok_or_else(|| Failure::new(RunErrorKind::MissingInput, format!("the input `{name}` was not given: pass it with `--var {name}=VALUE`")))?;
                 self.store(Store { name: s, append: false }, v)?;
             }
             Instr::InputOr { name, skip } => {
@@ -718,7 +703,7 @@ impl Vm<'_, '_> {
         }
     }
 
-    fn store(&mut self, t: Store, v: Value) -> Result<(), Step> {
+    fn store(&mut self, t: Store, v: Value) -> Result<(), Failure> {
         let f = self.frames.last_mut().expect("frame");
         match &mut f.locals {
             Some(l) => put(l, t.name, v, t.append),
@@ -730,7 +715,7 @@ impl Vm<'_, '_> {
         }
     }
 
-    fn attr(&self, v: &Value, name: &str) -> Result<Value, Step> {
+    fn attr(&self, v: &Value, name: &str) -> Result<Value, Failure> {
         match v {
             Value::Module(m) => {
                 let module = &self.program.modules[*m];
@@ -740,10 +725,10 @@ impl Vm<'_, '_> {
                     .position(|n| n == name)
                     .and_then(|s| self.core.globals[*m].get(&(s as Sym)).cloned())
                     .or_else(|| grammar_named(module, *m, name))
-                    .ok_or_else(|| Step::Err(format!("module `{}` defines no `{name}`", module.name)))
+                    .ok_or_else(|| Failure::value(format!("module `{}` defines no `{name}`", module.name)))
             }
             Value::Grammar { module, id, rule: None } => Ok(Value::Grammar { module: *module, id: *id, rule: Some(name.into()) }),
-            _ => ops::attr(v, name).map_err(Step::Err),
+            _ => ops::attr(v, name).map_err(Failure::from),
         }
     }
 
@@ -756,13 +741,13 @@ impl Vm<'_, '_> {
         names.into_iter().zip(vals).collect()
     }
 
-    fn call(&mut self, args: usize, kwargs: u32) -> Result<(), Step> {
+    fn call(&mut self, args: usize, kwargs: u32) -> Result<(), Failure> {
         let kw = self.kwargs(kwargs);
         let pos = self.pop_n(args);
         match self.pop() {
             // The one builtin that reads the run: its counters so far.
             Value::Builtin("usage") => {
-                let u = self.core.lm.usage_now().map_err(Step::Err)?;
+                let u = self.core.lm.usage_now().map_err(Failure::from)?;
                 let counts = [
                     ("prompt_tokens", u.prompt_tokens),
                     ("generated_tokens", u.generated_tokens),
@@ -777,18 +762,18 @@ impl Vm<'_, '_> {
                 self.stack.push(ops::map(counts.iter().map(|(k, v)| (k.to_string(), Value::Int(*v as i64))).collect()));
             }
             Value::Builtin(name) => {
-                let r = ops::call_builtin(name, &Args { pos: &pos, kw: &kw }).map_err(Step::Err)?;
+                let r = ops::call_builtin(name, &Args { pos: &pos, kw: &kw }).map_err(Failure::from)?;
                 self.stack.push(r);
             }
             Value::Func { module, id } => {
                 if self.frames.len() >= MAX_FRAMES {
-                    return Err(Step::Err(format!("calls nest deeper than {MAX_FRAMES} (a `def` that calls itself without end?)")));
+                    return Err(Failure::limit(format!("calls nest deeper than {MAX_FRAMES} (a `def` that calls itself without end?)")));
                 }
                 let m = &self.program.modules[module];
                 let f = &m.functions[id as usize];
                 let fname = &m.names[f.name as usize];
                 if pos.len() > f.params.len() {
-                    return Err(Step::Err(format!("`{fname}` takes {} arguments, {} given", f.params.len(), pos.len())));
+                    return Err(Failure::value(format!("`{fname}` takes {} arguments, {} given", f.params.len(), pos.len())));
                 }
                 let mut locals: HashMap<Sym, Value> = f.params.iter().copied().zip(pos).collect();
                 for (k, v) in kw {
@@ -796,7 +781,7 @@ impl Vm<'_, '_> {
                         .params
                         .iter()
                         .find(|&&p| m.names[p as usize] == k)
-                        .ok_or_else(|| Step::Err(format!("`{fname}` has no parameter `{k}`")))?;
+                        .ok_or_else(|| Failure::value(format!("`{fname}` has no parameter `{k}`")))?;
                     locals.insert(*p, v);
                 }
                 let defaults = self.core.defaults.get(&(module, id)).cloned().unwrap_or_default();
@@ -804,7 +789,7 @@ impl Vm<'_, '_> {
                 for (i, &p) in f.params.iter().enumerate() {
                     if let std::collections::hash_map::Entry::Vacant(slot) = locals.entry(p) {
                         let d = i.checked_sub(first_default).and_then(|j| defaults.get(j).cloned());
-                        let d = d.ok_or_else(|| Step::Err(format!("`{fname}` needs its argument `{}`", m.names[p as usize])))?;
+                        let d = d.ok_or_else(|| Failure::value(format!("`{fname}` needs its argument `{}`", m.names[p as usize])))?;
                         slot.insert(d);
                     }
                 }
@@ -818,13 +803,13 @@ impl Vm<'_, '_> {
                     quiet,
                 });
             }
-            other => return Err(Step::Err(format!("{} cannot be called", other.a_type()))),
+            other => return Err(Failure::value(format!("{} cannot be called", other.a_type()))),
         }
         Ok(())
     }
 
     /// Writes text into the prompt and the record.
-    fn emit(&mut self, text: &str, origin: Origin) -> Result<(), Step> {
+    fn emit(&mut self, text: &str, origin: Origin) -> Result<(), Failure> {
         if text.is_empty() || self.frame().quiet {
             return Ok(());
         }
@@ -836,7 +821,7 @@ impl Vm<'_, '_> {
         self.core.state.push_text(text, origin, hidden, merge);
         (self.on_event)(Event::Text { text, origin, hidden });
         self.account(text);
-        self.core.lm.settle().map_err(Step::Err)
+        self.core.lm.settle().map_err(Failure::from)
     }
 
     /// Adds text already in the prompt to open captures and the open role.
@@ -851,7 +836,7 @@ impl Vm<'_, '_> {
         }
     }
 
-    fn finish_capture(&mut self, t: Store, c: CaptureFrame, meta: Meta) -> Result<(), Step> {
+    fn finish_capture(&mut self, t: Store, c: CaptureFrame, meta: Meta) -> Result<(), Failure> {
         let name = self.name(t.name).to_string();
         self.core.state.nodes.insert(c.node, Node::CaptureOpen { name: name.clone() });
         self.core.state.nodes.push(Node::CaptureClose { name: name.clone() });
@@ -859,7 +844,7 @@ impl Vm<'_, '_> {
         self.record_capture(t, name, value)
     }
 
-    fn record_capture(&mut self, t: Store, name: String, value: Captured) -> Result<(), Step> {
+    fn record_capture(&mut self, t: Store, name: String, value: Captured) -> Result<(), Failure> {
         let rec = CaptureRecord { name, list: t.append, value: value.clone() };
         (self.on_event)(Event::Capture(&rec));
         self.core.state.captures.push(rec);
@@ -871,11 +856,6 @@ impl Vm<'_, '_> {
         self.core.draws += 1;
         given.unwrap_or_else(|| self.opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(self.core.draws))
     }
-}
-
-/// Why a step failed: a message, placed at the current instruction.
-enum Step {
-    Err(String),
 }
 
 /// Streams generated text and tokens to the event callback.
@@ -911,7 +891,7 @@ fn restore<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, old: 
     };
 }
 
-fn put<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, v: Value, append: bool) -> Result<(), Step> {
+fn put<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, v: Value, append: bool) -> Result<(), Failure> {
     if !append {
         scope.insert(key, v);
         return Ok(());
@@ -920,12 +900,12 @@ fn put<K: std::hash::Hash + Eq>(scope: &mut HashMap<K, Value>, key: K, v: Value,
         None | Some(Value::Undefined) => Arc::new(Vec::new()),
         Some(Value::List(l)) if l.len() < ops::MAX_ITEMS => l,
         Some(other) => {
-            let msg = match &other {
-                Value::List(_) => format!("the list would have over {} items (the limit for lists)", ops::MAX_ITEMS),
-                _ => format!("cannot append to {}", other.a_type()),
+            let fail = match &other {
+                Value::List(_) => Failure::limit(format!("the list would have over {} items (the limit for lists)", ops::MAX_ITEMS)),
+                _ => Failure::value(format!("cannot append to {}", other.a_type())),
             };
             scope.insert(key, other);
-            return Err(Step::Err(msg));
+            return Err(fail);
         }
     };
     // In place when nothing else holds the list: appends in a loop stay linear.

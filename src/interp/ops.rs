@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
+use crate::state::Failure;
 use super::value::{self, Value, META_ATTRS};
 use crate::syntax::ast::{BinaryOp, UnaryOp};
 
 /// Result of an operation: a value or a message.
-pub type OpResult = Result<Value, String>;
+pub type OpResult = Result<Value, Failure>;
 
 /// Most items `range` may produce (a loop over model output is bounded).
 const MAX_RANGE: i64 = 1_000_000;
@@ -20,15 +21,15 @@ pub const MAX_STRING: usize = 16 << 20;
 pub const MAX_ITEMS: usize = 1_000_000;
 
 /// Fails when a string of `len` bytes would pass [`MAX_STRING`].
-fn check_len(len: usize) -> Result<(), String> {
+fn check_len(len: usize) -> Result<(), Failure> {
     if len > MAX_STRING {
         return Err(too_long());
     }
     Ok(())
 }
 
-fn too_long() -> String {
-    format!("the string would be over {} MiB (the limit for values)", MAX_STRING >> 20)
+fn too_long() -> Failure {
+    Failure::limit(format!("the string would be over {} MiB (the limit for values)", MAX_STRING >> 20))
 }
 
 /// The length of `v` written as text, counted without writing it, or
@@ -59,7 +60,7 @@ fn text_len_within(v: &Value, limit: usize) -> Option<usize> {
 }
 
 /// `v` as the text `{{ … }}` writes, refused past [`MAX_STRING`].
-pub fn render(v: &Value) -> Result<String, String> {
+pub fn render(v: &Value) -> Result<String, Failure> {
     match v {
         Value::List(_) | Value::Map(_) => {
             text_len_within(v, MAX_STRING).ok_or_else(too_long)?;
@@ -81,13 +82,13 @@ pub fn unary(op: UnaryOp, v: &Value) -> OpResult {
     match op {
         UnaryOp::Not => Ok(Value::Bool(!v.is_true())),
         UnaryOp::Neg => match v {
-            Value::Int(i) => i.checked_neg().map(Value::Int).ok_or_else(|| "integer overflow".to_string()),
+            Value::Int(i) => i.checked_neg().map(Value::Int).ok_or_else(|| Failure::value("integer overflow")),
             Value::Float(f) => Ok(Value::Float(-f)),
-            _ => Err(format!("cannot negate {}", v.a_type())),
+            _ => Err(Failure::value(format!("cannot negate {}", v.a_type()))),
         },
         UnaryOp::Pos => match v {
             Value::Int(_) | Value::Float(_) => Ok(v.clone()),
-            _ => Err(format!("unary `+` needs a number, not {}", v.a_type())),
+            _ => Err(Failure::value(format!("unary `+` needs a number, not {}", v.a_type()))),
         },
     }
 }
@@ -95,7 +96,7 @@ pub fn unary(op: UnaryOp, v: &Value) -> OpResult {
 /// Applies a binary operator (not `and`/`or`, which short-circuit in code).
 pub fn binary(op: BinaryOp, a: &Value, b: &Value) -> OpResult {
     use BinaryOp::*;
-    let mismatch = || format!("cannot apply `{}` to {} and {}", op.symbol(), a.a_type(), b.a_type());
+    let mismatch = || Failure::value(format!("cannot apply `{}` to {} and {}", op.symbol(), a.a_type(), b.a_type()));
     match op {
         Eq => Ok(Value::Bool(a.equals(b))),
         Ne => Ok(Value::Bool(!a.equals(b))),
@@ -115,7 +116,7 @@ pub fn binary(op: BinaryOp, a: &Value, b: &Value) -> OpResult {
         Concat => concat(a, b),
         Add => match (a, b) {
             (Value::List(x), Value::List(y)) if x.len() + y.len() > MAX_ITEMS => {
-                Err(format!("the list would have over {MAX_ITEMS} items (the limit for lists)"))
+                Err(Failure::limit(format!("the list would have over {MAX_ITEMS} items (the limit for lists)")))
             }
             (Value::List(x), Value::List(y)) => Ok(Value::list(x.iter().chain(y.iter()).cloned().collect())),
             _ if a.as_str().is_some() && b.as_str().is_some() => concat(a, b),
@@ -139,14 +140,14 @@ fn arith(op: BinaryOp, a: &Value, b: &Value) -> Option<OpResult> {
     use BinaryOp::*;
     if let (Value::Int(x), Value::Int(y)) = (a, b) {
         let (x, y) = (*x, *y);
-        let overflow = || "integer overflow".to_string();
+        let overflow = || Failure::value("integer overflow");
         return Some(match op {
             Add => x.checked_add(y).map(Value::Int).ok_or_else(overflow),
             Sub => x.checked_sub(y).map(Value::Int).ok_or_else(overflow),
             Mul => x.checked_mul(y).map(Value::Int).ok_or_else(overflow),
-            Div if y == 0 => Err("division by zero".into()),
+            Div if y == 0 => Err(Failure::value("division by zero")),
             Div => Ok(Value::Float(x as f64 / y as f64)),
-            FloorDiv | Mod if y == 0 => Err("division by zero".into()),
+            FloorDiv | Mod if y == 0 => Err(Failure::value("division by zero")),
             // Python's floor division and modulo (the result takes the
             // divisor's sign); `i64::MIN // -1` is the one overflow.
             FloorDiv => x
@@ -167,7 +168,7 @@ fn arith(op: BinaryOp, a: &Value, b: &Value) -> Option<OpResult> {
         Add => Ok(Value::Float(x + y)),
         Sub => Ok(Value::Float(x - y)),
         Mul => Ok(Value::Float(x * y)),
-        Div | FloorDiv | Mod if y == 0.0 => Err("division by zero".into()),
+        Div | FloorDiv | Mod if y == 0.0 => Err(Failure::value("division by zero")),
         Div => Ok(Value::Float(x / y)),
         FloorDiv => Ok(Value::Float((x / y).floor())),
         Mod => Ok(Value::Float(x - y * (x / y).floor())),
@@ -197,56 +198,56 @@ fn contains(haystack: &Value, needle: &Value) -> Option<bool> {
 /// the program and are resolved by the interpreter).
 pub fn attr(v: &Value, name: &str) -> OpResult {
     match v {
-        Value::Map(m) => m.get(name).cloned().ok_or_else(|| format!("the map has no key `{name}`")),
+        Value::Map(m) => m.get(name).cloned().ok_or_else(|| Failure::value(format!("the map has no key `{name}`"))),
         Value::Captured(c) => {
-            value::meta_attr(&c.meta, name).ok_or_else(|| format!("a generated value has no attribute `{name}` (it has {})", META_ATTRS.join(", ")))
+            value::meta_attr(&c.meta, name).ok_or_else(|| Failure::value(format!("a generated value has no attribute `{name}` (it has {})", META_ATTRS.join(", "))))
         }
         Value::Str(_) if META_ATTRS.contains(&name) => {
-            Err(format!("`.{name}` exists only on values the model produced (gen, select, capture)"))
+            Err(Failure::value(format!("`.{name}` exists only on values the model produced (gen, select, capture)")))
         }
-        _ => Err(format!("{} has no attribute `{name}`", v.a_type())),
+        _ => Err(Failure::value(format!("{} has no attribute `{name}`", v.a_type()))),
     }
 }
 
 /// `value[index]`.
 pub fn index(v: &Value, i: &Value) -> OpResult {
-    let at = |len: usize| -> Result<usize, String> {
+    let at = |len: usize| -> Result<usize, Failure> {
         let Value::Int(n) = i else {
-            return Err(format!("an index must be an integer, not {}", i.a_type()));
+            return Err(Failure::value(format!("an index must be an integer, not {}", i.a_type())));
         };
         let k = if *n < 0 { len as i64 + n } else { *n };
-        usize::try_from(k).ok().filter(|&k| k < len).ok_or_else(|| format!("index {n} is out of range for length {len}"))
+        usize::try_from(k).ok().filter(|&k| k < len).ok_or_else(|| Failure::value(format!("index {n} is out of range for length {len}")))
     };
     match v {
         Value::List(l) => Ok(l[at(l.len())?].clone()),
         Value::Map(m) => {
             let k = i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string());
-            m.get(&k).cloned().ok_or_else(|| format!("the map has no key `{k}`"))
+            m.get(&k).cloned().ok_or_else(|| Failure::value(format!("the map has no key `{k}`")))
         }
         _ => match v.as_str() {
             Some(s) => {
                 let chars: Vec<char> = s.chars().collect();
                 Ok(Value::str(chars[at(chars.len())?].to_string()))
             }
-            None => Err(format!("cannot index {}", v.a_type())),
+            None => Err(Failure::value(format!("cannot index {}", v.a_type()))),
         },
     }
 }
 
 /// `value[start:stop:step]`, Python's rules.
 pub fn slice(v: &Value, start: Option<&Value>, stop: Option<&Value>, step: Option<&Value>) -> OpResult {
-    let int = |x: Option<&Value>| -> Result<Option<i64>, String> {
+    let int = |x: Option<&Value>| -> Result<Option<i64>, Failure> {
         match x {
             None | Some(Value::None) => Ok(None),
             Some(Value::Int(i)) => Ok(Some(*i)),
-            Some(o) => Err(format!("slice bounds must be integers, not {}", o.a_type())),
+            Some(o) => Err(Failure::value(format!("slice bounds must be integers, not {}", o.a_type()))),
         }
     };
     let step = int(step)?.unwrap_or(1);
     if step == 0 {
-        return Err("slice step cannot be zero".into());
+        return Err(Failure::value("slice step cannot be zero"));
     }
-    let pick = |len: usize| -> Result<Vec<usize>, String> {
+    let pick = |len: usize| -> Result<Vec<usize>, Failure> {
         let len = len as i64;
         let clamp = |x: i64, lo: i64, hi: i64| if x < 0 { (x + len).max(lo) } else { x.min(hi) };
         let mut out = Vec::new();
@@ -272,7 +273,7 @@ pub fn slice(v: &Value, start: Option<&Value>, stop: Option<&Value>, step: Optio
                 let chars: Vec<char> = s.chars().collect();
                 Ok(Value::str(pick(chars.len())?.into_iter().map(|i| chars[i]).collect::<String>()))
             }
-            None => Err(format!("cannot slice {}", v.a_type())),
+            None => Err(Failure::value(format!("cannot slice {}", v.a_type()))),
         },
     }
 }
@@ -294,15 +295,15 @@ impl Args<'_> {
 
 /// Applies filter `name` to `v`.
 pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
-    let s = || v.as_str().ok_or_else(|| format!("`{name}` needs a string, not {}", v.a_type()));
+    let s = || v.as_str().ok_or_else(|| Failure::value(format!("`{name}` needs a string, not {}", v.a_type())));
     let list = || match v {
         Value::List(l) => Ok(l.clone()),
-        _ => Err(format!("`{name}` needs a list, not {}", v.a_type())),
+        _ => Err(Failure::value(format!("`{name}` needs a list, not {}", v.a_type()))),
     };
-    let str_arg = |i: usize, p: &str| -> Result<Option<String>, String> {
+    let str_arg = |i: usize, p: &str| -> Result<Option<String>, Failure> {
         match args.get(i, p) {
             None | Some(Value::None) => Ok(None),
-            Some(x) => x.as_str().map(|s| Some(s.to_string())).ok_or_else(|| format!("`{name}`'s `{p}` must be a string")),
+            Some(x) => x.as_str().map(|s| Some(s.to_string())).ok_or_else(|| Failure::value(format!("`{name}`'s `{p}` must be a string"))),
         }
     };
     Ok(match name {
@@ -337,11 +338,11 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
         },
         "int" => match to_int(v) {
             Some(i) => Value::Int(i),
-            None => args.get(0, "default").cloned().ok_or_else(|| format!("cannot convert {} to an integer", describe(v)))?,
+            None => args.get(0, "default").cloned().ok_or_else(|| Failure::value(format!("cannot convert {} to an integer", describe(v))))?,
         },
         "float" => match to_float(v) {
             Some(f) => Value::Float(f),
-            None => args.get(0, "default").cloned().ok_or_else(|| format!("cannot convert {} to a float", describe(v)))?,
+            None => args.get(0, "default").cloned().ok_or_else(|| Failure::value(format!("cannot convert {} to a float", describe(v))))?,
         },
         "string" => Value::str(render(v)?),
         "join" => {
@@ -360,7 +361,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
                 _ => None,
             };
             let parts: Vec<String> = match (str_arg(0, "sep")?, max) {
-                (Some(sep), _) if sep.is_empty() => return Err("`split`'s separator cannot be empty".into()),
+                (Some(sep), _) if sep.is_empty() => return Err(Failure::value("`split`'s separator cannot be empty")),
                 (Some(sep), Some(m)) => t.splitn(m + 1, sep.as_str()).map(String::from).collect(),
                 (Some(sep), None) => t.split(sep.as_str()).map(String::from).collect(),
                 (None, _) => t.split_whitespace().map(String::from).collect(),
@@ -403,14 +404,14 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
             };
             let x = to_float(v)
                 .filter(|_| matches!(v, Value::Int(_) | Value::Float(_)))
-                .ok_or_else(|| format!("`round` needs a number, not {}", v.a_type()))?;
+                .ok_or_else(|| Failure::value(format!("`round` needs a number, not {}", v.a_type())))?;
             let m = 10f64.powi(p);
             Value::Float((x * m).round() / m)
         }
         "abs" => match v {
-            Value::Int(i) => Value::Int(i.checked_abs().ok_or("integer overflow")?),
+            Value::Int(i) => Value::Int(i.checked_abs().ok_or(Failure::value("integer overflow"))?),
             Value::Float(f) => Value::Float(f.abs()),
-            _ => return Err(format!("`abs` needs a number, not {}", v.a_type())),
+            _ => return Err(Failure::value(format!("`abs` needs a number, not {}", v.a_type()))),
         },
         "tojson" => {
             render(v)?;
@@ -421,7 +422,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
                     let mut buf = Vec::new();
                     let fmt = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
                     let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-                    serde::Serialize::serialize(&j, &mut ser).map_err(|e| e.to_string())?;
+                    serde::Serialize::serialize(&j, &mut ser).map_err(|e| Failure::value(e.to_string()))?;
                     Value::str(String::from_utf8(buf).unwrap_or_default())
                 }
                 _ => Value::str(j.to_string()),
@@ -429,7 +430,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
         }
         "fromjson" => {
             let t = s()?;
-            let j: serde_json::Value = serde_json::from_str(t).map_err(|e| format!("`fromjson`: not valid JSON ({e}): {}", preview(t)))?;
+            let j: serde_json::Value = serde_json::from_str(t).map_err(|e| Failure::value(format!("`fromjson`: not valid JSON ({e}): {}", preview(t))))?;
             Value::from_json(&j)
         }
         "list" => match v {
@@ -447,7 +448,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
                 })
             });
             if failed {
-                return Err("`sort` needs items that compare (all numbers or all strings)".into());
+                return Err(Failure::value("`sort` needs items that compare (all numbers or all strings)"));
             }
             if args.get(0, "reverse").is_some_and(Value::is_true) {
                 items.reverse();
@@ -481,7 +482,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
                 let better = match best {
                     None => true,
                     Some(b) => {
-                        let o = x.compare(b).ok_or_else(|| format!("`{name}` needs items that compare"))?;
+                        let o = x.compare(b).ok_or_else(|| Failure::value(format!("`{name}` needs items that compare")))?;
                         if name == "min" {
                             o == Ordering::Less
                         } else {
@@ -497,7 +498,7 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
         }
         "items" | "keys" | "values" => {
             let Value::Map(m) = v else {
-                return Err(format!("`{name}` needs a map, not {}", v.a_type()));
+                return Err(Failure::value(format!("`{name}` needs a map, not {}", v.a_type())));
             };
             Value::list(
                 m.iter()
@@ -509,15 +510,15 @@ pub fn filter(name: &str, v: &Value, args: &Args<'_>) -> OpResult {
                     .collect(),
             )
         }
-        _ => return Err(format!("unknown filter `{name}`")),
+        _ => return Err(Failure::value(format!("unknown filter `{name}`"))),
     })
 }
 
 /// Applies test `name` to `v`.
-pub fn test(name: &str, v: &Value, args: &[Value]) -> Result<bool, String> {
+pub fn test(name: &str, v: &Value, args: &[Value]) -> Result<bool, Failure> {
     let int = || match v {
         Value::Int(i) => Ok(*i),
-        _ => Err(format!("`{name}` needs an integer, not {}", v.a_type())),
+        _ => Err(Failure::value(format!("`{name}` needs an integer, not {}", v.a_type()))),
     };
     Ok(match name {
         "defined" => !matches!(v, Value::Undefined),
@@ -533,11 +534,11 @@ pub fn test(name: &str, v: &Value, args: &[Value]) -> Result<bool, String> {
         "even" => int()? % 2 == 0,
         "odd" => int()? % 2 != 0,
         "divisibleby" => match args.first() {
-            Some(Value::Int(0)) => return Err("`divisibleby(0)`: division by zero".into()),
+            Some(Value::Int(0)) => return Err(Failure::value("`divisibleby(0)`: division by zero")),
             Some(Value::Int(n)) => int()?.wrapping_rem(*n) == 0,
-            _ => return Err("`divisibleby` needs an integer argument".into()),
+            _ => return Err(Failure::value("`divisibleby` needs an integer argument")),
         },
-        _ => return Err(format!("unknown test `{name}`")),
+        _ => return Err(Failure::value(format!("unknown test `{name}`"))),
     })
 }
 
@@ -549,29 +550,29 @@ pub fn call_builtin(name: &str, args: &Args<'_>) -> OpResult {
             .iter()
             .map(|a| match a {
                 Value::Int(i) => Ok(*i),
-                o => Err(format!("`range` needs integers, not {}", o.a_type())),
+                o => Err(Failure::value(format!("`range` needs integers, not {}", o.a_type()))),
             })
             .collect::<Result<_, _>>()?;
         let (start, stop, step) = match ints.as_slice() {
             [stop] => (0, *stop, 1),
             [start, stop] => (*start, *stop, 1),
             [start, stop, step] => (*start, *stop, *step),
-            _ => return Err("`range` takes 1 to 3 integers".into()),
+            _ => return Err(Failure::value("`range` takes 1 to 3 integers")),
         };
         if step == 0 {
-            return Err("`range` step cannot be zero".into());
+            return Err(Failure::value("`range` step cannot be zero"));
         }
         // In i128: `stop - start` and the step may overflow i64.
         let (start, stop, step) = (i128::from(start), i128::from(stop), i128::from(step));
         let count = if step > 0 { (stop - start + step - 1).max(0) / step } else { (start - stop - step - 1).max(0) / -step };
         if count > i128::from(MAX_RANGE) {
-            return Err(format!("`range` would make {count} items (the limit is {MAX_RANGE})"));
+            return Err(Failure::limit(format!("`range` would make {count} items (the limit is {MAX_RANGE})")));
         }
         // Every item lies between start and stop, so it fits an i64.
         return Ok(Value::list((0..count).map(|k| Value::Int((start + k * step) as i64)).collect()));
     }
     let Some((first, rest)) = args.pos.split_first() else {
-        return Err(format!("`{name}` needs a value to work on"));
+        return Err(Failure::value(format!("`{name}` needs a value to work on")));
     };
     filter(name, first, &Args { pos: rest, kw: args.kw })
 }
@@ -636,7 +637,7 @@ mod tests {
             assert!(matches!(int(FloorDiv, x, y), Ok(Value::Int(v)) if v == q), "{x} // {y}");
             assert!(matches!(int(Mod, x, y), Ok(Value::Int(v)) if v == r), "{x} % {y}");
         }
-        assert_eq!(int(FloorDiv, i64::MIN, -1).unwrap_err(), "integer overflow");
+        assert_eq!(int(FloorDiv, i64::MIN, -1).unwrap_err(), Failure::value("integer overflow"));
         assert!(matches!(int(Mod, i64::MIN, -1), Ok(Value::Int(0))));
         assert!(matches!(int(Mod, i64::MAX - 1, i64::MAX), Ok(Value::Int(v)) if v == i64::MAX - 1));
         assert!(matches!(int(Mod, i64::MIN, i64::MAX), Ok(Value::Int(v)) if v == i64::MAX - 1));

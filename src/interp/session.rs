@@ -11,6 +11,7 @@ use super::lm::Checkpoint;
 use super::value::Value;
 use crate::state::FinishReason;
 use super::{Core, Event, RunError, RunOptions, Vm};
+use crate::state::Failure;
 use crate::check::{self, Export, ModuleInfo, ParamSig, Prelude};
 use crate::ir::Program;
 use crate::model::Model;
@@ -51,7 +52,7 @@ struct Snapshot {
     captures: usize,
     logprob: f64,
     finish_reason: FinishReason,
-    error: Option<String>,
+    error: Option<Failure>,
     shared: HashMap<String, Value>,
     imported: Vec<bool>,
     draws: u64,
@@ -59,7 +60,7 @@ struct Snapshot {
 
 impl<'m> Session<'m> {
     /// A fresh session on `model`.
-    pub fn new(model: &'m Model, opts: RunOptions) -> Result<Session<'m>, String> {
+    pub fn new(model: &'m Model, opts: RunOptions) -> Result<Session<'m>, Failure> {
         let mut core = Core::new(model, &opts, 0)?;
         // Inputs are the session's variables from the start (`{% input %}` reads them too).
         core.shared.extend(opts.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -86,7 +87,7 @@ impl<'m> Session<'m> {
     pub fn run(&mut self, ws: &Workspace, on_event: &mut dyn FnMut(Event<'_>)) -> Result<(), RunError> {
         let entry = self.add(ws);
         let file = self.program.modules[entry].file;
-        let before = self.snapshot().map_err(|message| RunError { message, file, span: Default::default() })?;
+        let before = self.snapshot().map_err(|f| RunError { kind: f.kind, message: f.message, file, span: Default::default() })?;
         let text = self.sources.get(file).text.to_string();
         let mut vm = Vm::new(&self.program, &self.sources, &self.opts, &mut self.core, entry, on_event);
         let mut error = vm.exec().err();
@@ -103,7 +104,7 @@ impl<'m> Session<'m> {
     /// Takes the last entry back: the token sequence and the KV cache, the
     /// record and the variables are as they were before it. Returns it, or
     /// `None` when there is none.
-    pub fn undo(&mut self) -> Result<Option<Entry>, String> {
+    pub fn undo(&mut self) -> Result<Option<Entry>, Failure> {
         let Some(entry) = self.entries.pop() else { return Ok(None) };
         let s = &entry.before;
         self.core.lm.restore(&s.lm)?;
@@ -124,7 +125,7 @@ impl<'m> Session<'m> {
     }
 
     /// Starts over on the same model: no entries, an empty cache.
-    pub fn reset(&mut self) -> Result<(), String> {
+    pub fn reset(&mut self) -> Result<(), Failure> {
         *self = Session::new(self.model, self.opts.clone())?;
         Ok(())
     }
@@ -190,7 +191,7 @@ impl<'m> Session<'m> {
         p
     }
 
-    fn snapshot(&mut self) -> Result<Snapshot, String> {
+    fn snapshot(&mut self) -> Result<Snapshot, Failure> {
         let state = &self.core.state;
         Ok(Snapshot {
             nodes: state.nodes.len(),

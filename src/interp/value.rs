@@ -135,6 +135,21 @@ impl Value {
         }
     }
 
+    /// As a literal, for values that are data (not functions, modules or
+    /// grammars); a captured string is its text.
+    pub fn to_const(&self) -> Option<Const> {
+        Some(match self {
+            Value::Undefined | Value::None => Const::None,
+            Value::Bool(b) => Const::Bool(*b),
+            Value::Int(i) => Const::Int(*i),
+            Value::Float(f) => Const::Float(*f),
+            Value::Str(_) | Value::Captured(_) => Const::Str(self.as_str()?.to_string()),
+            Value::List(l) => Const::List(l.iter().map(Value::to_const).collect::<Option<_>>()?),
+            Value::Map(m) => Const::Map(m.iter().map(|(k, v)| Some((k.clone(), v.to_const()?))).collect::<Option<_>>()?),
+            Value::Func { .. } | Value::Builtin(_) | Value::Module(_) | Value::Grammar { .. } => return None,
+        })
+    }
+
     /// From JSON (`--vars`, `fromjson`).
     pub fn from_json(j: &serde_json::Value) -> Value {
         match j {

@@ -4,7 +4,7 @@
 //! The protocol layer (`super`) converts offsets to LSP positions.
 
 use crate::builtins;
-use crate::check::options::{OptionSpec, GEN_OPTIONS, SELECT_OPTIONS};
+use crate::options::{OptionSpec, GEN_OPTIONS, SELECT_OPTIONS};
 use crate::span::{FileId, Span};
 use crate::syntax::ast::{Node, RoleName};
 use crate::workspace::Workspace;
@@ -310,7 +310,7 @@ pub fn completions(ws: &Workspace, offset: usize) -> Vec<Completion> {
         Context::Keyword => KEYWORDS.iter().map(|(k, d)| c(k, "keyword", String::new(), d)).collect(),
         Context::Options { select } => {
             let opts = if select { SELECT_OPTIONS } else { GEN_OPTIONS };
-            opts.iter().map(|o| c(o.name, "option", format!("{} = {}", o.ty, o.default), o.doc)).collect()
+            opts.iter().map(|o| c(o.name, "option", format!("{} = {}", o.ty, o.default.display()), o.doc)).collect()
         }
         Context::Filter => builtins::FILTERS.iter().map(|b| c(b.name, "filter", signature(b), b.doc)).collect(),
         Context::ImportPath => crate::stdlib::names().map(|n| c(n, "module", "standard library".into(), "")).collect(),
@@ -442,7 +442,7 @@ pub fn symbols(ws: &Workspace) -> Vec<Definition> {
 
 fn option_doc(o: &OptionSpec, select: bool) -> String {
     let tag = if select { "select" } else { "gen" };
-    format!("`{tag}` option **{}**: {}\n\ndefault: {}\n\n{}", o.name, o.ty, o.default, o.doc)
+    format!("`{tag}` option **{}**: {}\n\ndefault: {}\n\n{}", o.name, o.ty, o.default.display(), o.doc)
 }
 
 fn signature(b: &builtins::Builtin) -> String {

@@ -93,7 +93,7 @@ pub fn html(state: &State, title: &str) -> String {
             let _ = write!(rows, "<tr><td>{}</td><td>{}</td></tr>", esc(&k), esc(&v.to_string()));
         }
     }
-    let error = state.error.as_deref().map(|e| format!("<p class=\"error\">error: {}</p>", esc(e))).unwrap_or_default();
+    let error = state.error.as_ref().map(|e| format!("<p class=\"error\">error {}: {}</p>", e.kind.code().as_str(), esc(&e.message))).unwrap_or_default();
     format!(
         r#"<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>

@@ -44,7 +44,7 @@ pub fn json(state: &State) -> J {
         "finish_reason": state.finish_reason.as_str(),
     });
     if let Some(e) = &state.error {
-        doc["error"] = json!(e);
+        doc["error"] = e.to_json();
     }
     doc
 }

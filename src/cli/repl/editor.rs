@@ -12,7 +12,7 @@ use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::Context;
 
 use crate::builtins;
-use crate::check::options::{GEN_OPTIONS, SELECT_OPTIONS};
+use crate::options::{GEN_OPTIONS, SELECT_OPTIONS};
 use crate::lsp::analysis::{context_at, Context as At, KEYWORDS};
 use crate::span::FileId;
 
