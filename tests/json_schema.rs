@@ -538,7 +538,8 @@ fn jsonschemabench_sample() {
         }
     }
     eprintln!("JSONSchemaBench sample: {compiled}/{total} compiled; valid {valid_ok}/{valid_n}; invalid rejected {invalid_ok}/{invalid_n}");
-    assert!(compiled * 10 >= total * 6, "at least 60% compile");
+    // BENCHMARKS.md claims 549/600 on the whole set: the sample holds to it.
+    assert!(compiled * 600 >= total * 549, "{compiled}/{total} compiled: below BENCHMARKS.md's 549/600");
     assert!(refused.is_empty(), "valid instances refused: {refused:#?}");
 }
 

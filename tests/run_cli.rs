@@ -105,7 +105,7 @@ fn html_report_renders_in_a_headless_browser() {
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.contains("<h2>Captures</h2>") && html.contains("colour") && !html.contains("http"), "self-contained");
     let Some(chromium) = chromium else {
-        eprintln!("SKIPPED: no Chromium found (apt install chromium); the HTML was checked as text only");
+        common::skip("no Chromium found (apt install chromium): the HTML report was checked as text only");
         return;
     };
     let profile = tmp.join("profile");

@@ -22,13 +22,23 @@ pub fn shared_data() -> Option<PathBuf> {
     }
 }
 
-/// Says that a test skips part of its work because `what` is missing:
-/// loudly, and as a failure when `LMT_REQUIRE_ALL=1` (as CI sets it).
+/// Says that a test skips part of its work because `what` is missing: on
+/// standard error past the test harness's capture, in `$LMT_SKIP_LOG` for
+/// `test.sh`'s summary, and as a failure when `LMT_REQUIRE_ALL=1` (as CI
+/// sets it).
 pub fn skip(what: &str) {
+    use std::io::Write;
     if std::env::var("LMT_REQUIRE_ALL").is_ok_and(|v| v == "1") {
         panic!("LMT_REQUIRE_ALL=1, but {what}");
     }
-    eprintln!("SKIPPED: {what}");
+    let line = format!("SKIPPED: {what}\n");
+    // `eprintln!` is captured by the harness; a write to the handle is not.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(log) = std::env::var_os("LMT_SKIP_LOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
 }
 
 /// The real SmolLM2-135M-Instruct Q4_1 GGUF that
@@ -60,7 +70,7 @@ pub fn shared_dirs(sub: &str, names: &[&str], marker: &str) -> Vec<(String, Path
         .filter(|(n, p)| {
             let ok = p.join(marker).is_file();
             if !ok {
-                eprintln!("SKIPPED: {n} missing at {}", p.display());
+                skip(&format!("{n} missing at {}", p.display()));
             }
             ok
         })

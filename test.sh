@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test command (README): every test, then a summary of what was skipped
+# for want of ../shared, the fetched SmolLM2 GGUF or Chromium. CI runs this
+# same command with LMT_REQUIRE_ALL=1, under which a skip is a failure.
+set -uo pipefail
+cd "$(dirname "$0")"
+export LMT_SKIP_LOG="$PWD/target/lmt-skipped.txt"
+mkdir -p target && rm -f "$LMT_SKIP_LOG"
+cargo test --locked "$@"
+status=$?
+if [ -s "$LMT_SKIP_LOG" ]; then
+    echo
+    echo "SKIPPED ($(sort -u "$LMT_SKIP_LOG" | wc -l) kinds; run .ci/run for everything):"
+    sort -u "$LMT_SKIP_LOG" | sed 's/^SKIPPED: /  /'
+else
+    echo
+    echo "SKIPPED: nothing"
+fi
+exit $status
