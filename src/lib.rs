@@ -8,7 +8,7 @@
 //!
 //! Layers, lowest first; a module never uses one after it (tested by
 //! `tests/layers.rs`): span → diagnostic → files → syntax → engine →
-//! builtins → check → stdlib → workspace → ir → model → chat → state →
+//! builtins → options → check → stdlib → workspace → ir → model → chat → state →
 //! interp → render → lsp → cli.
 
 #![warn(missing_docs)]
