@@ -113,3 +113,33 @@ fn every_template_in_the_guide_and_the_readme_checks_clean() {
     let trip = std::fs::read_to_string(format!("{root}/examples/trip.lmt")).unwrap();
     assert!(trip.ends_with(shown), "README's template is examples/trip.lmt");
 }
+
+/// The reference's JSON Schema paragraphs agree with the compiler's tables:
+/// every keyword the engine refuses is named as refused (in all or some
+/// forms), every validation keyword it compiles as enforced, and nothing
+/// named as enforced exactly is one it refuses.
+#[test]
+fn json_schema_support_is_the_compilers() {
+    let doc = reference();
+    let start = doc.find("### `json=`: what JSON Schema support means").unwrap();
+    let text = &doc[start..];
+    let para = |head: &str| -> String {
+        let i = text.find(head).unwrap_or_else(|| panic!("no paragraph `{head}`"));
+        text[i..i + text[i..].find("\n\n").unwrap()].replace('\n', " ")
+    };
+    let (exact, some, refused) = (para("Enforced exactly:"), para("Enforced in some forms"), para("Refused with an error"));
+    let named = |p: &str, k: &str| p.contains(&format!("`{k}`")) || p.contains(&format!("`{k}:"));
+    let unsupported: Vec<&str> = lmt::engine::UNSUPPORTED_KEYWORDS.iter().map(|(k, _)| *k).collect();
+    for k in &unsupported {
+        let said = named(&refused, k) || named(&some, k) || (k.starts_with("if") || ["then", "else"].contains(k)) && refused.contains("`if`/`then`/`else`");
+        assert!(said, "`{k}` is refused by the engine but the reference does not say so");
+        assert!(!named(&exact, k), "`{k}` is refused by the engine but the reference says it is enforced exactly");
+    }
+    for k in lmt::engine::VALIDATION_KEYWORDS.iter().filter(|k| !unsupported.contains(k)) {
+        if ["uniqueItems", "minProperties", "maxProperties", "dependencies"].contains(k) {
+            assert!(named(&some, k) || named(&refused, k), "`{k}` has conditions: say which");
+            continue;
+        }
+        assert!(named(&exact, k) || named(&some, k) || exact.contains(&format!("/`{k}`")), "`{k}` is compiled but the reference does not say so");
+    }
+}

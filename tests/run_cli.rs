@@ -150,3 +150,24 @@ fn ctrl_c_stops_the_run_keeps_the_partial_result_and_exits_130() {
     assert_eq!(doc["finish_reason"], "cancelled");
     assert!(doc["captures"]["first"]["value"].is_string(), "what was produced is kept: {}", doc["captures"]);
 }
+
+/// The README's sample output is what `lmt run examples/trip.lmt` prints on
+/// the tiny Llama-3 model today (timings aside).
+#[test]
+fn the_readme_sample_is_todays_output() {
+    let Some((_, m)) = common::shared_dirs("tiny_models", &["llama3-tiny"], "model.safetensors").pop() else { return };
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let intro = "--model ../shared/data/tiny_models/llama3-tiny`):";
+    let after = &readme[readme.find(intro).expect("the README names the command") ..];
+    let start = after.find("```\n").unwrap() + 4;
+    let block = &after[start..start + after[start..].find("```").unwrap()];
+    let (text, summary) = block.trim_end().rsplit_once('\n').unwrap();
+    let trip = format!("{ROOT}/examples/trip.lmt");
+    let (code, out, err) = lmt(&["run", &trip, "--model", m.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim_end(), text.trim_end(), "README.md's sample output differs from today's run:\n{out}");
+    // The counts, up to the timings.
+    let counts = |s: &str| s.split(" · ").take(3).collect::<Vec<_>>().join(" · ");
+    let line = err.lines().find(|l| l.starts_with("finish:")).unwrap_or_else(|| panic!("no summary: {err}"));
+    assert_eq!(counts(line), counts(summary), "README.md's summary line differs: {line}");
+}

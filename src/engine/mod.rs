@@ -28,7 +28,7 @@ pub use bias::Bias;
 pub use cfg::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
 pub use grammar::{Expr, Grammar, Rule};
-pub use json_schema::{schema_grammar, Semantics, SchemaGrammar, Whitespace};
+pub use json_schema::{schema_grammar, Semantics, SchemaGrammar, Whitespace, UNSUPPORTED as UNSUPPORTED_KEYWORDS, VALIDATION as VALIDATION_KEYWORDS};
 pub use matcher::{Constraint, Matcher};
 pub use dfa::{Dfa, DfaState, Exits};
 pub use stop::{StopEvent, StopMatcher};

@@ -114,8 +114,9 @@ const STRING_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}
 /// Bytes of `enum` texts past which the list is a lexeme of its own.
 const LONG_ENUM: usize = 256;
 
-/// Validation keywords the engine cannot enforce, with the reason.
-const UNSUPPORTED: &[(&str, &str)] = &[
+/// Validation keywords the engine refuses, with the reason (some only in
+/// some forms: `oneOf`, `not`, `multipleOf`; see `docs/reference.md`).
+pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("oneOf", "its branches may overlap, and exactly-one-of cannot be enforced while generating"),
     ("not", "negation cannot be enforced while generating"),
     ("if", "conditional schemas are not supported"),
@@ -134,7 +135,7 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 ];
 
 /// Keywords that constrain values (the others annotate).
-const VALIDATION: &[&str] = &[
+pub const VALIDATION: &[&str] = &[
     "type", "enum", "const", "anyOf", "allOf", "oneOf", "not", "nullable", "properties", "required",
     "additionalProperties", "patternProperties", "minProperties", "maxProperties", "items", "prefixItems",
     "minItems", "maxItems", "uniqueItems", "additionalItems", "minLength", "maxLength", "pattern", "format",
