@@ -213,6 +213,12 @@ pub fn find(table: &'static [OptionSpec], name: &str) -> Option<&'static OptionS
     table.iter().find(|s| s.name == name)
 }
 
+/// The white space `json=` allows between JSON tokens, and `lmt match
+/// --json-schema` with it: llama.cpp's, the layouts models learnt JSON in.
+/// (With none allowed, SmolLM2 wrote `{"order_id":"1234…` until
+/// `max_tokens` where pretty-printed output closed.)
+pub const JSON_WHITESPACE: crate::engine::Whitespace = crate::engine::Whitespace::Pretty;
+
 /// The options that constrain a value; a `gen` takes at most one.
 pub const CONSTRAINTS: [Opt; 3] = [Opt::Regex, Opt::Grammar, Opt::Json];
 

@@ -113,7 +113,7 @@ fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
         let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
         let semantics = if args.json_open { Semantics::Validation } else { Semantics::Generation };
         // The white space and objects of `json=` in a template.
-        return Constraint::json_schema(&schema, Whitespace::Pretty, semantics, limits).map_err(|e| e.to_string());
+        return Constraint::json_schema(&schema, crate::options::JSON_WHITESPACE, semantics, limits).map_err(|e| e.to_string());
     }
     if let Some(spec) = &args.regex_from {
         let (file, name) = spec.split_once('#').ok_or("--regex-from takes FILE.lmt#NAME")?;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::lm::{GenSpec, Lm};
 use crate::state::{Choice, Meta};
 use super::*;
-use crate::engine::{Bias, Constraint, Semantics, Whitespace};
+use crate::engine::{Bias, Constraint, Semantics};
 use crate::model::{Sampler, SamplingParams};
 use crate::options::{self, Opt, OptDefault, OptValue, ScoreMode};
 
@@ -219,11 +219,8 @@ impl Vm<'_, '_> {
             };
             let semantics = if o.json_open { Semantics::Validation } else { Semantics::Generation };
             let key = format!("json:{semantics:?}:{schema}");
-            // llama.cpp's white space: the layouts models learnt JSON in.
-            // With none allowed, SmolLM2 wrote `{"order_id":"1234…` until
-            // `max_tokens` where pretty-printed output closed.
             constraint = Some(
-                self.core.cache.get(key, || Constraint::json_schema(&schema, Whitespace::Pretty, semantics, &limits)).map_err(Failure::from)?,
+                self.core.cache.get(key, || Constraint::json_schema(&schema, options::JSON_WHITESPACE, semantics, &limits)).map_err(Failure::from)?,
             );
         }
         let bias = match o.bias.is_empty() {

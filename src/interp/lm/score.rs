@@ -1,0 +1,63 @@
+//! Scoring options: every option's log-probability after the prefix in
+//! one pass, and the probability that generation starts none of them.
+
+use super::*;
+
+impl Lm<'_> {
+    /// Scores `options` (each followed by `follow`) after the current text:
+    /// total log-probabilities, in one batched pass.
+    pub fn score(&mut self, options: &[String], follow: &str) -> LmResult<Vec<(f64, usize)>> {
+        self.decide()?;
+        let healed = self.heal_back();
+        let prefix = match String::from_utf8(healed) {
+            Ok(p) => p,
+            Err(e) => {
+                // Not text on its own: put it back and score without healing.
+                self.push_text(&String::from_utf8_lossy(e.as_bytes()), Origin::Template);
+                self.decide()?;
+                String::new()
+            }
+        };
+        self.feed()?;
+        let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.model.tokenizer.vocab));
+        let mut ids = Vec::new();
+        for o in options {
+            let text = format!("{prefix}{o}{follow}");
+            let r = Rendered { content_spans: vec![(0, text.len())], text };
+            ids.push(crate::chat::encode_in(&self.model.tokenizer, &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
+        }
+        let lps = self.model.decoder.score(&mut self.kv, &ids).map_err(Failure::from)?;
+        self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
+        // Healing's token goes back as pending text, to be decided with the choice.
+        if !prefix.is_empty() {
+            self.pending.insert(0, Piece::Text(prefix, Origin::Template));
+        }
+        Ok(lps.iter().map(|l| (l.iter().map(|&x| f64::from(x)).sum(), l.len())).collect())
+    }
+
+    /// The probability that the next token does not begin any of `literals`
+    /// (how likely the model is to leave the literal options of a select).
+    pub fn off_literals_logprob(&mut self, literals: &[String]) -> LmResult<f64> {
+        self.decide()?;
+        let logits = self.feed()?;
+        let lp = log_softmax(&logits);
+        let c = Constraint::choices(literals, &self.limits).map_err(Failure::from)?;
+        let mut mask = TokenMask::new(self.free_mask.len());
+        c.matcher(&self.limits).mask(&self.model.tokenizer.vocab, &mut mask).map_err(Failure::from)?;
+        let on: f64 = mask.ones().filter(|&t| (t as usize) < lp.len()).map(|t| f64::from(lp[t as usize]).exp()).sum();
+        Ok((1.0 - on).max(1e-12).ln())
+    }
+
+    /// The chosen option's metadata from scores.
+    pub fn choices(options: &[String], scores: &[f64]) -> Vec<Choice> {
+        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+        let mut out: Vec<Choice> = options
+            .iter()
+            .zip(scores)
+            .map(|(o, &s)| Choice { text: o.clone(), logprob: s, probability: (s - max).exp() / total })
+            .collect();
+        out.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
+        out
+    }
+}
