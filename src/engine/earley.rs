@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// End of a chain of items.
 const NONE: u32 = u32::MAX;
 
-use super::cfg::{add_member, has_member, Cfg, Sym};
+use super::context_free::{add_member, has_member, Cfg, Sym};
 use super::dfa::DfaState;
 use super::trie::TokenTrie;
 use super::vocab::Vocab;

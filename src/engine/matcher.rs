@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::cfg::Cfg;
+use super::context_free::Cfg;
 use super::dfa::{Dfa, DfaState};
 use super::earley::{Parser, Tables};
 use super::json_keys::KeyScan;

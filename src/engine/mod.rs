@@ -12,7 +12,7 @@
 //! boundaries; [`Bias`] is the soft regex bias. [`Limits`] bounds the work.
 
 mod bias;
-mod cfg;
+mod context_free;
 mod dfa;
 mod earley;
 mod grammar;
@@ -25,7 +25,7 @@ mod trie;
 mod vocab;
 
 pub use bias::Bias;
-pub use cfg::{Cfg, Perm, Production, Sym};
+pub use context_free::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
 pub use grammar::{Expr, Grammar, Rule};
 pub use json_schema::{schema_grammar, Semantics, SchemaGrammar, Whitespace, UNSUPPORTED as UNSUPPORTED_KEYWORDS, VALIDATION as VALIDATION_KEYWORDS};

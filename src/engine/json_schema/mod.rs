@@ -884,5 +884,5 @@ fn no_escapes(h: &Hir) -> Result<String, EngineError> {
             HirKind::Empty => h.clone(),
         })
     }
-    Ok(super::cfg::regex_text(&fix(h, &bad)?))
+    Ok(super::context_free::regex_text(&fix(h, &bad)?))
 }

@@ -1,4 +1,5 @@
-//! Compiles a GBNF grammar into the lexer/parser split the Earley recognizer
+//! Compiles a grammar (the engine's IR: lowered GBNF, or JSON Schema) into the
+//! lexer/parser split the Earley recognizer
 //! runs: every regular part (a rule that is not recursive, a run of adjacent
 //! regular items) becomes one lexeme, an anchored DFA; what remains is a
 //! context-free grammar over lexemes. Lexeme boundaries stay ambiguous (a
