@@ -503,7 +503,7 @@ fn jsonschemabench_sample() {
     let limits = Limits::default();
     let (mut compiled, mut total, mut valid_ok, mut valid_n, mut invalid_ok, mut invalid_n) = (0, 0, 0, 0, 0, 0);
     let mut refused = Vec::new();
-    // Every 8th file keeps the debug-build run short; `lmt match --bench`
+    // Every 8th file keeps the debug-build run short; `cargo bench --bench jsonschemabench`
     // runs all of them (see BENCHMARKS.md).
     for f in files.iter().step_by(8) {
         total += 1;

@@ -83,31 +83,4 @@ fn grammar_schema_and_bench_modes() {
     assert_eq!(code, 0, "any order for small objects when validating: {out}{err}");
     let (code, _, _) = lmt(&["match", "--tokenizer", &tok, "--json-schema", &schema, "--text", r#"{"name": "Ada", "age": 151}"#]);
     assert_eq!(code, 1);
-
-    // --bench over a directory of JSONSchemaBench-format files.
-    let dir = std::env::temp_dir().join(format!("lmt-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let doc = serde_json::json!({
-        "schema": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
-        "tests": [{"valid": true, "data": {"n": 3}}, {"valid": false, "data": {"n": -1}}, {"valid": false, "data": {}}]
-    });
-    std::fs::write(dir.join("a.json"), doc.to_string()).unwrap();
-    std::fs::write(dir.join("b.json"), serde_json::json!({"schema": {"not": {"required": ["a", "b"]}}, "tests": []}).to_string()).unwrap();
-    let (code, out, err) = lmt(&["match", "--tokenizer", &tok, "--bench", dir.to_str().unwrap(), "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(
-        keys,
-        [
-            "schemas", "compiled", "compile_errors", "compile_ms_p50", "compile_ms_p99", "mask_count", "mask_us_p50",
-            "mask_us_p90", "mask_us_p99", "mask_us_max", "valid_accepted", "valid_total", "invalid_rejected", "invalid_total"
-        ]
-    );
-    assert_eq!((v["schemas"].as_u64(), v["compiled"].as_u64(), v["compile_errors"].as_u64()), (Some(2), Some(1), Some(1)));
-    assert_eq!((v["valid_accepted"].as_u64(), v["valid_total"].as_u64()), (Some(1), Some(1)));
-    assert_eq!((v["invalid_rejected"].as_u64(), v["invalid_total"].as_u64()), (Some(2), Some(2)));
-    assert!(v["mask_count"].as_u64().unwrap() > 0);
-    let (_, text, _) = lmt(&["match", "--tokenizer", &tok, "--bench", dir.to_str().unwrap()]);
-    assert!(text.contains("JSON Schema keyword `not`"), "compile errors are named: {text}");
 }

@@ -60,7 +60,7 @@ impl Constraint {
 
     /// The same constraint without the check that keys never repeat: what
     /// JSON Schema validation and llguidance accept, for the
-    /// JSONSchemaBench comparison (`lmt match --bench`, the engine bench).
+    /// JSONSchemaBench comparison (`cargo bench --bench jsonschemabench`, the engine bench).
     pub fn allowing_repeated_keys(mut self) -> Constraint {
         self.json_keys = false;
         self
