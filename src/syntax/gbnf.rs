@@ -390,24 +390,15 @@ fn unescape(s: &str, at: usize, errs: &mut Errors) -> String {
                 out.push(e);
                 continue;
             }
-            'x' => 2,
-            'u' => 4,
-            'U' => 8,
-            other => {
-                errs.push((Span::new(at + i, at + i + 1 + other.len_utf8()), format!("unknown escape `\\{other}`")));
-                continue;
-            }
-        };
-        let mut hex = String::new();
-        while hex.len() < digits {
-            match it.peek() {
-                Some(&(_, h)) if h.is_ascii_hexdigit() => {
-                    hex.push(h);
-                    it.next();
+            other => match super::literal::hex_digits(other) {
+                Some(n) => n,
+                None => {
+                    errs.push((Span::new(at + i, at + i + 1 + other.len_utf8()), format!("unknown escape `\\{other}`")));
+                    continue;
                 }
-                _ => break,
-            }
-        }
+            },
+        };
+        let hex = super::literal::take_hex(&mut it, digits);
         match u32::from_str_radix(&hex, 16).ok().filter(|_| hex.len() == digits).and_then(char::from_u32) {
             Some(ch) => out.push(ch),
             None => errs.push((
@@ -435,20 +426,7 @@ fn class(text: &str, at: usize, errs: &mut Errors) -> GKind {
             let mut esc = String::from('\\');
             if let Some((_, e)) = it.next() {
                 esc.push(e);
-                let n = match e {
-                    'x' => 2,
-                    'u' => 4,
-                    'U' => 8,
-                    _ => 0,
-                };
-                for _ in 0..n {
-                    if let Some(&(_, h)) = it.peek() {
-                        if h.is_ascii_hexdigit() {
-                            esc.push(h);
-                            it.next();
-                        }
-                    }
-                }
+                esc.push_str(&super::literal::take_hex(&mut it, super::literal::hex_digits(e).unwrap_or(0)));
             }
             let value = unescape(&esc, offset + start, errs);
             if let Some(ch) = value.chars().next() {

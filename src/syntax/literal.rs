@@ -104,21 +104,8 @@ fn pieces(raw: &str) -> Vec<Piece> {
                     }
                     (d, true)
                 } else {
-                    let n = match e {
-                        'x' => 2,
-                        'u' => 4,
-                        _ => 8,
-                    };
-                    let mut d = String::new();
-                    while d.len() < n {
-                        match chars.peek() {
-                            Some(&(_, h)) if h.is_ascii_hexdigit() => {
-                                d.push(h);
-                                chars.next();
-                            }
-                            _ => break,
-                        }
-                    }
+                    let n = hex_digits(e).unwrap_or(8);
+                    let d = take_hex(&mut chars, n);
                     if d.len() < n {
                         let end = open + chars.peek().map(|p| p.0).unwrap_or(body.len());
                         out.push(Piece { start, end, value: Err(format!("`\\{e}` needs {n} hex digits")) });
@@ -172,4 +159,30 @@ mod tests {
         assert_eq!(source_offset(raw, 3), 5);
         assert_eq!(source_offset(raw, 4), 6);
     }
+}
+
+/// How many hex digits the escape `\x`, `\u` or `\U` takes (2, 4, 8).
+pub fn hex_digits(escape: char) -> Option<usize> {
+    match escape {
+        'x' => Some(2),
+        'u' => Some(4),
+        'U' => Some(8),
+        _ => None,
+    }
+}
+
+/// Takes up to `n` hex digits from `chars`, stopping at the first other
+/// character (left unread).
+pub fn take_hex(chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>, n: usize) -> String {
+    let mut d = String::new();
+    while d.len() < n {
+        match chars.peek() {
+            Some(&(_, h)) if h.is_ascii_hexdigit() => {
+                d.push(h);
+                chars.next();
+            }
+            _ => break,
+        }
+    }
+    d
 }
