@@ -167,7 +167,7 @@ impl Vm<'_, '_> {
         let hidden = !self.hidden.is_empty();
         let quiet = self.frame().quiet;
         let mut sink = GenSink { on_event: &mut *self.on_event, cancel: self.opts.cancel.as_deref(), hidden };
-        let g = self.core.lm.generate(spec, &mut sink).map_err(Failure::from)?;
+        let g = self.core.lm.generate(spec, &mut sink)?;
         if !quiet {
             self.core.state.nodes.push(Node::Text { text: g.text.clone(), origin: Origin::Generated, tokens: g.tokens, hidden });
             self.account(&g.text);
@@ -202,14 +202,14 @@ impl Vm<'_, '_> {
         let limits = self.opts.limits.clone();
         let mut constraint = None;
         if let Some(p) = &o.regex {
-            constraint = Some(self.core.cache.get(format!("regex:{p}"), || Constraint::regex(p, &limits)).map_err(Failure::from)?);
+            constraint = Some(self.core.cache.get(format!("regex:{p}"), || Constraint::regex(p, &limits))?);
         }
         if let Some(Value::Grammar { module, id, rule }) = &o.grammar {
             let g = &self.program.modules[*module].grammars[*id as usize];
             let start = rule.as_deref().map(str::to_string).or_else(|| g.start.clone()).unwrap_or_else(|| "root".into());
             let key = format!("grammar:{module}:{id}:{start}");
             let grammar = crate::engine::Grammar::from(&g.grammar);
-            constraint = Some(self.core.cache.get(key, || Constraint::grammar(&grammar, &start, &limits)).map_err(Failure::from)?);
+            constraint = Some(self.core.cache.get(key, || Constraint::grammar(&grammar, &start, &limits))?);
         }
         if let Some(json) = &o.json {
             let schema = match json {
@@ -220,7 +220,7 @@ impl Vm<'_, '_> {
             let semantics = if o.json_open { Semantics::Validation } else { Semantics::Generation };
             let key = format!("json:{semantics:?}:{schema}");
             constraint = Some(
-                self.core.cache.get(key, || Constraint::json_schema(&schema, options::JSON_WHITESPACE, semantics, &limits)).map_err(Failure::from)?,
+                self.core.cache.get(key, || Constraint::json_schema(&schema, options::JSON_WHITESPACE, semantics, &limits))?,
             );
         }
         let bias = match o.bias.is_empty() {
@@ -384,7 +384,7 @@ impl Vm<'_, '_> {
 
     /// Scores literal options; returns the distribution and each option's score.
     fn score_literals(&mut self, options: &[String], follow: &str, mode: ScoreMode) -> Result<(Vec<Choice>, Vec<f64>), Failure> {
-        let raw = self.core.lm.score(options, follow).map_err(Failure::from)?;
+        let raw = self.core.lm.score(options, follow)?;
         let scores: Vec<f64> = raw.iter().map(|&(sum, n)| if mode == ScoreMode::Mean { sum / n.max(1) as f64 } else { sum }).collect();
         Ok((Lm::choices(options, &scores), scores))
     }
@@ -395,13 +395,13 @@ impl Vm<'_, '_> {
     /// the literal options.
     fn score_mixed(&mut self, branches: &[(String, usize, bool)], mode: ScoreMode) -> Result<(Vec<Choice>, Vec<f64>), Failure> {
         let texts: Vec<String> = branches.iter().filter(|b| !b.0.is_empty()).map(|b| b.0.clone()).collect();
-        let raw = if texts.is_empty() { Vec::new() } else { self.core.lm.score(&texts, "").map_err(Failure::from)? };
+        let raw = if texts.is_empty() { Vec::new() } else { self.core.lm.score(&texts, "")? };
         let off = if branches.iter().any(|b| b.0.is_empty()) {
             let literals: Vec<String> = branches.iter().filter(|b| b.2).map(|b| b.0.clone()).collect();
             if literals.is_empty() {
                 0.0
             } else {
-                self.core.lm.off_literals_logprob(&literals).map_err(Failure::from)?
+                self.core.lm.off_literals_logprob(&literals)?
             }
         } else {
             0.0

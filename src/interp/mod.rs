@@ -393,7 +393,7 @@ impl Vm<'_, '_> {
                 if matches!(v, Value::Undefined) {
                     return Err(Failure::value("this value is undefined"));
                 }
-                let text = ops::render(&v).map_err(Failure::from)?;
+                let text = ops::render(&v)?;
                 self.emit(&text, Origin::Variable)?;
             }
             Instr::Const(c) => {
@@ -421,7 +421,7 @@ impl Vm<'_, '_> {
             Instr::Index => {
                 let i = self.pop();
                 let v = self.pop();
-                self.stack.push(ops::index(&v, &i).map_err(Failure::from)?);
+                self.stack.push(ops::index(&v, &i)?);
             }
             Instr::Slice(mask) => {
                 let mut parts = [None, None, None];
@@ -431,7 +431,7 @@ impl Vm<'_, '_> {
                     }
                 }
                 let v = self.pop();
-                self.stack.push(ops::slice(&v, parts[0].as_ref(), parts[1].as_ref(), parts[2].as_ref()).map_err(Failure::from)?);
+                self.stack.push(ops::slice(&v, parts[0].as_ref(), parts[1].as_ref(), parts[2].as_ref())?);
             }
             Instr::List(n) => {
                 let items = self.pop_n(n as usize);
@@ -448,26 +448,25 @@ impl Vm<'_, '_> {
             }
             Instr::Unary(op) => {
                 let v = self.pop();
-                self.stack.push(ops::unary(op, &v).map_err(Failure::from)?);
+                self.stack.push(ops::unary(op, &v)?);
             }
             Instr::Binary(op) => {
                 let b = self.pop();
                 let a = self.pop();
-                self.stack.push(ops::binary(op, &a, &b).map_err(Failure::from)?);
+                self.stack.push(ops::binary(op, &a, &b)?);
             }
             Instr::Call { args, kwargs } => self.call(args as usize, kwargs)?,
             Instr::Filter { name, args, kwargs } => {
                 let kw = self.kwargs(kwargs);
                 let pos = self.pop_n(args as usize);
                 let v = self.pop();
-                let name = self.name(name).to_string();
-                let r = ops::filter(&name, &v, &Args { pos: &pos, kw: &kw }).map_err(Failure::from)?;
+                let r = ops::filter(self.name(name), &v, &Args { pos: &pos, kw: &kw })?;
                 self.stack.push(r);
             }
             Instr::Test { name, args, negated } => {
                 let a = self.pop_n(args as usize);
                 let v = self.pop();
-                let r = ops::test(self.name(name), &v, &a).map_err(Failure::from)?;
+                let r = ops::test(self.name(name), &v, &a)?;
                 self.stack.push(Value::Bool(r != negated));
             }
             Instr::Jump(t) => self.jump(t),
@@ -551,14 +550,14 @@ impl Vm<'_, '_> {
                 if self.role.is_none() {
                     self.drop_layout_whitespace();
                 }
-                self.core.lm.role_begin(&role).map_err(Failure::from)?;
+                self.core.lm.role_begin(&role)?;
                 self.core.state.nodes.push(Node::RoleOpen { role: role.clone() });
                 (self.on_event)(Event::RoleOpen(&role));
                 self.role = Some((role, String::new()));
             }
             Instr::RoleEnd => {
                 if let Some((role, content)) = self.role.take() {
-                    self.core.lm.role_end(&role, &content).map_err(Failure::from)?;
+                    self.core.lm.role_end(&role, &content)?;
                     self.core.state.nodes.push(Node::RoleClose { role: role.clone() });
                     (self.on_event)(Event::RoleClose(&role));
                 }
@@ -571,12 +570,12 @@ impl Vm<'_, '_> {
                 self.finish_capture(t, c, Meta::default())?;
             }
             Instr::HiddenBegin => {
-                let m = self.core.lm.mark().map_err(Failure::from)?;
+                let m = self.core.lm.mark()?;
                 self.hidden.push(m);
             }
             Instr::HiddenEnd => {
                 if let Some(m) = self.hidden.pop() {
-                    self.core.lm.rewind(m).map_err(Failure::from)?;
+                    self.core.lm.rewind(m)?;
                 }
             }
             Instr::DefineFunction(id) => {
@@ -728,7 +727,7 @@ impl Vm<'_, '_> {
                     .ok_or_else(|| Failure::value(format!("module `{}` defines no `{name}`", module.name)))
             }
             Value::Grammar { module, id, rule: None } => Ok(Value::Grammar { module: *module, id: *id, rule: Some(name.into()) }),
-            _ => ops::attr(v, name).map_err(Failure::from),
+            _ => ops::attr(v, name),
         }
     }
 
@@ -747,7 +746,7 @@ impl Vm<'_, '_> {
         match self.pop() {
             // The one builtin that reads the run: its counters so far.
             Value::Builtin("usage") => {
-                let u = self.core.lm.usage_now().map_err(Failure::from)?;
+                let u = self.core.lm.usage_now()?;
                 let counts = [
                     ("prompt_tokens", u.prompt_tokens),
                     ("generated_tokens", u.generated_tokens),
@@ -762,7 +761,7 @@ impl Vm<'_, '_> {
                 self.stack.push(ops::map(counts.iter().map(|(k, v)| (k.to_string(), Value::Int(*v as i64))).collect()));
             }
             Value::Builtin(name) => {
-                let r = ops::call_builtin(name, &Args { pos: &pos, kw: &kw }).map_err(Failure::from)?;
+                let r = ops::call_builtin(name, &Args { pos: &pos, kw: &kw })?;
                 self.stack.push(r);
             }
             Value::Func { module, id } => {
@@ -821,7 +820,7 @@ impl Vm<'_, '_> {
         self.core.state.push_text(text, origin, hidden, merge);
         (self.on_event)(Event::Text { text, origin, hidden });
         self.account(text);
-        self.core.lm.settle().map_err(Failure::from)
+        self.core.lm.settle()
     }
 
     /// Adds text already in the prompt to open captures and the open role.

@@ -62,9 +62,9 @@ impl Lm<'_> {
         let mut lead: Vec<u8> = Vec::new();
         let mut matcher = spec.constraint.as_ref().map(|c| c.matcher(&self.limits));
         let regexes: Vec<&str> = spec.stop_regex.iter().map(String::as_str).collect();
-        let mut stops = StopMatcher::new(&spec.stop, &regexes, &self.limits).map_err(Failure::from)?;
+        let mut stops = StopMatcher::new(&spec.stop, &regexes, &self.limits)?;
         let mut bias_state = spec.bias.as_ref().map(Bias::start);
-        let mut sampler = Sampler::new(spec.sampling.clone()).map_err(Failure::from)?;
+        let mut sampler = Sampler::new(spec.sampling.clone())?;
         let stop_ids: Vec<u32> = stop_ids(self.model).collect();
         let mut mask = TokenMask::new(self.free_mask.len());
         let mut value: Vec<u8> = Vec::new();
@@ -249,7 +249,7 @@ impl Lm<'_> {
         let vocab = &self.model.tokenizer.vocab;
         match matcher {
             Some(m) if !heal.is_empty() => return m.mask_after_prefix(vocab, heal, mask).map_err(Failure::from),
-            Some(m) => m.mask(vocab, mask).map_err(Failure::from)?,
+            Some(m) => m.mask(vocab, mask)?,
             None => mask.copy_prefix(&self.free_mask),
         }
         let start = if heal.is_empty() { lead } else { heal };

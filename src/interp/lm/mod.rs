@@ -290,7 +290,7 @@ impl<'m> Lm<'m> {
         self.seq.truncate(len);
         if self.kv.len() > len {
             self.usage.rewound_tokens += (self.kv.len() - len) as u64;
-            self.kv.truncate(len).map_err(Failure::from)?;
+            self.kv.truncate(len)?;
             self.logits = None;
         }
         Ok(())
@@ -309,11 +309,11 @@ impl<'m> Lm<'m> {
             }
             let n = self.kv.len() - 1;
             self.usage.rewound_tokens += 1;
-            self.kv.truncate(n).map_err(Failure::from)?;
+            self.kv.truncate(n)?;
         }
         let ids: Vec<u32> = self.seq[self.kv.len()..].iter().map(|t| t.id).collect();
         self.usage.reused_tokens += self.kv.len() as u64;
-        let l = self.model.decoder.append(&mut self.kv, &ids).map_err(Failure::from)?;
+        let l = self.model.decoder.append(&mut self.kv, &ids)?;
         self.logits = Some(l.clone());
         Ok(l)
     }

@@ -26,7 +26,7 @@ impl Lm<'_> {
             let r = Rendered { content_spans: vec![(0, text.len())], text };
             ids.push(crate::chat::encode_in(&self.model.tokenizer, &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
         }
-        let lps = self.model.decoder.score(&mut self.kv, &ids).map_err(Failure::from)?;
+        let lps = self.model.decoder.score(&mut self.kv, &ids)?;
         self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
         // Healing's token goes back as pending text, to be decided with the choice.
         if !prefix.is_empty() {
@@ -41,9 +41,9 @@ impl Lm<'_> {
         self.decide()?;
         let logits = self.feed()?;
         let lp = log_softmax(&logits);
-        let c = Constraint::choices(literals, &self.limits).map_err(Failure::from)?;
+        let c = Constraint::choices(literals, &self.limits)?;
         let mut mask = TokenMask::new(self.free_mask.len());
-        c.matcher(&self.limits).mask(&self.model.tokenizer.vocab, &mut mask).map_err(Failure::from)?;
+        c.matcher(&self.limits).mask(&self.model.tokenizer.vocab, &mut mask)?;
         let on: f64 = mask.ones().filter(|&t| (t as usize) < lp.len()).map(|t| f64::from(lp[t as usize]).exp()).sum();
         Ok((1.0 - on).max(1e-12).ln())
     }
