@@ -585,3 +585,11 @@ fn contradictory_and_huge_bounds_are_errors_not_panics() {
     let dense = json!({"type": "object", "maxProperties": 18446744073709551615u64, "dependencies": {"a": ["b"], "b": ["a"]}});
     assert!(accepts(&compile(dense), r#"{"b":1,"a":2}"#));
 }
+
+#[test]
+fn item_counts_bound_arrays() {
+    let c = compile(json!({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3}));
+    assert!(!accepts(&c, "[]") && !accepts(&c, "[1]"), "below minItems");
+    assert!(accepts(&c, "[1,2]") && accepts(&c, "[1,2,3]"));
+    assert!(!accepts(&c, "[1,2,3,4]"), "above maxItems");
+}

@@ -546,6 +546,21 @@ fn greedy_branch_selects_decode_like_greedy_list_selects() {
     }
 }
 
+/// A `gen` with no `max_tokens` stops at the option table's default.
+#[test]
+fn option_defaults_come_from_the_table() {
+    let (name, dir) = &models()[0];
+    let model = load(dir);
+    let spec = lmt::options::find(lmt::options::GEN_OPTIONS, "max_tokens").unwrap();
+    let lmt::options::OptDefault::Int(want) = spec.default else { panic!("max_tokens has an integer default") };
+    // 6,000 letters: more than the default number of tokens can write.
+    let (o, _) = run_text(&model, "X{% gen x regex=\"[a-z]{6000}\" partial=true %}", &[]);
+    assert!(o.error.is_none(), "{name}: {:?}", o.error);
+    let x = capture(&o, "x");
+    assert_eq!(x.meta.tokens.len() as u64, want, "{name}");
+    assert_eq!(x.meta.finish_reason, Some(FinishReason::MaxTokens), "{name}");
+}
+
 #[test]
 fn runtime_errors_point_at_the_source_and_keep_the_partial_state() {
     let (name, dir) = &models()[0];
