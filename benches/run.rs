@@ -50,7 +50,7 @@ fn model_dir() -> PathBuf {
     dir
 }
 
-fn run(model: &Model, src: &str) -> lmt::state::State {
+fn run(model: &Model, src: &str) -> lmt::state::Record {
     let ws = Workspace::load_text("bench.lmt", src, None, &FsLoader::default());
     assert!(!ws.has_errors(), "{:?}", ws.diagnostics);
     let program = lmt::ir::compile(&ws);
@@ -62,7 +62,7 @@ fn run(model: &Model, src: &str) -> lmt::state::State {
 /// The LmScript/Outlines way: for each gen, a fresh cache and the whole
 /// prompt so far re-encoded, then the same greedy tokens generated.
 /// Returns the tokens fed through the model.
-fn resend(model: &Model, state: &lmt::state::State) -> u64 {
+fn resend(model: &Model, state: &lmt::state::Record) -> u64 {
     let tok = &model.tokenizer;
     let m = &model.decoder;
     let mut fed = 0u64;

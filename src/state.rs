@@ -324,7 +324,7 @@ pub struct Usage {
 
 /// The whole record of a run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct State {
+pub struct Record {
     /// Nodes in order.
     pub nodes: Vec<Node>,
     /// The model's token sequence (what the KV cache holds).
@@ -343,9 +343,9 @@ pub struct State {
     pub error: Option<Failure>,
 }
 
-impl Default for State {
+impl Default for Record {
     fn default() -> Self {
-        State {
+        Record {
             nodes: Vec::new(),
             tokens: Vec::new(),
             captures: Vec::new(),
@@ -358,7 +358,7 @@ impl Default for State {
     }
 }
 
-impl State {
+impl Record {
     /// The visible text: every text node but hidden ones, role markers left
     /// out (they are in the token sequence, not the text).
     pub fn text(&self) -> String {

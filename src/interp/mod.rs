@@ -1,6 +1,6 @@
 //! The interpreter: runs a compiled [`Program`] against a model, keeping one
 //! model state ([`lm::Lm`]) for the whole run and the structured record
-//! ([`State`]) beside it. Streams [`Event`]s as it goes.
+//! ([`Record`]) beside it. Streams [`Event`]s as it goes.
 //!
 //! Its own state is a value stack, frames (module, pc, locals, loops) and
 //! the open captures, roles and hidden sections: all plain data, so a run
@@ -23,7 +23,7 @@ use crate::engine::Limits;
 use crate::ir::{CodeModule, Instr, Program, Store, Sym};
 use crate::model::Model;
 use crate::span::{FileId, SourceMap, Span};
-use crate::state::{CaptureRecord, Node, Origin, State, Token};
+use crate::state::{CaptureRecord, Node, Origin, Record, Token};
 use lm::{Lm, Sink};
 use ops::Args;
 use crate::state::{Captured, FinishReason, Meta};
@@ -68,14 +68,14 @@ pub enum Event<'a> {
     /// A value was stored.
     Capture(&'a CaptureRecord),
     /// The run ended: everything, with usage and finish reason.
-    Done(&'a State),
+    Done(&'a Record),
 }
 
 /// What a run produced: the record (always, partial on error or cancel) and the error.
 #[derive(Debug)]
 pub struct Outcome {
     /// The record.
-    pub state: State,
+    pub state: Record,
     /// The error that stopped the run.
     pub error: Option<RunError>,
 }
@@ -116,7 +116,7 @@ pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOpti
         Ok(core) => core,
         Err(fail) => {
             let m = &program.modules[program.entry];
-            let state = State { finish_reason: FinishReason::Error, error: Some(fail.clone()), ..State::default() };
+            let state = Record { finish_reason: FinishReason::Error, error: Some(fail.clone()), ..Record::default() };
             on_event(Event::Done(&state));
             return Outcome { state, error: Some(RunError { kind: fail.kind, message: fail.message, file: m.file, span: Span::default() }) };
         }
@@ -190,7 +190,7 @@ struct CaptureFrame {
 /// [`session::Session`] keeps one across its entries.
 struct Core<'m> {
     lm: Lm<'m>,
-    state: State,
+    state: Record,
     /// Top-level variables of each module, by its own symbols.
     globals: Vec<HashMap<Sym, Value>>,
     imported: Vec<bool>,
@@ -208,7 +208,7 @@ impl<'m> Core<'m> {
     fn new(model: &'m Model, opts: &RunOptions, modules: usize) -> Result<Core<'m>, Failure> {
         let mut core = Core {
             lm: Lm::new(model, opts.limits.clone())?,
-            state: State::default(),
+            state: Record::default(),
             globals: Vec::new(),
             imported: Vec::new(),
             defaults: HashMap::new(),

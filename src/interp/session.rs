@@ -16,7 +16,7 @@ use crate::check::{self, Export, ModuleInfo, ParamSig, Prelude};
 use crate::ir::Program;
 use crate::model::Model;
 use crate::span::{SourceFile, SourceMap};
-use crate::state::{Node, State};
+use crate::state::{Node, Record};
 use crate::workspace::{Loader, Workspace};
 
 /// A live session on one model.
@@ -131,7 +131,7 @@ impl<'m> Session<'m> {
     }
 
     /// The record so far.
-    pub fn state(&self) -> &State {
+    pub fn state(&self) -> &Record {
         &self.core.state
     }
 

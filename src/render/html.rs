@@ -4,10 +4,10 @@
 
 use std::fmt::Write;
 
-use crate::state::{Node, Origin, State};
+use crate::state::{Node, Origin, Record};
 
 /// The report as one HTML page titled `title`.
-pub fn html(state: &State, title: &str) -> String {
+pub fn html(state: &Record, title: &str) -> String {
     let mut body = String::new();
     for n in &state.nodes {
         match n {

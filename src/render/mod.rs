@@ -1,4 +1,4 @@
-//! Views of a run's [`State`], each derived from it and never the reverse:
+//! Views of a run's [`Record`], each derived from it and never the reverse:
 //! the JSON document (`lmt run --json`), the self-contained HTML report
 //! (`--html`), and the terminal styles the CLI streams with.
 
@@ -8,14 +8,14 @@ pub use html::html;
 
 use serde_json::{json, Map, Value as J};
 
-use crate::state::{CaptureRecord, State};
+use crate::state::{CaptureRecord, Record};
 
 /// The JSON document of a run: `text`, `messages`, `captures`, `tokens`,
 /// `usage`, `finish_reason` (and `logprob`, and `error` when one stopped it).
 ///
 /// A capture assigned once is an object; one appended to (`gen xs[]`) is a
 /// list of them, in order.
-pub fn json(state: &State) -> J {
+pub fn json(state: &Record) -> J {
     let mut captures = Map::new();
     for c in &state.captures {
         let entry = capture_json(c);

@@ -24,7 +24,7 @@ use crate::interp::value::Value;
 use crate::state::{FinishReason, Meta};
 use crate::interp::Event;
 use crate::render::{self, Styles};
-use crate::state::{Node, State, TokenKind};
+use crate::state::{Node, Record, TokenKind};
 use crate::workspace::FsLoader;
 use editor::{ReplHelper, COMMANDS};
 
@@ -391,7 +391,7 @@ fn meta(m: &Meta) -> String {
     parts.join(" · ")
 }
 
-fn describe_state(out: &mut dyn Write, s: &State) -> std::io::Result<()> {
+fn describe_state(out: &mut dyn Write, s: &Record) -> std::io::Result<()> {
     let roles: Vec<&str> = s.messages.iter().map(|m| m.role.as_str()).collect();
     writeln!(out, "turns: {} ({})", roles.len(), if roles.is_empty() { "none".to_string() } else { roles.join(", ") })?;
     writeln!(out, "nodes: {}", s.nodes.len())?;
@@ -429,7 +429,7 @@ fn describe_state(out: &mut dyn Write, s: &State) -> std::io::Result<()> {
     writeln!(out, "finish: {}", s.finish_reason.as_str())
 }
 
-fn tokens(out: &mut dyn Write, s: &State) -> std::io::Result<()> {
+fn tokens(out: &mut dyn Write, s: &Record) -> std::io::Result<()> {
     writeln!(out, "{:>5} {:>7}  {:<8} {:<9} text", "pos", "id", "kind", "origin")?;
     for (i, t) in s.tokens.iter().enumerate() {
         let name = |v: serde_json::Result<serde_json::Value>| v.ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
@@ -446,7 +446,7 @@ fn tokens(out: &mut dyn Write, s: &State) -> std::io::Result<()> {
     Ok(())
 }
 
-fn usage(out: &mut dyn Write, s: &State) -> std::io::Result<()> {
+fn usage(out: &mut dyn Write, s: &Record) -> std::io::Result<()> {
     let u = &s.usage;
     writeln!(out, "sequence: {} tokens (what the KV cache holds)", u.sequence_tokens)?;
     writeln!(
