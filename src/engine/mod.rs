@@ -24,7 +24,7 @@ mod stop;
 mod trie;
 mod vocab;
 
-pub use bias::Bias;
+pub use bias::{Bias, BiasState};
 pub use context_free::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
 pub use grammar::{Expr, Grammar, Rule};

@@ -50,197 +50,253 @@ pub trait Sink {
     fn cancelled(&self) -> bool;
 }
 
+/// One generation in progress: the constraint's matcher, stops, bias and
+/// sampler states, the value so far and its tokens.
+struct Gen<'s> {
+    spec: &'s GenSpec,
+    /// Prompt bytes the next token must start with (healing; not the value's).
+    heal: Vec<u8>,
+    /// What healing backed out, for a stop that cuts before any token.
+    healed: Vec<u8>,
+    /// Forced value bytes held back for the next token to start with.
+    lead: Vec<u8>,
+    matcher: Option<crate::engine::Matcher>,
+    stops: StopMatcher,
+    bias_state: Option<crate::engine::BiasState>,
+    sampler: Sampler,
+    stop_ids: Vec<u32>,
+    mask: TokenMask,
+    value: Vec<u8>,
+    /// This generation's tokens, each with where its bytes start in `value`.
+    toks: Vec<(Token, i64)>,
+    /// Where this generation's tokens start in the sequence.
+    gen_start: usize,
+    /// Bytes of `value` already streamed.
+    shown: usize,
+    finish: FinishReason,
+    stop_text: Option<Vec<u8>>,
+    steps: usize,
+}
+
+/// Whether the loop goes on after a step.
+enum Next {
+    Continue,
+    Done,
+}
+
 impl Lm<'_> {
-    /// Generates one value.
+    /// Generates one value. A failure part way (the context is full, no
+    /// token is allowed) keeps what was generated: it is the value, and the
+    /// error is in [`Generated::error`].
     pub fn generate(&mut self, spec: &GenSpec, sink: &mut dyn Sink) -> LmResult<Generated> {
-        let vocab = self.model.tokenizer.vocab.clone();
         self.decide()?;
-        // Token healing: prompt bytes the first token must start with (not part of the value).
-        let mut heal: Vec<u8> = if spec.heal { self.heal_back() } else { Vec::new() };
-        let healed = heal.clone();
-        // Forced value bytes held back for the next token to start with.
-        let mut lead: Vec<u8> = Vec::new();
-        let mut matcher = spec.constraint.as_ref().map(|c| c.matcher(&self.limits));
+        let heal: Vec<u8> = if spec.heal { self.heal_back() } else { Vec::new() };
         let regexes: Vec<&str> = spec.stop_regex.iter().map(String::as_str).collect();
-        let mut stops = StopMatcher::new(&spec.stop, &regexes, &self.limits)?;
-        let mut bias_state = spec.bias.as_ref().map(Bias::start);
-        let mut sampler = Sampler::new(spec.sampling.clone())?;
-        let stop_ids: Vec<u32> = stop_ids(self.model).collect();
-        let mut mask = TokenMask::new(self.free_mask.len());
-        let mut value: Vec<u8> = Vec::new();
-        // This generation's tokens, each with where its bytes start in `value`.
-        let mut toks: Vec<(Token, i64)> = Vec::new();
-        let gen_start = self.seq.len();
-        let mut shown = 0usize;
-        let mut finish = FinishReason::MaxTokens;
-        let mut stop_text = None;
-        let t0 = Instant::now();
-        let mut steps = 0;
-        // A failure mid-way (the context is full, no token is allowed) keeps
-        // what was generated: it is the value, and the error follows it.
-        let failed: Option<Failure> = 'run: {
-            macro_rules! attempt {
-                ($e:expr) => {
-                    match $e {
-                        Ok(v) => v,
-                        Err(e) => break 'run Some(Failure::from(e)),
-                    }
-                };
-            }
-            'gen: while steps < spec.max_tokens {
-                if sink.cancelled() {
-                    finish = FinishReason::Cancelled;
-                    break;
-                }
-                // Fast-forward what the constraint forces, all but its last token.
-                if let (Some(m), true) = (matcher.as_mut(), heal.is_empty() && lead.is_empty()) {
-                    let forced = attempt!(m.forced_bytes(FORCED_LIMIT));
-                    let forced = valid_utf8_prefix(&forced).to_string();
-                    if !forced.is_empty() {
-                        let ids = attempt!(self.model.tokenizer.encoder.encode(&forced).map_err(Failure::model));
-                        let here = m.position();
-                        let complete = attempt!(m.feed(forced.as_bytes())) && m.is_complete();
-                        m.rewind(here);
-                        // A forced/free boundary tokenized alone is rarely what the
-                        // model would write: the model picks how the last forced
-                        // token continues, unless nothing can follow.
-                        let keep = if complete { ids.len() } else { ids.len() - 1 };
-                        let mut at = 0;
-                        for &id in &ids[..keep] {
-                            let b = vocab.bytes(id);
-                            attempt!(m.feed(b));
-                            let t = self.token(id, Origin::Generated, TokenKind::Forced, None, Vec::new());
-                            sink.token(&t);
-                            toks.push((t.clone(), value.len() as i64));
-                            value.extend_from_slice(b);
-                            at += b.len();
-                            self.seq.push(t);
-                            self.usage.forced_tokens += 1;
-                            steps += 1;
-                            if let StopEvent::Stop { value_len, text, .. } = stops.push(b) {
-                                stop_text = Some(text);
-                                finish = FinishReason::Stop;
-                                self.cut_at_stop(&mut value, &mut toks, gen_start, value_len, &healed);
-                                break 'gen;
-                            }
-                        }
-                        lead = forced.as_bytes()[at..].to_vec();
-                        if complete {
-                            finish = FinishReason::ConstraintComplete;
-                            break;
-                        }
-                        if steps >= spec.max_tokens {
-                            break;
-                        }
-                    }
-                }
-                let logits = attempt!(self.feed());
-                let tm = Instant::now();
-                attempt!(self.next_mask(matcher.as_mut(), &heal, &lead, &mut mask));
-                if heal.is_empty() && lead.is_empty() && matcher.as_ref().is_none_or(|m| m.is_accepting()) {
-                    stop_ids.iter().for_each(|&t| mask.set(t));
-                }
-                self.usage.mask_ms += tm.elapsed().as_secs_f64() * 1e3;
-                let mut bias = Vec::new();
-                if let (Some(b), Some(st)) = (&spec.bias, &bias_state) {
-                    b.apply(&vocab, st, |t, off| bias.push((t, off)));
-                }
-                let s = attempt!(sampler.sample(&logits, Some(&mask), &bias).map_err(|e| match matcher {
-                    Some(_) => Failure::constraint(format!("the constraint allows no token the model can emit here ({e})")),
-                    None => Failure::from(e),
-                }));
-                if self.usage.time_to_first_token_ms.is_none() {
-                    self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
-                }
-                steps += 1;
-                if stop_ids.contains(&s.token) {
-                    finish = FinishReason::Eos;
-                    break;
-                }
-                let bytes = vocab.bytes(s.token);
-                // The value gets the token's bytes after the healed prompt bytes.
-                let new = &bytes[heal.len().min(bytes.len())..];
-                let kind = if heal.is_empty() { TokenKind::Sampled } else { TokenKind::Healed };
-                let top = s
-                    .top
-                    .iter()
-                    .map(|&(id, lp)| Alternative { text: String::from_utf8_lossy(vocab.bytes(id)).into_owned(), logprob: lp })
-                    .collect();
-                let t = self.token(s.token, Origin::Generated, kind, Some(s.logprob), top);
-                sink.token(&t);
-                toks.push((t.clone(), value.len() as i64 - heal.len() as i64));
-                self.usage.generated_tokens += 1;
-                heal.clear();
-                lead.clear();
-                // (A healed token equal to the prompt bytes adds nothing to the value.)
-                if let (Some(m), false) = (matcher.as_mut(), new.is_empty()) {
-                    if !attempt!(m.feed(new)) {
-                        break 'run Some(Failure::internal(format!(
-                            "the sampled token {:?} (after {:?}) does not continue the constraint",
-                            String::from_utf8_lossy(bytes),
-                            String::from_utf8_lossy(&healed)
-                        )));
-                    }
-                }
-                if let (Some(b), Some(st)) = (&spec.bias, bias_state.as_mut()) {
-                    b.advance(st, bytes);
-                }
-                value.extend_from_slice(new);
-                match stops.push(new) {
-                    StopEvent::Stop { value_len, text, .. } => {
-                        stop_text = Some(text);
-                        finish = FinishReason::Stop;
-                        self.cut_at_stop(&mut value, &mut toks, gen_start, value_len, &healed);
-                        break;
-                    }
-                    StopEvent::Continue { safe } => {
-                        self.seq.push(t);
-                        let upto = utf8_floor(&value, safe);
-                        if upto > shown {
-                            sink.text(&String::from_utf8_lossy(&value[shown..upto]));
-                            shown = upto;
-                        }
-                    }
-                }
-                if matcher.as_ref().is_some_and(|m| m.is_complete()) {
-                    finish = FinishReason::ConstraintComplete;
-                    break;
-                }
-            }
-            None
+        let mut g = Gen {
+            spec,
+            healed: heal.clone(),
+            heal,
+            lead: Vec::new(),
+            matcher: spec.constraint.as_ref().map(|c| c.matcher(&self.limits)),
+            stops: StopMatcher::new(&spec.stop, &regexes, &self.limits)?,
+            bias_state: spec.bias.as_ref().map(Bias::start),
+            sampler: Sampler::new(spec.sampling.clone())?,
+            stop_ids: stop_ids(self.model).collect(),
+            mask: TokenMask::new(self.free_mask.len()),
+            value: Vec::new(),
+            toks: Vec::new(),
+            gen_start: self.seq.len(),
+            shown: 0,
+            finish: FinishReason::MaxTokens,
+            stop_text: None,
+            steps: 0,
         };
+        let t0 = Instant::now();
+        let failed = self.run_steps(&mut g, sink).err();
+        self.gen_time += t0.elapsed().as_secs_f64();
+        Ok(self.finish_gen(g, failed, sink))
+    }
+
+    /// Forced tokens, then one sampled token, until a limit, a stop, the
+    /// constraint's end, EOS or Ctrl-C.
+    fn run_steps(&mut self, g: &mut Gen<'_>, sink: &mut dyn Sink) -> LmResult<()> {
+        while g.steps < g.spec.max_tokens {
+            if sink.cancelled() {
+                g.finish = FinishReason::Cancelled;
+                return Ok(());
+            }
+            if let Next::Done = self.forced_step(g, sink)? {
+                return Ok(());
+            }
+            if let Next::Done = self.sampled_step(g, sink)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Fast-forwards what the constraint forces, all but its last token: a
+    /// forced/free boundary tokenized alone is rarely what the model would
+    /// write, so the model picks how the last forced token continues (unless
+    /// nothing can follow).
+    fn forced_step(&mut self, g: &mut Gen<'_>, sink: &mut dyn Sink) -> LmResult<Next> {
+        let Some(m) = g.matcher.as_mut().filter(|_| g.heal.is_empty() && g.lead.is_empty()) else { return Ok(Next::Continue) };
+        let forced = m.forced_bytes(FORCED_LIMIT)?;
+        let forced = valid_utf8_prefix(&forced).to_string();
+        if forced.is_empty() {
+            return Ok(Next::Continue);
+        }
+        let ids = self.model.tokenizer.encoder.encode(&forced).map_err(Failure::model)?;
+        let here = m.position();
+        let complete = m.feed(forced.as_bytes())? && m.is_complete();
+        m.rewind(here);
+        let keep = if complete { ids.len() } else { ids.len() - 1 };
+        let vocab = self.model.tokenizer.vocab.clone();
+        let mut at = 0;
+        for &id in &ids[..keep] {
+            let b = vocab.bytes(id);
+            g.matcher.as_mut().expect("checked above").feed(b)?;
+            let t = self.token(id, Origin::Generated, TokenKind::Forced, None, Vec::new());
+            sink.token(&t);
+            g.toks.push((t.clone(), g.value.len() as i64));
+            g.value.extend_from_slice(b);
+            at += b.len();
+            self.seq.push(t);
+            self.usage.forced_tokens += 1;
+            g.steps += 1;
+            if let StopEvent::Stop { value_len, text, .. } = g.stops.push(b) {
+                self.stop_at(g, value_len, text);
+                return Ok(Next::Done);
+            }
+        }
+        g.lead = forced.as_bytes()[at..].to_vec();
+        if complete {
+            g.finish = FinishReason::ConstraintComplete;
+            return Ok(Next::Done);
+        }
+        Ok(if g.steps >= g.spec.max_tokens { Next::Done } else { Next::Continue })
+    }
+
+    /// Masks, biases and samples one token, and takes it into the value
+    /// (streaming what no stop can take back).
+    fn sampled_step(&mut self, g: &mut Gen<'_>, sink: &mut dyn Sink) -> LmResult<Next> {
+        let vocab = self.model.tokenizer.vocab.clone();
+        let logits = self.feed()?;
+        let tm = Instant::now();
+        self.next_mask(g.matcher.as_mut(), &g.heal, &g.lead, &mut g.mask)?;
+        if g.heal.is_empty() && g.lead.is_empty() && g.matcher.as_ref().is_none_or(|m| m.is_accepting()) {
+            g.stop_ids.iter().for_each(|&t| g.mask.set(t));
+        }
+        self.usage.mask_ms += tm.elapsed().as_secs_f64() * 1e3;
+        let mut bias = Vec::new();
+        if let (Some(b), Some(st)) = (&g.spec.bias, &g.bias_state) {
+            b.apply(&vocab, st, |t, off| bias.push((t, off)));
+        }
+        let constrained = g.matcher.is_some();
+        let s = g.sampler.sample(&logits, Some(&g.mask), &bias).map_err(|e| match constrained {
+            true => Failure::constraint(format!("the constraint allows no token the model can emit here ({e})")),
+            false => Failure::from(e),
+        })?;
+        if self.usage.time_to_first_token_ms.is_none() {
+            self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
+        }
+        g.steps += 1;
+        if g.stop_ids.contains(&s.token) {
+            g.finish = FinishReason::Eos;
+            return Ok(Next::Done);
+        }
+        let bytes = vocab.bytes(s.token);
+        // The value gets the token's bytes after the healed prompt bytes.
+        let new = &bytes[g.heal.len().min(bytes.len())..];
+        let kind = if g.heal.is_empty() { TokenKind::Sampled } else { TokenKind::Healed };
+        let top = s
+            .top
+            .iter()
+            .map(|&(id, lp)| Alternative { text: String::from_utf8_lossy(vocab.bytes(id)).into_owned(), logprob: lp })
+            .collect();
+        let t = self.token(s.token, Origin::Generated, kind, Some(s.logprob), top);
+        sink.token(&t);
+        g.toks.push((t.clone(), g.value.len() as i64 - g.heal.len() as i64));
+        self.usage.generated_tokens += 1;
+        g.heal.clear();
+        g.lead.clear();
+        // (A healed token equal to the prompt bytes adds nothing to the value.)
+        if let (Some(m), false) = (g.matcher.as_mut(), new.is_empty()) {
+            if !m.feed(new)? {
+                return Err(Failure::internal(format!(
+                    "the sampled token {:?} (after {:?}) does not continue the constraint",
+                    String::from_utf8_lossy(bytes),
+                    String::from_utf8_lossy(&g.healed)
+                )));
+            }
+        }
+        if let (Some(b), Some(st)) = (&g.spec.bias, g.bias_state.as_mut()) {
+            b.advance(st, bytes);
+        }
+        g.value.extend_from_slice(new);
+        match g.stops.push(new) {
+            StopEvent::Stop { value_len, text, .. } => {
+                self.stop_at(g, value_len, text);
+                return Ok(Next::Done);
+            }
+            StopEvent::Continue { safe } => {
+                self.seq.push(t);
+                let upto = utf8_floor(&g.value, safe);
+                if upto > g.shown {
+                    sink.text(&String::from_utf8_lossy(&g.value[g.shown..upto]));
+                    g.shown = upto;
+                }
+            }
+        }
+        if g.matcher.as_ref().is_some_and(|m| m.is_complete()) {
+            g.finish = FinishReason::ConstraintComplete;
+            return Ok(Next::Done);
+        }
+        Ok(Next::Continue)
+    }
+
+    /// A stop matched: the value ends where the stop starts.
+    fn stop_at(&mut self, g: &mut Gen<'_>, value_len: usize, text: Vec<u8>) {
+        g.stop_text = Some(text);
+        g.finish = FinishReason::Stop;
+        self.cut_at_stop(&mut g.value, &mut g.toks, g.gen_start, value_len, &g.healed);
+    }
+
+    /// What is left over goes back (healed bytes) or into the value (forced
+    /// bytes held back); the rest of the value is streamed; the value is
+    /// judged where `max_tokens` cut it.
+    fn finish_gen(&mut self, mut g: Gen<'_>, failed: Option<Failure>, sink: &mut dyn Sink) -> Generated {
         // Healing backed a prompt token out and nothing replaced it: it goes back.
-        if !heal.is_empty() {
-            self.push_text(&String::from_utf8_lossy(&heal), Origin::Template);
+        if !g.heal.is_empty() {
+            self.push_text(&String::from_utf8_lossy(&g.heal), Origin::Template);
         }
         // Forced bytes the model never got to continue are still the value's.
-        if !lead.is_empty() {
-            self.push_text(&String::from_utf8_lossy(&lead), Origin::Generated);
-            value.extend_from_slice(&lead);
+        if !g.lead.is_empty() {
+            self.push_text(&String::from_utf8_lossy(&g.lead), Origin::Generated);
+            g.value.extend_from_slice(&g.lead);
         }
-        self.gen_time += t0.elapsed().as_secs_f64();
-        if value.len() > shown {
-            sink.text(&String::from_utf8_lossy(&value[shown..]));
+        if g.value.len() > g.shown {
+            sink.text(&String::from_utf8_lossy(&g.value[g.shown..]));
         }
         if failed.is_some() {
-            finish = FinishReason::Error;
+            g.finish = FinishReason::Error;
         }
         // Checked on the value as kept (forced bytes held back included),
         // and only where a limit cut it.
-        let unfinished = finish == FinishReason::MaxTokens
-            && spec.constraint.as_ref().is_some_and(|c| {
+        let unfinished = g.finish == FinishReason::MaxTokens
+            && g.spec.constraint.as_ref().is_some_and(|c| {
                 let mut m = c.matcher(&self.limits);
-                !(m.feed(&value).unwrap_or(false) && m.is_accepting())
+                !(m.feed(&g.value).unwrap_or(false) && m.is_accepting())
             });
-        let tokens: Vec<Token> = toks.into_iter().map(|(t, _)| t).collect();
+        let tokens: Vec<Token> = g.toks.into_iter().map(|(t, _)| t).collect();
         let meta = Meta {
             logprob: tokens.iter().filter_map(|t| t.logprob).map(f64::from).sum(),
             tokens: tokens.iter().map(|t| t.id).collect(),
-            finish_reason: Some(finish),
-            stop: stop_text.map(|s| String::from_utf8_lossy(&s).into_owned()),
+            finish_reason: Some(g.finish),
+            stop: g.stop_text.map(|s| String::from_utf8_lossy(&s).into_owned()),
             choices: Vec::new(),
         };
-        Ok(Generated { text: String::from_utf8_lossy(&value).into_owned(), tokens, meta, unfinished, error: failed })
+        Generated { text: String::from_utf8_lossy(&g.value).into_owned(), tokens, meta, unfinished, error: failed }
     }
 
     /// The tokens allowed next: the constraint's (or any generable token),
