@@ -243,7 +243,7 @@ impl<'m> Core<'m> {
     fn sync(&mut self) {
         self.lm.sync_usage();
         self.state.tokens = self.lm.tokens().to_vec();
-        self.state.messages = self.lm.messages.clone();
+        self.state.messages = self.lm.messages().to_vec();
         self.state.usage = self.lm.usage.clone();
     }
 }

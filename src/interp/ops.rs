@@ -1,5 +1,5 @@
 //! Operators, indexing, filters, tests and built-in functions on [`Value`]s.
-//! Errors are plain messages; the interpreter adds the source span.
+//! Errors are `Failure`s of kind value or limit; the interpreter adds the source span.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use crate::state::Failure;
 use super::value::{self, Value, META_ATTRS};
 use crate::syntax::ast::{BinaryOp, UnaryOp};
 
-/// Result of an operation: a value or a message.
+/// Result of an operation: a value or a failure.
 pub type OpResult = Result<Value, Failure>;
 
 /// Most items `range` may produce (a loop over model output is bounded).

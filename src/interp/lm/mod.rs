@@ -17,6 +17,7 @@ mod turns;
 
 pub use generate::{GenSpec, Generated, Sink};
 use generate::stop_ids;
+use turns::Conversation;
 
 use crate::chat::{ChatTemplate, Message, Rendered};
 use crate::engine::{Bias, Constraint, Limits, StopEvent, StopMatcher, TokenMask};
@@ -57,11 +58,8 @@ pub struct Lm<'m> {
     /// Logits after the last token of `kv`, when `kv` holds all of `seq`.
     logits: Option<Vec<f32>>,
     free_mask: TokenMask,
-    template: Option<ChatTemplate>,
-    /// What the chat template has written so far (contents included).
-    transcript: String,
-    /// Finished chat turns.
-    pub messages: Vec<Message>,
+    /// The chat template, the finished turns and what it has written.
+    chat: Conversation,
     /// Where the open turn's content starts in `pending`, while none of it is decided.
     turn_content_at: Option<usize>,
     limits: Limits,
@@ -123,9 +121,7 @@ impl<'m> Lm<'m> {
             max_token_bytes: (0..model.tokenizer.vocab.len() as u32).map(|t| model.tokenizer.vocab.bytes(t).len()).max().unwrap_or(1),
             logits: None,
             free_mask,
-            template,
-            transcript: String::new(),
-            messages: Vec::new(),
+            chat: Conversation { template, transcript: String::new(), messages: Vec::new() },
             turn_content_at: None,
             limits,
             usage: Usage::default(),
@@ -201,8 +197,8 @@ impl<'m> Lm<'m> {
         Ok(Checkpoint {
             ids: self.seq.iter().map(|t| t.id).collect(),
             tail,
-            transcript: self.transcript.clone(),
-            messages: self.messages.len(),
+            transcript: self.chat.transcript.clone(),
+            messages: self.chat.messages.len(),
         })
     }
 
@@ -223,12 +219,17 @@ impl<'m> Lm<'m> {
             };
             self.seq.push(t);
         }
-        self.transcript = cp.transcript.clone();
-        self.messages.truncate(cp.messages);
+        self.chat.transcript = cp.transcript.clone();
+        self.chat.messages.truncate(cp.messages);
         if self.kv.len() < self.seq.len() {
             self.feed()?;
         }
         Ok(())
+    }
+
+    /// The finished chat turns.
+    pub fn messages(&self) -> &[Message] {
+        &self.chat.messages
     }
 
     /// The decided token sequence.

@@ -3,13 +3,61 @@
 
 use super::*;
 
+/// The chat side of a run: the template, the finished turns, and what the
+/// template has written so far (contents included).
+pub(super) struct Conversation {
+    pub(super) template: Option<ChatTemplate>,
+    pub(super) transcript: String,
+    pub(super) messages: Vec<Message>,
+}
+
+impl Conversation {
+    /// The conversation so far with `more` messages after it; it must
+    /// extend what the template wrote before.
+    fn render_with(&self, more: &[Message]) -> LmResult<Rendered> {
+        let t = self.template.as_ref().ok_or_else(|| {
+            Failure::model(
+                "this model has no chat template (none in its GGUF metadata, chat_template.jinja or tokenizer_config.json), \
+                 so role blocks cannot be rendered: pass one with --chat-template FILE",
+            )
+        })?;
+        let msgs: Vec<Message> = self.messages.iter().chain(more).cloned().collect();
+        let r = t.render(&msgs, false).map_err(Failure::model)?;
+        if !r.text.starts_with(&self.transcript) {
+            return Err(Failure::new(
+                RunErrorKind::Model,
+                "the chat template renders earlier turns differently once a new turn is added; lmt needs a template that only appends",
+            ));
+        }
+        Ok(r)
+    }
+
+    /// What the template writes after the last turn (Phi-3's EOS), now
+    /// part of the transcript; `None` when nothing.
+    fn close(&mut self) -> LmResult<Option<String>> {
+        let Some(t) = &self.template else { return Ok(None) };
+        if self.messages.is_empty() {
+            return Ok(None);
+        }
+        let r = t.render(&self.messages, false).map_err(Failure::model)?;
+        match r.text.strip_prefix(&self.transcript).filter(|t| !t.is_empty()) {
+            Some(tail) => {
+                let tail = tail.to_string();
+                self.transcript = r.text;
+                Ok(Some(tail))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
 impl Lm<'_> {
     /// Opens a chat turn: queues the template's text up to the content.
     pub fn role_begin(&mut self, role: &str) -> LmResult<()> {
-        let r = self.render_with(&[message(role, "")])?;
+        let r = self.chat.render_with(&[message(role, "")])?;
         let at = r.content_spans.last().map(|s| s.0).ok_or_else(|| Failure::model("the chat template does not write the message's content"))?;
-        self.pending.push(Piece::Marker(r.text[self.transcript.len()..at].to_string()));
-        self.transcript = r.text[..at].to_string();
+        self.pending.push(Piece::Marker(r.text[self.chat.transcript.len()..at].to_string()));
+        self.chat.transcript = r.text[..at].to_string();
         self.turn_content_at = Some(self.pending.len());
         Ok(())
     }
@@ -19,7 +67,7 @@ impl Lm<'_> {
     /// a template writes only at the very end, such as Phi-3's EOS, is left
     /// for [`Lm::close_conversation`]).
     pub fn role_end(&mut self, role: &str, content: &str) -> LmResult<()> {
-        let r = self.render_with(&[message(role, content)])?;
+        let r = self.chat.render_with(&[message(role, content)])?;
         let end = r.content_spans.last().map(|s| s.1).ok_or_else(|| Failure::model("the chat template does not write the message's content"))?;
         let mut suffix = r.text[end..].to_string();
         // A template may transform content (Llama 3 trims it): while the
@@ -39,14 +87,14 @@ impl Lm<'_> {
         }
         let probe = if role == "user" { "assistant" } else { "user" };
         if let Some(next) =
-            self.render_with(&[message(role, content), message(probe, "x")]).ok().filter(|n| n.text.starts_with(&r.text[..end]))
+            self.chat.render_with(&[message(role, content), message(probe, "x")]).ok().filter(|n| n.text.starts_with(&r.text[..end]))
         {
             let shared = suffix.chars().zip(next.text[end..].chars()).take_while(|(a, b)| a == b).map(|(a, _)| a.len_utf8()).sum();
             suffix.truncate(shared);
         }
-        self.transcript = format!("{}{suffix}", &r.text[..end]);
+        self.chat.transcript = format!("{}{suffix}", &r.text[..end]);
         self.pending.push(Piece::Marker(suffix));
-        self.messages.push(message(role, content));
+        self.chat.messages.push(message(role, content));
         Ok(())
     }
 
@@ -54,36 +102,10 @@ impl Lm<'_> {
     /// conversation (Phi-3 ends it with EOS), so the sequence is the
     /// template's whole rendering.
     pub fn close_conversation(&mut self) -> LmResult<()> {
-        if let Some(t) = &self.template {
-            if !self.messages.is_empty() {
-                let r = t.render(&self.messages, false).map_err(Failure::model)?;
-                if let Some(tail) = r.text.strip_prefix(&self.transcript).filter(|t| !t.is_empty()) {
-                    self.pending.push(Piece::Marker(tail.to_string()));
-                    self.transcript = r.text;
-                }
-            }
+        if let Some(tail) = self.chat.close()? {
+            self.pending.push(Piece::Marker(tail));
         }
         Ok(())
-    }
-
-    /// The conversation so far with `more` messages after it; it must
-    /// extend what the template wrote before.
-    fn render_with(&self, more: &[Message]) -> LmResult<Rendered> {
-        let t = self.template.as_ref().ok_or_else(|| {
-            Failure::model(
-                "this model has no chat template (none in its GGUF metadata, chat_template.jinja or tokenizer_config.json), \
-                 so role blocks cannot be rendered: pass one with --chat-template FILE",
-            )
-        })?;
-        let msgs: Vec<Message> = self.messages.iter().chain(more).cloned().collect();
-        let r = t.render(&msgs, false).map_err(Failure::model)?;
-        if !r.text.starts_with(&self.transcript) {
-            return Err(Failure::new(
-                RunErrorKind::Model,
-                "the chat template renders earlier turns differently once a new turn is added; lmt needs a template that only appends",
-            ));
-        }
-        Ok(r)
     }
 }
 
