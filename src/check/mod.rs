@@ -101,25 +101,20 @@ pub fn start_rule(name: &str, g: &crate::syntax::gbnf::Grammar) -> Option<String
 
 /// The exports of a parsed module.
 pub fn module_info(name: &str, t: &Template) -> ModuleInfo {
+    use crate::syntax::defs::{self, DefKind};
     let mut exports = BTreeMap::new();
-    let mut add = |n: &str, e: Export| {
-        exports.entry(n.to_string()).or_insert(e);
-    };
-    for node in &t.body {
-        match node {
-            Node::Def(d) => add(&d.name.name, Export::Def(sigs(&d.params))),
-            Node::Grammar(g) => add(
-                &g.name.name,
-                Export::Grammar {
-                    rules: g.grammar.rules.iter().map(|r| r.name.clone()).collect(),
-                    start: start_rule(&g.name.name, &g.grammar),
-                },
-            ),
-            Node::Set { target, .. } => add(&target.name.name, Export::Value),
-            Node::Input { params, .. } => params.iter().for_each(|p| add(&p.name.name, Export::Value)),
-            Node::Import(i) => add(&i.alias.name, Export::Module),
-            _ => {}
-        }
+    for d in defs::definitions(&t.body, Span::default()).iter().filter(|d| d.top) {
+        let export = match (d.kind, d.node) {
+            (DefKind::Def, Node::Def(def)) => Export::Def(sigs(&def.params)),
+            (DefKind::Grammar, Node::Grammar(g)) => Export::Grammar {
+                rules: g.grammar.rules.iter().map(|r| r.name.clone()).collect(),
+                start: start_rule(&g.name.name, &g.grammar),
+            },
+            (DefKind::Variable | DefKind::Input, _) => Export::Value,
+            (DefKind::Import, _) => Export::Module,
+            _ => continue,
+        };
+        exports.entry(d.name.to_string()).or_insert(export);
     }
     ModuleInfo { name: name.to_string(), exports }
 }

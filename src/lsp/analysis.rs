@@ -6,7 +6,7 @@
 use crate::builtins;
 use crate::options::{OptionSpec, GEN_OPTIONS, SELECT_OPTIONS};
 use crate::span::{FileId, Span};
-use crate::syntax::ast::{Node, RoleName};
+use crate::syntax::ast::Node;
 use crate::workspace::Workspace;
 
 /// Statement keywords with one line of documentation: the one list that
@@ -34,48 +34,7 @@ pub const KEYWORDS: &[(&str, &str)] = &[
     ("end", "Closes the innermost open block."),
 ];
 
-/// What a defined name is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DefKind {
-    /// `{% set %}`.
-    Variable,
-    /// A `gen`, `select` or `capture` target.
-    Capture,
-    /// `{% input %}`.
-    Input,
-    /// A `for` variable.
-    LoopVar,
-    /// `{% def %}`.
-    Def,
-    /// A `def` parameter.
-    Param,
-    /// `{% grammar %}`.
-    Grammar,
-    /// A GBNF rule inside a grammar.
-    Rule,
-    /// `{% import … as name %}`.
-    Import,
-    /// A role block (outline only).
-    Role,
-}
-
-impl DefKind {
-    /// How hovers and completions describe it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            DefKind::Variable => "variable",
-            DefKind::Capture => "captured value",
-            DefKind::Input => "input",
-            DefKind::LoopVar => "loop variable",
-            DefKind::Def => "def",
-            DefKind::Param => "parameter",
-            DefKind::Grammar => "grammar",
-            DefKind::Rule => "grammar rule",
-            DefKind::Import => "imported module",
-            DefKind::Role => "role",
-        }
-    }
-}
+pub use crate::syntax::defs::DefKind;
 
 /// A definition in a file.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,110 +53,25 @@ pub struct Definition {
     pub target: Option<FileId>,
 }
 
-/// Every definition in the root file, in source order.
+/// Every definition in the root file, in source order (the one
+/// definitions pass, `syntax::defs`, with imports resolved to their files).
 pub fn definitions(ws: &Workspace) -> Vec<Definition> {
     let m = ws.module(ws.root);
     let file_len = ws.sources.get(ws.root).text.len();
-    let mut out = Vec::new();
-    let imports = &m.imports;
-    walk(&m.template.body, Span::new(0, file_len), imports, &mut out);
-    out
-}
-
-fn walk(nodes: &[Node], scope: Span, imports: &[(String, FileId)], out: &mut Vec<Definition>) {
-    for n in nodes {
-        match n {
-            Node::Gen(g) => {
-                if let Some(t) = &g.target {
-                    push(out, &t.name, DefKind::Capture, g.span, scope, None);
-                }
-            }
-            Node::Select(s) => {
-                if let Some(t) = &s.target {
-                    push(out, &t.name, DefKind::Capture, s.span, scope, None);
-                }
-                if let crate::syntax::ast::Choices::Branches(bs) = &s.choices {
-                    for b in bs {
-                        walk(&b.body, scope, imports, out);
-                    }
-                }
-            }
-            Node::Capture(b) => {
-                push(out, &b.head.name, DefKind::Capture, b.span, scope, None);
-                walk(&b.body, scope, imports, out);
-            }
-            Node::Set { target, span, .. } => push(out, &target.name, DefKind::Variable, *span, scope, None),
-            Node::Input { params, span } => {
-                for p in params {
-                    push(out, &p.name, DefKind::Input, *span, scope, None);
-                }
-            }
-            Node::For(f) => {
-                for v in &f.vars {
-                    push(out, v, DefKind::LoopVar, f.open, f.span, None);
-                }
-                walk(&f.body, scope, imports, out);
-                if let Some(e) = &f.else_body {
-                    walk(e, scope, imports, out);
-                }
-            }
-            Node::Def(d) => {
-                push(out, &d.name, DefKind::Def, d.span, scope, None);
-                for p in &d.params {
-                    push(out, &p.name, DefKind::Param, d.open, d.span, None);
-                }
-                walk(&d.body, d.span, imports, out);
-            }
-            Node::Import(i) => {
-                let target = imports.iter().find(|(p, _)| *p == i.path).map(|(_, f)| *f);
-                push(out, &i.alias, DefKind::Import, i.span, scope, target);
-            }
-            Node::Grammar(g) => {
-                push(out, &g.name, DefKind::Grammar, g.span, scope, None);
-                for r in &g.grammar.rules {
-                    out.push(Definition {
-                        name: r.name.clone(),
-                        kind: DefKind::Rule,
-                        name_span: r.name_span,
-                        span: r.span,
-                        scope: g.span,
-                        target: None,
-                    });
-                }
-            }
-            Node::Role(b) => {
-                let name = match &b.head {
-                    RoleName::System => "system",
-                    RoleName::User => "user",
-                    RoleName::Assistant => "assistant",
-                    RoleName::Expr(_) => "role",
-                };
-                out.push(Definition {
-                    name: name.into(),
-                    kind: DefKind::Role,
-                    name_span: b.open,
-                    span: b.span,
-                    scope,
-                    target: None,
-                });
-                walk(&b.body, scope, imports, out);
-            }
-            Node::Hidden(b) => walk(&b.body, scope, imports, out),
-            Node::If(i) => {
-                for (_, body) in &i.branches {
-                    walk(body, scope, imports, out);
-                }
-                if let Some(e) = &i.else_body {
-                    walk(e, scope, imports, out);
-                }
-            }
-            Node::Text { .. } | Node::Emit { .. } => {}
-        }
-    }
-}
-
-fn push(out: &mut Vec<Definition>, name: &crate::syntax::ast::Ident, kind: DefKind, span: Span, scope: Span, target: Option<FileId>) {
-    out.push(Definition { name: name.name.clone(), kind, name_span: name.span, span, scope, target });
+    crate::syntax::defs::definitions(&m.template.body, Span::new(0, file_len))
+        .into_iter()
+        .map(|d| Definition {
+            name: d.name.to_string(),
+            kind: d.kind,
+            name_span: d.name_span,
+            span: d.span,
+            scope: d.scope,
+            target: match d.node {
+                Node::Import(i) if d.kind == DefKind::Import => m.imports.iter().find(|(p, _)| *p == i.path).map(|(_, f)| *f),
+                _ => None,
+            },
+        })
+        .collect()
 }
 
 /// Where the cursor is, as far as editing goes.

@@ -6,6 +6,7 @@
 
 pub mod ast;
 mod blocks;
+pub mod defs;
 pub mod dump;
 pub mod gbnf;
 pub mod literal;
