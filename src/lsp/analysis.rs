@@ -4,7 +4,7 @@
 //! The protocol layer (`super`) converts offsets to LSP positions.
 
 use crate::builtins;
-use crate::options::{OptionSpec, GEN_OPTIONS, SELECT_OPTIONS};
+use crate::options::OptionSpec;
 use crate::span::{FileId, Span};
 use crate::syntax::ast::Node;
 use crate::workspace::Workspace;
@@ -183,7 +183,7 @@ pub fn completions(ws: &Workspace, offset: usize) -> Vec<Completion> {
         Context::Text => Vec::new(),
         Context::Keyword => KEYWORDS.iter().map(|(k, d)| c(k, "keyword", String::new(), d)).collect(),
         Context::Options { select } => {
-            let opts = if select { SELECT_OPTIONS } else { GEN_OPTIONS };
+            let opts = crate::options::table(select);
             opts.iter().map(|o| c(o.name, "option", format!("{} = {}", o.ty, o.default.display()), o.doc)).collect()
         }
         Context::Filter => builtins::FILTERS.iter().map(|b| c(b.name, "filter", signature(b), b.doc)).collect(),
@@ -230,7 +230,7 @@ pub fn hover(ws: &Workspace, offset: usize) -> Option<Hover> {
     }
     if let Context::Options { select } = ctx {
         if after.starts_with('=') && !after.starts_with("==") {
-            let opts = if select { SELECT_OPTIONS } else { GEN_OPTIONS };
+            let opts = crate::options::table(select);
             if let Some(o) = opts.iter().find(|o| o.name == word) {
                 return md(option_doc(o, select));
             }

@@ -12,7 +12,6 @@ use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::Context;
 
 use crate::builtins;
-use crate::options::{GEN_OPTIONS, SELECT_OPTIONS};
 use crate::lsp::analysis::{context_at, Context as At, KEYWORDS};
 use crate::span::FileId;
 
@@ -64,7 +63,7 @@ pub fn complete(line: &str, pos: usize, vars: &[String]) -> (usize, Vec<String>)
         At::Text | At::ImportPath => Vec::new(),
         At::Keyword => starting_with(word, KEYWORDS.iter().map(|(k, _)| *k)),
         At::Options { select } => {
-            let opts = if select { SELECT_OPTIONS } else { GEN_OPTIONS };
+            let opts = crate::options::table(select);
             starting_with(word, opts.iter().map(|o| o.name).chain(names()))
         }
         At::Filter => starting_with(word, builtins::FILTERS.iter().map(|b| b.name)),
