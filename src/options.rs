@@ -121,6 +121,18 @@ pub enum OptDefault {
 }
 
 impl OptDefault {
+    /// The default as a value of its option (`Default` where the run decides
+    /// or nothing is set).
+    pub fn value(self) -> OptValue {
+        match self {
+            OptDefault::Int(n) => OptValue::Int(n),
+            OptDefault::Number(x) => OptValue::Number(x),
+            OptDefault::Bool(b) => OptValue::Bool(b),
+            OptDefault::Score(m) => OptValue::Score(m),
+            OptDefault::Unset | OptDefault::Run(_) => OptValue::Default,
+        }
+    }
+
     /// The default as users read it.
     pub fn display(self) -> String {
         match self {
@@ -235,14 +247,21 @@ pub enum OptValue {
     Bool(bool),
     /// Strings (`stop`), regexes (`stop_regex`), or one regex (`regex`).
     Strings(Vec<String>),
-    /// A schema given inline (`true` or a map).
-    Schema(serde_json::Value),
-    /// A schema file's path, as written.
-    SchemaPath(String),
+    /// A JSON Schema, inline or by path.
+    Schema(SchemaArg),
     /// Regexes and their logit offsets.
     Bias(Vec<(String, f64)>),
     /// A score mode.
     Score(ScoreMode),
+}
+
+/// How `json=` gives its schema.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchemaArg {
+    /// Inline: `true` or a map.
+    Inline(serde_json::Value),
+    /// A schema file's path, as written.
+    File(String),
 }
 
 /// Why a value does not fit its option: a message, and help where there is
@@ -364,8 +383,8 @@ pub fn parse_value(spec: &OptionSpec, c: &Const) -> Result<OptValue, OptionError
             Ok(OptValue::Bias(pairs))
         }
         OptKind::Schema => match c {
-            Const::Bool(true) | Const::Map(_) => Ok(OptValue::Schema(c.to_json())),
-            Const::Str(path) => Ok(OptValue::SchemaPath(path.clone())),
+            Const::Bool(true) | Const::Map(_) => Ok(OptValue::Schema(SchemaArg::Inline(c.to_json()))),
+            Const::Str(path) => Ok(OptValue::Schema(SchemaArg::File(path.clone()))),
             _ => Err(wrong()),
         },
         OptKind::Grammar => Err(OptionError::new(

@@ -26,7 +26,7 @@ impl<'a> Checker<'a> {
         use crate::syntax::defs::{self, DefKind};
         let file = self.file();
         let mut defs: HashMap<String, Binding> = HashMap::new();
-        let mut last_input: Option<*const Node> = None;
+        let mut last_input: Option<&Node> = None;
         for d in defs::definitions(body, Span::default()) {
             if d.in_def || d.name.is_empty() {
                 continue;
@@ -77,8 +77,8 @@ impl<'a> Checker<'a> {
                 }
                 (DefKind::Input, node @ Node::Input { span, .. }) => {
                     // Placement is said once per `input` statement.
-                    if last_input != Some(node as *const Node) {
-                        last_input = Some(node as *const Node);
+                    if !last_input.is_some_and(|n| std::ptr::eq(n, node)) {
+                        last_input = Some(node);
                         not_top(self, "input", *span);
                     }
                     if self.scopes.is_empty() && defs.get(d.name).is_some_and(|b| b.span != d.name_span) {

@@ -6,7 +6,7 @@
 use crate::diagnostic::{Code, Diagnostic};
 use crate::engine::Semantics;
 use crate::span::{FileId, Span};
-use crate::options::{self, OptKind, OptValue, OptionSpec, ALIASES};
+use crate::options::{self, OptKind, OptValue, OptionSpec, SchemaArg, ALIASES};
 use crate::syntax::ast::{Const, Expr, ExprKind, GenOption};
 use crate::syntax::literal;
 
@@ -109,14 +109,14 @@ fn check_value(spec: &OptionSpec, value: &Expr, semantics: Semantics, ctx: &supe
             }
         }
         (OptKind::Schema, _) => match read {
-            OptValue::Schema(schema) if matches!(c, Const::Map(_)) => {
+            OptValue::Schema(SchemaArg::Inline(schema)) if matches!(c, Const::Map(_)) => {
                 let before = out.len();
                 super::schema::check_literal(value, file, out);
                 if !out[before..].iter().any(Diagnostic::is_error) {
                     check_engine_schema(&schema, value.span, semantics, ctx, out);
                 }
             }
-            OptValue::SchemaPath(path) => super::schema::check_file(&path, value.span, semantics, ctx, out),
+            OptValue::Schema(SchemaArg::File(path)) => super::schema::check_file(&path, value.span, semantics, ctx, out),
             _ => {}
         },
         _ => {}

@@ -9,7 +9,7 @@ use crate::state::{Choice, Meta};
 use super::*;
 use crate::engine::{Bias, Constraint, Semantics};
 use crate::model::{Sampler, SamplingParams};
-use crate::options::{self, Opt, OptDefault, OptValue, ScoreMode};
+use crate::options::{self, Opt, OptValue, SchemaArg, ScoreMode};
 
 /// Most tokens a greedy select may take.
 const SELECT_MAX_TOKENS: usize = 4096;
@@ -37,14 +37,16 @@ impl ConstraintCache {
     }
 }
 
-/// A `gen`'s options, read once.
+/// A `gen`'s options, read once; every field starts at the option
+/// table's default.
+#[derive(Default)]
 struct GenOptions {
     max_tokens: usize,
     stop: Vec<String>,
     stop_regex: Vec<String>,
     regex: Option<String>,
     grammar: Option<Value>,
-    json: Option<OptValue>,
+    json: Option<SchemaArg>,
     json_open: bool,
     bias: Vec<(String, f64)>,
     temperature: Option<f64>,
@@ -56,7 +58,8 @@ struct GenOptions {
     partial: bool,
 }
 
-/// A `select`'s options, read once.
+/// A `select`'s options, read once (defaults from the table).
+#[derive(Default)]
 struct SelectOptions {
     score: ScoreMode,
     temperature: f64,
@@ -67,14 +70,7 @@ struct SelectOptions {
 /// table), then each value given, read as the checker reads literals.
 fn read_options(table: &'static [options::OptionSpec], given: Vec<(String, Value)>, mut set: impl FnMut(Opt, OptValue, &Value)) -> Result<(), Failure> {
     for spec in table {
-        let v = match spec.default {
-            OptDefault::Int(n) => OptValue::Int(n),
-            OptDefault::Number(x) => OptValue::Number(x),
-            OptDefault::Bool(b) => OptValue::Bool(b),
-            OptDefault::Score(m) => OptValue::Score(m),
-            OptDefault::Unset | OptDefault::Run(_) => OptValue::Default,
-        };
-        set(spec.opt, v, &Value::None);
+        set(spec.opt, spec.default.value(), &Value::None);
     }
     for (name, value) in given {
         let spec = options::find(table, &name).ok_or_else(|| Failure::internal(format!("no option `{name}`")))?;
@@ -92,30 +88,14 @@ fn read_options(table: &'static [options::OptionSpec], given: Vec<(String, Value
 
 impl GenOptions {
     fn read(given: Vec<(String, Value)>) -> Result<GenOptions, Failure> {
-        let mut o = GenOptions {
-            max_tokens: 0,
-            stop: Vec::new(),
-            stop_regex: Vec::new(),
-            regex: None,
-            grammar: None,
-            json: None,
-            json_open: false,
-            bias: Vec::new(),
-            temperature: None,
-            top_p: 1.0,
-            top_k: 0,
-            min_p: 0.0,
-            seed: None,
-            heal: true,
-            partial: false,
-        };
+        let mut o = GenOptions::default();
         read_options(options::GEN_OPTIONS, given, |opt, v, raw| match (opt, v) {
             (Opt::Grammar, _) if matches!(raw, Value::Grammar { .. }) => o.grammar = Some(raw.clone()),
             (Opt::MaxTokens, OptValue::Int(n)) => o.max_tokens = usize::try_from(n).unwrap_or(usize::MAX),
             (Opt::Stop, OptValue::Strings(v)) => o.stop = v,
             (Opt::StopRegex, OptValue::Strings(v)) => o.stop_regex = v,
             (Opt::Regex, OptValue::Strings(mut v)) => o.regex = v.pop(),
-            (Opt::Json, v @ (OptValue::Schema(_) | OptValue::SchemaPath(_))) => o.json = Some(v),
+            (Opt::Json, OptValue::Schema(a)) => o.json = Some(a),
             (Opt::JsonOpen, OptValue::Bool(b)) => o.json_open = b,
             (Opt::Bias, OptValue::Bias(v)) => o.bias = v,
             (Opt::Temperature, OptValue::Number(x)) => o.temperature = Some(x),
@@ -133,7 +113,7 @@ impl GenOptions {
 
 impl SelectOptions {
     fn read(given: Vec<(String, Value)>) -> Result<SelectOptions, Failure> {
-        let mut o = SelectOptions { score: ScoreMode::default(), temperature: 0.0, seed: None };
+        let mut o = SelectOptions::default();
         read_options(options::SELECT_OPTIONS, given, |opt, v, _| match (opt, v) {
             (Opt::Score, OptValue::Score(m)) => o.score = m,
             (Opt::Temperature, OptValue::Number(x)) => o.temperature = x,
@@ -205,17 +185,18 @@ impl Vm<'_, '_> {
             constraint = Some(self.core.cache.get(format!("regex:{p}"), || Constraint::regex(p, &limits))?);
         }
         if let Some(Value::Grammar { module, id, rule }) = &o.grammar {
-            let g = &self.program.modules[*module].grammars[*id as usize];
+            let program = self.program;
+            let g = &program.modules[*module].grammars[*id as usize];
             let start = rule.as_deref().map(str::to_string).or_else(|| g.start.clone()).unwrap_or_else(|| "root".into());
             let key = format!("grammar:{module}:{id}:{start}");
-            let grammar = crate::engine::Grammar::from(&g.grammar);
-            constraint = Some(self.core.cache.get(key, || Constraint::grammar(&grammar, &start, &limits))?);
+            // Lowered to the engine's IR only when not cached yet.
+            let make = || Constraint::grammar(&crate::engine::Grammar::from(&g.grammar), &start, &limits);
+            constraint = Some(self.core.cache.get(key, make)?);
         }
         if let Some(json) = &o.json {
             let schema = match json {
-                OptValue::SchemaPath(path) => self.read_schema(path)?,
-                OptValue::Schema(s) => s.clone(),
-                _ => unreachable!("GenOptions::read keeps only schemas in `json`"),
+                SchemaArg::File(path) => self.read_schema(path)?,
+                SchemaArg::Inline(s) => s.clone(),
             };
             let semantics = if o.json_open { Semantics::Validation } else { Semantics::Generation };
             let key = format!("json:{semantics:?}:{schema}");

@@ -151,7 +151,8 @@ impl Lm<'_> {
         let complete = m.feed(forced.as_bytes())? && m.is_complete();
         m.rewind(here);
         let keep = if complete { ids.len() } else { ids.len() - 1 };
-        let vocab = self.model.tokenizer.vocab.clone();
+        let model = self.model;
+        let vocab = &model.tokenizer.vocab;
         let mut at = 0;
         for &id in &ids[..keep] {
             let b = vocab.bytes(id);
@@ -180,7 +181,8 @@ impl Lm<'_> {
     /// Masks, biases and samples one token, and takes it into the value
     /// (streaming what no stop can take back).
     fn sampled_step(&mut self, g: &mut Gen<'_>, sink: &mut dyn Sink) -> LmResult<Next> {
-        let vocab = self.model.tokenizer.vocab.clone();
+        let model = self.model;
+        let vocab = &model.tokenizer.vocab;
         let logits = self.feed()?;
         let tm = Instant::now();
         self.next_mask(g.matcher.as_mut(), &g.heal, &g.lead, &mut g.mask)?;
@@ -324,7 +326,8 @@ impl Lm<'_> {
     /// and queues their kept bytes as text, so the state holds exactly the
     /// kept text.
     fn cut_at_stop(&mut self, value: &mut Vec<u8>, toks: &mut Vec<(Token, i64)>, gen_start: usize, value_len: usize, healed: &[u8]) {
-        let vocab = self.model.tokenizer.vocab.clone();
+        let model = self.model;
+        let vocab = &model.tokenizer.vocab;
         let ends: Vec<i64> = toks.iter().map(|(t, s)| s + vocab.bytes(t.id).len() as i64).collect();
         // Tokens in the sequence from this generation (the last sampled one was never pushed).
         let in_seq = self.seq.len() - gen_start;
