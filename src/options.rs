@@ -272,11 +272,13 @@ pub struct OptionError {
     pub message: String,
     /// How to fix it.
     pub help: Option<String>,
+    /// The entry of a map or list at fault, when one is (its index).
+    pub entry: Option<usize>,
 }
 
 impl OptionError {
     fn new(message: String, help: Option<&str>) -> OptionError {
-        OptionError { message, help: help.map(str::to_string) }
+        OptionError { message, help: help.map(str::to_string), entry: None }
     }
 }
 
@@ -368,15 +370,14 @@ pub fn parse_value(spec: &OptionSpec, c: &Const) -> Result<OptValue, OptionError
         OptKind::Bias => {
             let Const::Map(entries) = c else { return Err(wrong()) };
             let mut pairs = Vec::with_capacity(entries.len());
-            for (k, v) in entries {
+            for (i, (k, v)) in entries.iter().enumerate() {
                 match v {
                     Const::Int(n) => pairs.push((k.clone(), *n as f64)),
                     Const::Float(f) if f.is_finite() => pairs.push((k.clone(), *f)),
                     _ => {
-                        return Err(OptionError::new(
-                            format!("a bias must be a number, not {}", describe(v)),
-                            Some("write `bias={\"regex\": -2.5}`: negative discourages, positive encourages"),
-                        ))
+                        let help = Some("write `bias={\"regex\": -2.5}`: negative discourages, positive encourages");
+                        let e = OptionError::new(format!("a bias must be a number, not {}", describe(v)), help);
+                        return Err(OptionError { entry: Some(i), ..e });
                     }
                 }
             }

@@ -83,10 +83,10 @@ fn check_value(spec: &OptionSpec, value: &Expr, semantics: Semantics, ctx: &supe
     let read = match options::parse_value(spec, &c) {
         Ok(v) => v,
         Err(e) => {
-            // A bias entry that is not a number is pointed at itself.
-            let number = |e: &&Expr| matches!(e.to_const(), Some(Const::Int(_))) || matches!(e.to_const(), Some(Const::Float(f)) if f.is_finite());
-            let span = match (&value.kind, spec.kind) {
-                (ExprKind::Map(entries), OptKind::Bias) => entries.iter().map(|(_, v)| v).find(|v| !number(v)).map_or(value.span, |v| v.span),
+            // An entry at fault is pointed at itself.
+            let span = match (&value.kind, e.entry) {
+                (ExprKind::Map(entries), Some(i)) => entries.get(i).map_or(value.span, |(_, v)| v.span),
+                (ExprKind::List(items), Some(i)) => items.get(i).map_or(value.span, |v| v.span),
                 _ => value.span,
             };
             let d = Diagnostic::new(Code::OptionType, file, span, e.message);
