@@ -9,7 +9,7 @@
 //! Layers, lowest first; a module never uses one after it (tested by
 //! `tests/layers.rs`): span → diagnostic → files → syntax → engine →
 //! builtins → options → check → stdlib → workspace → ir → model → chat → state →
-//! interp → render → lsp → cli.
+//! interp → render → dataset → lsp → cli.
 
 #![warn(missing_docs)]
 
@@ -17,6 +17,7 @@ pub mod builtins;
 pub mod chat;
 pub mod check;
 pub mod cli;
+pub mod dataset;
 pub mod diagnostic;
 pub mod engine;
 pub mod files;

@@ -301,6 +301,9 @@ pub struct Usage {
     pub forced_tokens: u64,
     /// Tokens already in the KV cache at each forward pass, summed: work the cache saved.
     pub reused_tokens: u64,
+    /// Tokens a dataset run's shared prefix cache supplied (computed once
+    /// for several rows; counted in `reused_tokens` too).
+    pub prefix_cached_tokens: u64,
     /// Tokens taken back out of the cache (stop rewinds, token-boundary
     /// repairs, healing, hidden sections) — each was computed once more than it stays.
     pub rewound_tokens: u64,

@@ -257,8 +257,9 @@ fn the_cpu_runtime_and_candles_graph_agree() {
     }
 }
 
-/// Several sequences in one pass compute what each computes alone, with
-/// prefill and decode chunks mixed, empty chunks, and any thread count.
+/// Several sequences in one pass compute exactly what each computes alone
+/// (bit for bit: a dataset run's outputs must not depend on `--parallel`),
+/// with prefill and decode chunks mixed, empty chunks, and any thread count.
 #[test]
 fn batched_sequences_equal_each_run_alone() {
     use lmt::model::LoadOptions;
@@ -283,7 +284,7 @@ fn batched_sequences_equal_each_run_alone() {
             let got = m.append_batch(&mut refs, &slices).unwrap();
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 let d = max_diff(g, w);
-                assert!(d < 1e-5, "threads {threads}, step {step}, sequence {i}: {d}");
+                assert!(d == 0.0, "threads {threads}, step {step}, sequence {i}: {d}");
                 assert_eq!(together[i].tokens(), alone[i].tokens());
             }
             // Next: each sequence's greedy token, one sequence idle.
@@ -620,4 +621,37 @@ fn impossible_shapes_are_errors_not_aborts() {
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
     let err = Decoder::load(&dir, &Device::Cpu).unwrap_err().to_string();
     assert!(err.contains("layers"), "{err}");
+}
+
+/// A prefix fed alone, forked and continued computes exactly what feeding
+/// everything at once does (bit for bit), on f32 and quantized files: a
+/// row that starts from a cached prefix gets the logits it would get
+/// without the cache.
+#[test]
+fn a_forked_prefix_continues_exactly_as_one_chunk() {
+    let spec = Spec::small("llama");
+    let dir = temp_dir("prefix-fork");
+    let mut files = vec![spec.write_hf(&dir.join("hf"))];
+    for ty in [GgmlDType::Q8_0, GgmlDType::Q4K] {
+        let path = dir.join(format!("{ty:?}.gguf"));
+        spec.write_gguf(&path, ty);
+        files.push(path);
+    }
+    for file in files {
+        let m = Decoder::load(&file, &Device::Cpu).unwrap();
+        let whole = m.append(&mut m.new_state(), &PROMPT).unwrap();
+        for cut in [1, 4, 8] {
+            let mut prefix = m.new_state();
+            m.append(&mut prefix, &PROMPT[..cut]).unwrap();
+            let mut st = prefix.fork();
+            let got = m.append(&mut st, &PROMPT[cut..]).unwrap();
+            assert!(max_diff(&got, &whole) == 0.0, "{}: cut at {cut}", file.display());
+            // A longer cached state truncated back to the prefix serves as well.
+            let mut longer = m.new_state();
+            m.append(&mut longer, &[PROMPT[..cut].to_vec(), vec![77, 78]].concat()).unwrap();
+            longer.truncate(cut).unwrap();
+            let got = m.append(&mut longer, &PROMPT[cut..]).unwrap();
+            assert!(max_diff(&got, &whole) == 0.0, "{}: truncated to {cut}", file.display());
+        }
+    }
 }

@@ -96,7 +96,11 @@ fn every_example_runs_and_its_constraints_hold() {
             let stem = f.file_stem().unwrap().to_str().unwrap().to_string();
             let ws = Workspace::load_file(&f, &FsLoader::default()).unwrap();
             assert!(!ws.has_errors(), "{stem}: {:?}", ws.diagnostics);
-            let vars = if stem == "chat" { vec![("question", lmt::interp::value::Value::str("What is a KV cache?"))] } else { vec![] };
+            let vars = match stem.as_str() {
+                "chat" => vec![("question", lmt::interp::value::Value::str("What is a KV cache?"))],
+                "reviews" => vec![("review", lmt::interp::value::Value::str("The kettle is quick and quiet."))],
+                _ => vec![],
+            };
             let (o, events) = run_ws(&model, &ws, &vars);
             let ctx = format!("{name} {stem}");
             if ["chat", "agent", "trip"].contains(&stem.as_str()) && !has_template {
@@ -131,6 +135,11 @@ fn every_example_runs_and_its_constraints_hold() {
                         assert!(san.is_match(&first).unwrap(), "{ctx}: {first:?}");
                     }
                     assert!(["e4", "d4", "Nf3", "c4"].contains(&value("best").as_str()), "{ctx}");
+                }
+                "reviews" => {
+                    assert!(["positive", "negative", "mixed"].contains(&value("label").as_str()), "{ctx}");
+                    let product = value("product");
+                    assert!(fancy_regex::Regex::new(r"^[a-z][a-z ]{0,30}$").unwrap().is_match(&product).unwrap(), "{ctx}: {product:?}");
                 }
                 "extract" => {
                     let t = value("triples");

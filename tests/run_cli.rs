@@ -10,32 +10,20 @@ use common::tiny::temp_dir;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// A model directory: the shared Llama-3 tiny model, or one built here.
-fn model(dir: &std::path::Path) -> PathBuf {
-    if let Some(m) = common::shared_dirs("tiny_models", &["llama3-tiny"], "model.safetensors").pop() {
-        return m.1;
-    }
-    common::write_trained_chat_model(dir);
-    dir.to_path_buf()
-}
 
-fn lmt(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lmt")).args(args).env("NO_COLOR", "1").env_remove("LMT_MODEL").output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
 
 #[test]
 fn run_prints_text_and_a_json_document() {
     let tmp = temp_dir("run-cli-json");
-    let m = model(&tmp);
+    let m = common::cli_model(&tmp);
     let m = m.to_str().unwrap();
     let vehicles = format!("{ROOT}/examples/vehicles.lmt");
-    let (code, out, err) = lmt(&["run", &vehicles, "--model", m, "--var", "n=3"]);
+    let (code, out, err) = common::lmt(&["run", &vehicles, "--model", m, "--var", "n=3"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("\nHere are 3 vehicles") || out.starts_with("Here are 3 vehicles"), "{out}");
     assert!(err.contains("finish: done") && err.contains("forward passes"), "{err}");
     let (code, out, err) =
-        lmt(&["run", &vehicles, "--model", m, "--var", "n=2", "--json", "--quiet", "--seed", "3", "--temperature", "0.8"]);
+        common::lmt(&["run", &vehicles, "--model", m, "--var", "n=2", "--json", "--quiet", "--seed", "3", "--temperature", "0.8"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.is_empty(), "--quiet: {err}");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -52,7 +40,7 @@ fn run_prints_text_and_a_json_document() {
     assert!(doc["tokens"].as_array().unwrap().iter().any(|t| t["origin"] == "generated" && t["kind"] == "sampled"));
     assert!(doc["usage"]["forward_passes"].as_u64().unwrap() > 0);
     // Seeded sampling is reproducible.
-    let again = lmt(&["run", &vehicles, "--model", m, "--var", "n=2", "--json", "--quiet", "--seed", "3", "--temperature", "0.8"]).1;
+    let again = common::lmt(&["run", &vehicles, "--model", m, "--var", "n=2", "--json", "--quiet", "--seed", "3", "--temperature", "0.8"]).1;
     let again: serde_json::Value = serde_json::from_str(&again).unwrap();
     assert_eq!((&doc["text"], &doc["captures"], &doc["tokens"]), (&again["text"], &again["captures"], &again["tokens"]));
 }
@@ -60,32 +48,32 @@ fn run_prints_text_and_a_json_document() {
 #[test]
 fn bad_input_exits_non_zero_with_a_clear_message() {
     let tmp = temp_dir("run-cli-errors");
-    let m = model(&tmp);
+    let m = common::cli_model(&tmp);
     let m = m.to_str().unwrap();
     let chat = format!("{ROOT}/examples/chat.lmt");
     // A missing input: said before any model loads.
-    let (code, _, err) = lmt(&["run", &chat, "--model", "/nonexistent/model"]);
+    let (code, _, err) = common::lmt(&["run", &chat, "--model", "/nonexistent/model"]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("the input `question` was not given") && err.contains("--var question="), "{err}");
     // An input the template does not declare.
-    let (code, _, err) = lmt(&["run", &chat, "--model", m, "--var", "questoin=x"]);
+    let (code, _, err) = common::lmt(&["run", &chat, "--model", m, "--var", "questoin=x"]);
     assert_eq!(code, 2);
     assert!(err.contains("no input `questoin`") && err.contains("question"), "{err}");
     // A bad model.
     let hello = format!("{ROOT}/examples/hello.lmt");
-    let (code, _, err) = lmt(&["run", &hello, "--model", "/nonexistent/model"]);
+    let (code, _, err) = common::lmt(&["run", &hello, "--model", "/nonexistent/model"]);
     assert_eq!(code, 3);
     assert!(err.contains("/nonexistent/model"), "{err}");
     // A template with errors.
     let bad = tmp.join("bad.lmt");
     std::fs::write(&bad, "{% gen x max_tokens=\"many\" %}{% if %}").unwrap();
-    let (code, _, err) = lmt(&["run", bad.to_str().unwrap(), "--model", m]);
+    let (code, _, err) = common::lmt(&["run", bad.to_str().unwrap(), "--model", m]);
     assert_eq!(code, 1);
     assert!(err.contains("E0302") || err.contains("max_tokens"), "{err}");
     // A runtime error points at its source.
     let fails = tmp.join("fails.lmt");
     std::fs::write(&fails, "Value: {{ \"abc\" | int }}").unwrap();
-    let (code, _, err) = lmt(&["run", fails.to_str().unwrap(), "--model", m]);
+    let (code, _, err) = common::lmt(&["run", fails.to_str().unwrap(), "--model", m]);
     assert_eq!(code, 3);
     assert!(err.contains("E0801") && err.contains("cannot convert") && err.contains("fails.lmt:1"), "{err}");
 }
@@ -95,10 +83,10 @@ fn html_report_renders_in_a_headless_browser() {
     let chromium =
         ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"].into_iter().map(PathBuf::from).find(|p| p.exists());
     let tmp = temp_dir("run-cli-html");
-    let m = model(&tmp);
+    let m = common::cli_model(&tmp);
     let report = tmp.join("report.html");
     let select = format!("{ROOT}/examples/usage.lmt");
-    let (code, out, err) = lmt(&["run", &select, "--model", m.to_str().unwrap(), "--html", report.to_str().unwrap(), "--json", "-q"]);
+    let (code, out, err) = common::lmt(&["run", &select, "--model", m.to_str().unwrap(), "--html", report.to_str().unwrap(), "--json", "-q"]);
     assert_eq!(code, 0, "{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     let generated = doc["usage"]["generated_tokens"].as_u64().unwrap();
@@ -136,7 +124,7 @@ fn html_report_renders_in_a_headless_browser() {
 #[test]
 fn ctrl_c_stops_the_run_keeps_the_partial_result_and_exits_130() {
     let tmp = temp_dir("run-cli-sigint");
-    let m = model(&tmp);
+    let m = common::cli_model(&tmp);
     // Runs until stopped, with a bounded context (hidden rewinds each turn).
     let long = tmp.join("long.lmt");
     std::fs::write(
@@ -163,7 +151,7 @@ fn the_readme_sample_is_todays_output() {
     let block = &after[start..start + after[start..].find("```").unwrap()];
     let (text, summary) = block.trim_end().rsplit_once('\n').unwrap();
     let trip = format!("{ROOT}/examples/trip.lmt");
-    let (code, out, err) = lmt(&["run", &trip, "--model", m.to_str().unwrap()]);
+    let (code, out, err) = common::lmt(&["run", &trip, "--model", m.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim_end(), text.trim_end(), "README.md's sample output differs from today's run:\n{out}");
     // The counts, up to the timings.

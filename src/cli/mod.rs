@@ -3,6 +3,7 @@
 //! code; the work is done by the library's stages.
 
 pub mod complete;
+pub mod dataset;
 pub mod matching;
 pub mod model;
 pub mod repl;

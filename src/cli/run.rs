@@ -11,12 +11,12 @@ use indexmap::IndexMap;
 
 use super::complete::{model_spec, EXIT_MODEL_ERROR};
 use super::{report, terminal_width, EXIT_TEMPLATE_ERROR, EXIT_USAGE};
-use crate::diagnostic::{Code, Diagnostic, Severity};
+use crate::diagnostic::{Code, Diagnostic, JsonDiagnostic, Severity};
 use crate::interp::value::Value;
 use crate::state::FinishReason;
 use crate::interp::{self, Event, RunOptions};
 use crate::model::{LoadOptions, Model, ModelSpec};
-use crate::render::{self, Styles};
+use crate::render::{self, EventStream, Styles};
 use crate::state::Origin;
 use crate::workspace::FsLoader;
 
@@ -36,9 +36,15 @@ pub struct RunArgs {
     /// Inputs and sampling.
     #[command(flatten)]
     pub input: InputArgs,
+    /// Runs over a dataset.
+    #[command(flatten)]
+    pub dataset: super::dataset::DatasetArgs,
     /// Print one JSON document (text, messages, captures, tokens, usage, finish_reason) instead of streaming text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "events")]
     pub json: bool,
+    /// Stream the run as JSON lines (`start`, `text`, `role`, `capture`, `error`, and a last `done` with the `--json` fields).
+    #[arg(long)]
+    pub events: bool,
     /// Also write a self-contained HTML report here.
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<PathBuf>,
@@ -119,6 +125,7 @@ pub fn run(args: &RunArgs) -> i32 {
         Ok(ws) => ws,
         Err(e) => {
             eprintln!("error: {e}");
+            args.events_end_early("usage", &e.to_string());
             return EXIT_USAGE;
         }
     };
@@ -128,13 +135,23 @@ pub fn run(args: &RunArgs) -> i32 {
         }
     }
     if ws.has_errors() {
+        if args.events {
+            for d in ws.diagnostics.iter().filter(|d| d.severity == Severity::Error) {
+                print_line(&serde_json::json!({"event": "error", "kind": "template", "diagnostic": JsonDiagnostic::new(d, &ws.sources)}));
+            }
+            args.events_end_early("template", "the template has errors");
+        }
         return EXIT_TEMPLATE_ERROR;
     }
     let program = crate::ir::compile(&ws);
+    if args.dataset.inputs.is_some() {
+        return super::dataset::run(args, &args.dataset, &program, &ws.sources);
+    }
     let vars = match read_vars(&args.input) {
         Ok(v) => v,
         Err(msg) => {
             eprintln!("error: {msg}");
+            args.events_end_early("usage", &msg);
             return EXIT_USAGE;
         }
     };
@@ -143,34 +160,54 @@ pub fn run(args: &RunArgs) -> i32 {
     if let Some(unknown) = vars.keys().find(|k| !declared.iter().any(|d| d.name == **k)) {
         let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
         let known = if names.is_empty() { "it declares none".to_string() } else { format!("its inputs are: {}", names.join(", ")) };
-        eprintln!("error: `--var {unknown}`: the template has no input `{unknown}` ({known}; declare it with `{{% input {unknown} %}}`)");
+        let msg = format!("`--var {unknown}`: the template has no input `{unknown}` ({known}; declare it with `{{% input {unknown} %}}`)");
+        eprintln!("error: {msg}");
+        args.events_end_early("usage", &msg);
         return EXIT_USAGE;
     }
     if let Some(d) = declared.iter().find(|d| !d.has_default && !vars.contains_key(&d.name)).map(missing_input) {
         eprint!("{}", report::render(&d, &ws.sources, color, width));
+        args.events_end_early("missing-input", &d.message);
         return EXIT_MODEL_ERROR;
     }
     let model = match load_model(&args.model, args.quiet) {
         Ok(m) => m,
         Err(msg) => {
             eprintln!("error: {msg}");
+            args.events_end_early("model-failed", &msg);
             return EXIT_MODEL_ERROR;
         }
     };
     let cancel = cancel_on_ctrl_c();
     let opts = args.input.run_options(vars, cancel.clone());
-    let stream = !args.json;
+    let stream = !args.json && !args.events;
     let styles = Styles::new(stream && std::io::stdout().is_terminal() && report::use_color(true));
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     // The first failed write to standard output: the run stops (nobody
     // reads what it makes) and the exit code says so.
     let mut write_error: Option<std::io::Error> = None;
+    let mut events = EventStream::default();
+    // `done` is written after the `error` event, once the run has returned.
+    let mut done_event = None;
+    if args.events {
+        let start = EventStream::start(&args.file.display().to_string(), &model_spec(args.model.model.as_deref()), &opts.vars, opts.seed);
+        write_error = write_line(&mut out, &start).err();
+    }
     let mut on_event = |e: Event<'_>| {
-        if !stream || write_error.is_some() {
+        if write_error.is_some() || !(stream || args.events) {
             return;
         }
-        if let Err(e) = write_event(&mut out, &styles, &e).and_then(|()| out.flush()) {
+        let written = if args.events {
+            match events.event(&e) {
+                Some(o) if matches!(e, Event::Done(_)) => Ok(done_event = Some(o)),
+                Some(o) => write_line(&mut out, &o),
+                None => Ok(()),
+            }
+        } else {
+            write_event(&mut out, &styles, &e).and_then(|()| out.flush())
+        };
+        if let Err(e) = written {
             cancel.store(true, Ordering::SeqCst);
             write_error = Some(e);
         }
@@ -179,8 +216,14 @@ pub fn run(args: &RunArgs) -> i32 {
     let state = &outcome.state;
     let mut out = stdout.lock();
     if write_error.is_none() {
-        let doc = if args.json { serde_json::to_string_pretty(&render::json(state)).unwrap_or_default() } else { String::new() };
-        if let Err(e) = writeln!(out, "{doc}").and_then(|()| out.flush()) {
+        let written = if args.events {
+            let error = outcome.error.as_ref().map(|e| EventStream::error(e, &ws.sources));
+            error.iter().chain(&done_event).try_for_each(|o| write_line(&mut out, o))
+        } else {
+            let doc = if args.json { serde_json::to_string_pretty(&render::json(state)).unwrap_or_default() } else { String::new() };
+            writeln!(out, "{doc}").and_then(|()| out.flush())
+        };
+        if let Err(e) = written {
             write_error = Some(e);
         }
     }
@@ -231,6 +274,29 @@ pub fn run(args: &RunArgs) -> i32 {
         return EXIT_CANCELLED;
     }
     0
+}
+
+impl RunArgs {
+    /// With `--events`, a run that ends before it starts still ends the
+    /// stream: an `error` event and a `done` whose finish reason is `error`.
+    fn events_end_early(&self, kind: &str, message: &str) {
+        if self.events {
+            print_line(&serde_json::json!({"event": "error", "kind": kind, "message": message}));
+            print_line(&serde_json::json!({"event": "done", "finish_reason": "error", "error": {"kind": kind, "message": message}}));
+        }
+    }
+}
+
+/// Writes `o` as one line and flushes, so a reader sees it at once.
+fn write_line(out: &mut dyn Write, o: &serde_json::Value) -> std::io::Result<()> {
+    writeln!(out, "{o}")?;
+    out.flush()
+}
+
+/// [`write_line`] to standard output, for the events of a run that never
+/// started (a failed write has no run left to stop).
+fn print_line(o: &serde_json::Value) {
+    let _ = write_line(&mut std::io::stdout().lock(), o);
 }
 
 impl InputArgs {

@@ -21,7 +21,7 @@ use indexmap::IndexMap;
 
 use crate::engine::Limits;
 use crate::ir::{CodeModule, Instr, Program, Store, Sym};
-use crate::model::Model;
+use crate::model::{Forward, Model};
 use crate::span::{FileId, SourceMap, Span};
 use crate::state::{CaptureRecord, Node, Origin, Record, Token};
 use lm::{Lm, Sink};
@@ -112,7 +112,20 @@ pub fn inputs(program: &Program) -> Vec<InputDecl> {
 
 /// Runs `program` on `model`, calling `on_event` as things happen.
 pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOptions, on_event: &mut dyn FnMut(Event<'_>)) -> Outcome {
-    let mut core = match Core::new(model, opts, program.modules.len()) {
+    run_on(program, sources, model, &model.decoder, opts, on_event)
+}
+
+/// Runs `program` on `model` with its forward passes through `forward`
+/// (a [`crate::model::Member`] of a batch, for a dataset row).
+pub fn run_on(
+    program: &Program,
+    sources: &SourceMap,
+    model: &Model,
+    forward: &dyn Forward,
+    opts: &RunOptions,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Outcome {
+    let mut core = match Core::new(model, forward, opts, program.modules.len()) {
         Ok(core) => core,
         Err(fail) => {
             let m = &program.modules[program.entry];
@@ -205,9 +218,9 @@ struct Core<'m> {
 }
 
 impl<'m> Core<'m> {
-    fn new(model: &'m Model, opts: &RunOptions, modules: usize) -> Result<Core<'m>, Failure> {
+    fn new(model: &'m Model, forward: &'m dyn Forward, opts: &RunOptions, modules: usize) -> Result<Core<'m>, Failure> {
         let mut core = Core {
-            lm: Lm::new(model, opts.limits.clone())?,
+            lm: Lm::new(model, forward, opts.limits.clone())?,
             state: Record::default(),
             globals: Vec::new(),
             imported: Vec::new(),

@@ -14,6 +14,11 @@ use super::ModelError;
 /// Per layer: K and V, `(1, kv_heads, len, head_dim)`.
 pub(crate) type Cache = Vec<Option<(Tensor, Tensor)>>;
 
+/// Bytes of K/V the cache holds.
+pub(crate) fn bytes(cache: &Cache) -> usize {
+    cache.iter().flatten().map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()).sum()
+}
+
 /// Keeps the first `len` positions of `cache` (a narrow, O(1)).
 pub(crate) fn truncate(cache: &mut Cache, len: usize) -> Result<(), ModelError> {
     for l in cache.iter_mut() {

@@ -31,6 +31,17 @@ impl Cache {
         Cache { k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
     }
 
+    /// A copy of the first `len` positions only.
+    pub fn prefix(&self, len: usize, kv_dim: usize) -> Cache {
+        let take = |ls: &[Vec<f32>]| ls.iter().map(|l| l[..(len * kv_dim).min(l.len())].to_vec()).collect();
+        Cache { k: take(&self.k), v: take(&self.v) }
+    }
+
+    /// Bytes the cache holds.
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(|l| l.len() * 4).sum()
+    }
+
     /// Keeps the first `len` positions (O(1): no copy, capacity kept).
     pub fn truncate(&mut self, len: usize, kv_dim: usize) {
         for l in self.k.iter_mut().chain(self.v.iter_mut()) {

@@ -47,6 +47,8 @@ pub struct ForwardStats {
     pub passes: u64,
     /// Tokens fed through the model (each scored option token counts).
     pub tokens: u64,
+    /// Tokens taken from a shared prefix cache instead of computed.
+    pub cached: u64,
 }
 
 /// One sequence's KV cache and the tokens it holds.
@@ -100,6 +102,31 @@ impl KvState {
     /// An independent copy: appending to either never changes the other.
     pub fn fork(&self) -> KvState {
         self.clone()
+    }
+
+    /// An independent copy of the first `len` tokens (copying only those:
+    /// a long cached sequence serves a short shared prefix cheaply). Its
+    /// counters start at zero: the work was the original's.
+    pub fn fork_prefix(&self, len: usize) -> Result<KvState, ModelError> {
+        let len = len.min(self.tokens.len());
+        let cache = match &self.cache {
+            Cache::Cpu(c, kv_dim) => Cache::Cpu(c.prefix(len, *kv_dim), *kv_dim),
+            Cache::Candle(c) => {
+                let mut c = c.clone();
+                candle_graph::truncate(&mut c, len)?;
+                Cache::Candle(c)
+            }
+        };
+        let last = if len == self.tokens.len() { self.last.clone() } else { None };
+        Ok(KvState { tokens: self.tokens[..len].to_vec(), cache, last, stats: ForwardStats::default() })
+    }
+
+    /// Bytes of K/V the state holds.
+    pub fn cache_bytes(&self) -> usize {
+        match &self.cache {
+            Cache::Cpu(c, _) => c.bytes(),
+            Cache::Candle(c) => candle_graph::bytes(c),
+        }
     }
 }
 
@@ -418,7 +445,7 @@ impl Decoder {
 }
 
 /// Most tokens of one sequence in one pass when appending.
-const PIECE: usize = 512;
+pub(crate) const PIECE: usize = 512;
 /// Most option tokens scored in one pass (its logits rows are held at once).
 const SCORE_PIECE: usize = 128;
 

@@ -7,6 +7,7 @@
 //! drives it. candle-transformers is its test oracle and benchmark
 //! baseline, never a dependency of the runtime.
 
+mod batch;
 mod candle_graph;
 mod config;
 mod cpu;
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 
+pub use batch::{BatchStats, Batcher, Forward, Member};
 pub use config::{Arch, ModelConfig, Rope, RopeScaling, SUPPORTED};
 pub use decoder::{log_softmax, Decoder, ForwardStats, KvState, Runtime};
 pub use hub::{GgufPick, HubEnv, ModelSpec, DEFAULT_MODEL};

@@ -2,8 +2,10 @@
 //! the JSON document (`lmt run --json`), the self-contained HTML report
 //! (`--html`), and the terminal styles the CLI streams with.
 
+mod events;
 mod html;
 
+pub use events::EventStream;
 pub use html::html;
 
 use serde_json::{json, Map, Value as J};
@@ -49,7 +51,8 @@ pub fn json(state: &Record) -> J {
     doc
 }
 
-fn capture_json(c: &CaptureRecord) -> J {
+/// A capture's value and metadata.
+pub fn capture_json(c: &CaptureRecord) -> J {
     let m = &c.value.meta;
     json!({
         "value": c.value.text,

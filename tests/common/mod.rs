@@ -163,3 +163,24 @@ pub fn interrupted_run(args: &[&str], presses: usize) -> (Option<i32>, String) {
     };
     (status.code(), reader.join().unwrap())
 }
+
+/// A model directory for CLI runs: the shared Llama-3 tiny model, or one
+/// built in `dir` when the shared data is not there.
+pub fn cli_model(dir: &std::path::Path) -> PathBuf {
+    if let Some(m) = shared_dirs("tiny_models", &["llama3-tiny"], "model.safetensors").pop() {
+        return m.1;
+    }
+    write_trained_chat_model(dir);
+    dir.to_path_buf()
+}
+
+/// Runs the `lmt` binary (no colour, no `$LMT_MODEL`): exit code, stdout, stderr.
+pub fn lmt(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lmt"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("LMT_MODEL")
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}

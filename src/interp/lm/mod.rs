@@ -22,7 +22,7 @@ use turns::Conversation;
 use crate::chat::{ChatTemplate, Message, Rendered};
 use crate::engine::{Bias, Constraint, Limits, StopEvent, StopMatcher, TokenMask};
 use crate::state::{Choice, FinishReason, Meta};
-use crate::model::{log_softmax, KvState, Model, ModelError, Sampler, SamplingParams};
+use crate::model::{log_softmax, Forward, KvState, Model, ModelError, Sampler, SamplingParams};
 use crate::state::{Alternative, Origin, Token, TokenKind, Usage};
 use crate::state::{Failure, RunErrorKind};
 
@@ -47,6 +47,8 @@ enum Piece {
 /// The model side of a run.
 pub struct Lm<'m> {
     model: &'m Model,
+    /// What runs the forward passes (the decoder, or a batch member).
+    forward: &'m dyn Forward,
     kv: KvState,
     /// Decided tokens; `kv` holds a prefix of them.
     seq: Vec<Token>,
@@ -93,7 +95,7 @@ pub type LmResult<T> = Result<T, Failure>;
 
 impl<'m> Lm<'m> {
     /// A fresh state on `model`.
-    pub fn new(model: &'m Model, limits: Limits) -> LmResult<Lm<'m>> {
+    pub fn new(model: &'m Model, forward: &'m dyn Forward, limits: Limits) -> LmResult<Lm<'m>> {
         let tok = &model.tokenizer;
         let dim = model.decoder.config.vocab_size.max(tok.vocab.len());
         let mut free_mask = TokenMask::new(dim);
@@ -114,6 +116,7 @@ impl<'m> Lm<'m> {
         };
         Ok(Lm {
             model,
+            forward,
             kv: model.decoder.new_state(),
             seq: Vec::new(),
             pending: Vec::new(),
@@ -313,8 +316,11 @@ impl<'m> Lm<'m> {
             self.kv.truncate(n)?;
         }
         let ids: Vec<u32> = self.seq[self.kv.len()..].iter().map(|t| t.id).collect();
-        self.usage.reused_tokens += self.kv.len() as u64;
-        let l = self.model.decoder.append(&mut self.kv, &ids)?;
+        let cached = self.kv.stats.cached;
+        let l = self.forward.append(&mut self.kv, &ids)?;
+        // Tokens a shared prefix cache supplied were in the cache too.
+        self.usage.reused_tokens += (self.kv.len() - ids.len()) as u64;
+        self.usage.prefix_cached_tokens += self.kv.stats.cached - cached;
         self.logits = Some(l.clone());
         Ok(l)
     }

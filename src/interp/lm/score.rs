@@ -26,7 +26,7 @@ impl Lm<'_> {
             let r = Rendered { content_spans: vec![(0, text.len())], text };
             ids.push(crate::chat::encode_in(&self.model.tokenizer, &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
         }
-        let lps = self.model.decoder.score(&mut self.kv, &ids)?;
+        let lps = self.forward.score(&mut self.kv, &ids)?;
         self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
         // Healing's token goes back as pending text, to be decided with the choice.
         if !prefix.is_empty() {

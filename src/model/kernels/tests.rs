@@ -191,3 +191,23 @@ fn magic_rounding_is_round_half_to_even() {
         }
     }
 }
+
+/// A row's outputs do not depend on the rows beside it in a pass (4-row
+/// tiles or not): sequences decoded together give the logits each gives
+/// alone, so a dataset run's outputs are the same at any `--parallel`.
+#[test]
+fn a_rows_result_is_the_same_alone_and_in_any_batch() {
+    let pool = Pool::new(2);
+    for (i, ty) in ALL.into_iter().enumerate() {
+        let unit = ty.block().0.max(32);
+        let (rows, cols, n) = (19, 4 * unit, 9);
+        let (m, _) = matrix(ty, rows, cols, 100 + i as u64);
+        let x = randoms(n * cols, 7 + i as u64);
+        let together = run(&m, &pool, &x, n);
+        for t in 0..n {
+            let alone = run(&m, &pool, &x[t * cols..(t + 1) * cols], 1);
+            let same = alone.iter().zip(&together[t * rows..(t + 1) * rows]).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{ty:?}: row {t} of {n} differs from the row alone");
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Several sequences, each driven by a thread of its own (a dataset row's
+//! interpreter), decoded together: every thread asks for its forward pass
+//! through a [`Member`] and blocks; once every member is waiting, the last
+//! to arrive runs all their work in one batched pass (each weight matrix
+//! read once for all) and wakes the rest. A row's logits do not depend on
+//! the rows beside it (the kernels compute each row alike), so results are
+//! the same at any number of threads.
+//!
+//! Appends of prompt text go through a [`PrefixCache`] of KV states: a
+//! sequence that shares a prefix with an earlier one starts from a copy of
+//! it instead of computing it again; when several sequences waiting in one
+//! batch share a prefix nobody has computed, it is computed once first.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use super::decoder::{Decoder, KvState, PIECE};
+use super::ModelError;
+
+/// What runs a sequence's forward passes: the decoder itself, or a
+/// [`Member`] of a batch.
+pub trait Forward {
+    /// Feeds `tokens` to `st` and returns the logits after the last one
+    /// (the current logits when `tokens` is empty).
+    fn append(&self, st: &mut KvState, tokens: &[u32]) -> Result<Vec<f32>, ModelError>;
+    /// Log-probabilities of each token of each option after `st`'s tokens;
+    /// `st` is left as it was (see [`Decoder::score`]).
+    fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError>;
+}
+
+impl Forward for Decoder {
+    fn append(&self, st: &mut KvState, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        Decoder::append(self, st, tokens)
+    }
+
+    fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
+        Decoder::score(self, st, options)
+    }
+}
+
+/// Appends at least this long are prompt text worth looking up in (and
+/// keeping in) the prefix cache, and a prefix shared in a batch is worth a
+/// pass of its own from this length on.
+const MIN_SHARED: usize = 16;
+
+/// Counters of a batcher's work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Batched passes run (each may hold several sequences).
+    pub batches: u64,
+    /// Sequence appends served, summed over batches.
+    pub appends: u64,
+    /// Tokens computed once for a prefix several sequences shared (not
+    /// counted in any sequence's own forward tokens).
+    pub shared_tokens: u64,
+    /// Tokens sequences took from the prefix cache instead of computing.
+    pub cached_tokens: u64,
+}
+
+/// Serves forward passes to several threads at once, batching them.
+pub struct Batcher<'d> {
+    decoder: &'d Decoder,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    prefixes: Mutex<PrefixCache>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Threads that may still ask for work: a batch runs when all wait.
+    members: usize,
+    jobs: Vec<Job>,
+    done: HashMap<u64, (KvState, Result<Reply, ModelError>)>,
+    next_ticket: u64,
+    /// A batch is running (its leader released the lock).
+    busy: bool,
+    stats: BatchStats,
+}
+
+struct Job {
+    ticket: u64,
+    st: KvState,
+    work: Work,
+}
+
+enum Work {
+    Append(Vec<u32>),
+    Score(Vec<Vec<u32>>),
+}
+
+enum Reply {
+    Logits(Vec<f32>),
+    Scores(Vec<Vec<f32>>),
+}
+
+impl<'d> Batcher<'d> {
+    /// A batcher over `decoder` whose prefix cache holds at most
+    /// `cache_bytes` of K/V (least recently used states leave first).
+    pub fn new(decoder: &'d Decoder, cache_bytes: usize) -> Batcher<'d> {
+        Batcher {
+            decoder,
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            prefixes: Mutex::new(PrefixCache { entries: Vec::new(), limit: cache_bytes, clock: 0 }),
+        }
+    }
+
+    /// Joins a new member: batches wait for it until it is dropped.
+    pub fn join(&self) -> Member<'_, 'd> {
+        self.lock().members += 1;
+        Member { batcher: self }
+    }
+
+    /// The work done so far.
+    pub fn stats(&self) -> BatchStats {
+        self.lock().stats
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `work` on `st` and blocks until it is done; the calling
+    /// thread runs the batch itself when it completes the set of waiters.
+    fn call(&self, st: &mut KvState, work: Work) -> Result<Reply, ModelError> {
+        let mut q = self.lock();
+        let ticket = q.next_ticket;
+        q.next_ticket += 1;
+        let job_state = std::mem::replace(st, self.decoder.new_state());
+        q.jobs.push(Job { ticket, st: job_state, work });
+        loop {
+            if let Some((back, result)) = q.done.remove(&ticket) {
+                *st = back;
+                return result;
+            }
+            if !q.busy && !q.jobs.is_empty() && q.jobs.len() >= q.members {
+                let jobs = std::mem::take(&mut q.jobs);
+                let tickets: Vec<u64> = jobs.iter().map(|j| j.ticket).collect();
+                q.busy = true;
+                drop(q);
+                // A panic in a pass must not leave the others waiting forever.
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(jobs)));
+                let (results, stats) = ran.unwrap_or_else(|_| {
+                    let failed = |t| (t, self.decoder.new_state(), Err(ModelError::Runtime("a batched forward pass panicked".into())));
+                    (tickets.into_iter().map(failed).collect(), BatchStats::default())
+                });
+                q = self.lock();
+                q.busy = false;
+                q.stats.batches += 1;
+                q.stats.appends += stats.appends;
+                q.stats.shared_tokens += stats.shared_tokens;
+                q.stats.cached_tokens += stats.cached_tokens;
+                q.done.extend(results.into_iter().map(|(t, st, r)| (t, (st, r))));
+                self.wake.notify_all();
+                continue;
+            }
+            q = self.wake.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Runs one batch: shared prefixes first, then every append in one
+    /// pass (a long one alone, in pieces), then scores one by one.
+    #[allow(clippy::type_complexity)]
+    fn run(&self, jobs: Vec<Job>) -> (Vec<(u64, KvState, Result<Reply, ModelError>)>, BatchStats) {
+        let mut stats = BatchStats::default();
+        let mut cache = self.prefixes.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut appends, scores): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| matches!(j.work, Work::Append(_)));
+        let mut tokens: Vec<Vec<u32>> = appends
+            .iter_mut()
+            .map(|j| match &mut j.work {
+                Work::Append(t) => std::mem::take(t),
+                Work::Score(_) => Vec::new(),
+            })
+            .collect();
+        let prompt: Vec<bool> = tokens.iter().map(|t| t.len() >= MIN_SHARED).collect();
+        let full = |j: &Job, t: &[u32]| [j.st.tokens(), t].concat();
+        let fulls: Vec<Option<Vec<u32>>> =
+            appends.iter().zip(&tokens).zip(&prompt).map(|((j, t), &p)| p.then(|| full(j, t))).collect();
+        stats.shared_tokens = self.share_prefixes(&mut cache, &appends, &fulls);
+        // Each prompt append starts from the longest cached prefix it shares.
+        for ((j, t), f) in appends.iter_mut().zip(&mut tokens).zip(&fulls) {
+            let Some(f) = f else { continue };
+            let have = j.st.len();
+            if let Some((e, n)) = cache.longest(f) {
+                // At least one token is fed: the logits after it are wanted.
+                let n = n.min(f.len() - 1);
+                if n > have {
+                    if let Ok(mut st) = cache.entries[e].st.fork_prefix(n) {
+                        st.stats = j.st.stats;
+                        st.stats.cached += (n - have) as u64;
+                        stats.cached_tokens += (n - have) as u64;
+                        j.st = st;
+                        *t = f[n..].to_vec();
+                    }
+                }
+            }
+        }
+        let mut results = self.append_all(&mut appends, &tokens);
+        stats.appends = appends.len() as u64;
+        for (j, &p) in appends.iter().zip(&prompt) {
+            if p && results.iter().any(|(t, r)| *t == j.ticket && r.is_ok()) {
+                if let Ok(copy) = j.st.fork_prefix(j.st.len()) {
+                    cache.insert(copy);
+                }
+            }
+        }
+        drop(cache);
+        let mut out: Vec<(u64, KvState, Result<Reply, ModelError>)> = Vec::new();
+        for j in appends {
+            let pos = results.iter().position(|(t, _)| *t == j.ticket);
+            let r = pos.map(|p| results.swap_remove(p).1).unwrap_or_else(|| Err(ModelError::Runtime("lost in a batch".into())));
+            out.push((j.ticket, j.st, r.map(Reply::Logits)));
+        }
+        for mut j in scores {
+            let r = match &j.work {
+                Work::Score(options) => self.decoder.score(&mut j.st, options).map(Reply::Scores),
+                Work::Append(_) => unreachable!("partitioned above"),
+            };
+            out.push((j.ticket, j.st, r));
+        }
+        (out, stats)
+    }
+
+    /// Computes, once, prefixes that two or more waiting prompt appends
+    /// share beyond what the cache already holds for them; returns the
+    /// tokens computed.
+    fn share_prefixes(&self, cache: &mut PrefixCache, jobs: &[Job], fulls: &[Option<Vec<u32>>]) -> u64 {
+        let mut computed = 0;
+        // Each round adds one cache entry that gains its pair ≥ MIN_SHARED
+        // tokens, so rounds are few; the bound is for safety.
+        for _ in 0..jobs.len() {
+            let mut best: Option<(usize, usize, usize)> = None; // (job, shared length, from)
+            for (a, fa) in fulls.iter().enumerate() {
+                let Some(fa) = fa else { continue };
+                let have = cache.longest(fa).map_or(0, |(_, n)| n).max(jobs[a].st.len());
+                for fb in fulls.iter().skip(a + 1).flatten() {
+                    // Stop one short of the end: each append feeds ≥ 1 token.
+                    let shared = common(fa, fb).min(fa.len() - 1).min(fb.len() - 1);
+                    if shared >= have + MIN_SHARED && best.is_none_or(|(_, n, h)| shared - have > n - h) {
+                        best = Some((a, shared, have));
+                    }
+                }
+            }
+            let Some((a, shared, _)) = best else { break };
+            let f = fulls[a].as_deref().unwrap_or_default();
+            let (mut st, from) = match cache.longest(f) {
+                Some((e, n)) => match cache.entries[e].st.fork_prefix(n) {
+                    Ok(st) => (st, n),
+                    Err(_) => break,
+                },
+                None => (self.decoder.new_state(), 0),
+            };
+            if self.decoder.append(&mut st, &f[from..shared]).is_err() {
+                break;
+            }
+            computed += (shared - from) as u64;
+            cache.insert(st);
+        }
+        computed
+    }
+
+    /// Feeds each job its tokens: short appends together in one pass, long
+    /// ones alone; when the batch fails (a sequence past its context, say),
+    /// each goes alone so only the one at fault gets the error.
+    fn append_all(&self, jobs: &mut [Job], tokens: &[Vec<u32>]) -> Vec<(u64, Result<Vec<f32>, ModelError>)> {
+        let mut out = Vec::new();
+        let (mut short, mut short_tokens) = (Vec::new(), Vec::new());
+        for (j, t) in jobs.iter_mut().zip(tokens) {
+            if t.is_empty() || t.len() > PIECE {
+                out.push((j.ticket, self.decoder.append(&mut j.st, t)));
+            } else {
+                short.push(j);
+                short_tokens.push(t.as_slice());
+            }
+        }
+        let tickets: Vec<u64> = short.iter().map(|j| j.ticket).collect();
+        let mut states: Vec<&mut KvState> = short.into_iter().map(|j| &mut j.st).collect();
+        match self.decoder.append_batch(&mut states, &short_tokens) {
+            Ok(logits) => out.extend(tickets.into_iter().zip(logits.into_iter().map(Ok))),
+            Err(_) => {
+                for ((ticket, st), t) in tickets.into_iter().zip(states).zip(short_tokens) {
+                    out.push((ticket, self.decoder.append(st, t)));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One thread's handle on a [`Batcher`]: its passes wait for the other
+/// members' and run with them. Dropping it lets batches go on without it.
+pub struct Member<'b, 'd> {
+    batcher: &'b Batcher<'d>,
+}
+
+impl Drop for Member<'_, '_> {
+    fn drop(&mut self) {
+        let mut q = self.batcher.lock();
+        q.members -= 1;
+        // Those waiting may now be everyone: one of them runs the batch.
+        self.batcher.wake.notify_all();
+    }
+}
+
+impl Forward for Member<'_, '_> {
+    fn append(&self, st: &mut KvState, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        match self.batcher.call(st, Work::Append(tokens.to_vec()))? {
+            Reply::Logits(l) => Ok(l),
+            Reply::Scores(_) => Err(ModelError::Runtime("a batch answered an append with scores".into())),
+        }
+    }
+
+    fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
+        match self.batcher.call(st, Work::Score(options.to_vec()))? {
+            Reply::Scores(s) => Ok(s),
+            Reply::Logits(_) => Err(ModelError::Runtime("a batch answered a score with logits".into())),
+        }
+    }
+}
+
+/// KV states of earlier prompts, to start later ones from, within a bound
+/// on their bytes; the least recently used leave first.
+struct PrefixCache {
+    entries: Vec<Entry>,
+    limit: usize,
+    clock: u64,
+}
+
+struct Entry {
+    st: KvState,
+    used: u64,
+}
+
+impl PrefixCache {
+    /// The entry sharing the longest prefix with `tokens`, and its length.
+    fn longest(&mut self, tokens: &[u32]) -> Option<(usize, usize)> {
+        let (i, n) = self.entries.iter().enumerate().map(|(i, e)| (i, common(e.st.tokens(), tokens))).max_by_key(|&(_, n)| n)?;
+        if n == 0 {
+            return None;
+        }
+        self.clock += 1;
+        self.entries[i].used = self.clock;
+        Some((i, n))
+    }
+
+    /// Keeps `st` (dropping entries it extends), then evicts the least
+    /// recently used until the bound holds.
+    fn insert(&mut self, st: KvState) {
+        self.entries.retain(|e| common(e.st.tokens(), st.tokens()) < e.st.len());
+        self.clock += 1;
+        self.entries.push(Entry { st, used: self.clock });
+        while self.entries.iter().map(|e| e.st.cache_bytes()).sum::<usize>() > self.limit {
+            let Some(oldest) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.used).map(|(i, _)| i) else { break };
+            self.entries.swap_remove(oldest);
+        }
+    }
+}
+
+/// Length of the common prefix of `a` and `b`.
+fn common(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
