@@ -266,3 +266,24 @@ fn json_row(i: usize) -> lmt::dataset::Row {
     let inputs = [("n".to_string(), lmt::interp::value::Value::Int(100 + i as i64))].into_iter().collect();
     lmt::dataset::Row { line: i + 1, id: J::from(i + 1), inputs: Ok(inputs) }
 }
+
+#[test]
+fn ctrl_c_keeps_the_rows_done_and_resume_finishes() {
+    let tmp = temp_dir("dataset-sigint");
+    let m = common::cli_model(&tmp.join("model"));
+    let template = tmp.join("count.lmt");
+    std::fs::write(&template, TEMPLATE).unwrap();
+    let rows = tmp.join("rows.jsonl");
+    let lines: Vec<String> = (1..=600).map(|i| format!("{{\"n\": {i}}}")).collect();
+    std::fs::write(&rows, lines.join("\n")).unwrap();
+    let out = tmp.join("out.jsonl");
+    let (t, m, r, o) = (template.to_str().unwrap(), m.to_str().unwrap(), rows.to_str().unwrap(), out.to_str().unwrap());
+    let (code, _) = common::interrupted_run(&["run", t, "--model", m, "--inputs", r, "--out", o, "--parallel", "3"], 1);
+    assert_eq!(code, Some(130));
+    let done = records(&out).len();
+    assert!(done > 0 && done < 600, "{done} rows recorded before Ctrl-C");
+    let (code, _, err) = common::lmt(&["run", t, "--model", m, "--inputs", r, "--out", o, "--parallel", "3", "--resume"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&format!("({done} already recorded)")), "{err}");
+    assert_eq!(by_id(records(&out)).len(), 600);
+}

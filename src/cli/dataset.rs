@@ -144,7 +144,7 @@ pub fn run(args: &RunArgs, data: &DatasetArgs, program: &Program, sources: &Sour
         let skipped = skipped.load(Ordering::Relaxed);
         let skipped = if skipped > 0 { format!(" ({skipped} already recorded)") } else { String::new() };
         eprintln!(
-            "{} rows{skipped}: {} ok, {} failed in {secs:.1} s · {:.2} rows/s · {} generated tokens ({:.1}/s) · {} forward tokens + {} shared prefix, {} from the prefix cache · {} batched passes",
+            "{} rows{skipped}: {} ok, {} failed in {secs:.1} s · {:.2} rows/s · {} generated tokens ({:.1}/s) · {} forward tokens + {} shared prefix, {} from the prefix cache · {} batched passes ({:.0} % of the time)",
             summary.done,
             summary.done - summary.failed,
             summary.failed,
@@ -155,6 +155,7 @@ pub fn run(args: &RunArgs, data: &DatasetArgs, program: &Program, sources: &Sour
             b.shared_tokens,
             u.prefix_cached_tokens,
             b.batches,
+            b.busy_us as f64 / 1e4 / secs.max(1e-9),
         );
     }
     if cancel.load(Ordering::SeqCst) {

@@ -55,6 +55,9 @@ pub struct BatchStats {
     pub shared_tokens: u64,
     /// Tokens sequences took from the prefix cache instead of computing.
     pub cached_tokens: u64,
+    /// Microseconds spent running batches (the rest of a run's time is
+    /// the sequences' own work between passes: masks, sampling, text).
+    pub busy_us: u64,
 }
 
 /// Serves forward passes to several threads at once, batching them.
@@ -138,6 +141,7 @@ impl<'d> Batcher<'d> {
                 let tickets: Vec<u64> = jobs.iter().map(|j| j.ticket).collect();
                 q.busy = true;
                 drop(q);
+                let started = std::time::Instant::now();
                 // A panic in a pass must not leave the others waiting forever.
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(jobs)));
                 let (results, stats) = ran.unwrap_or_else(|_| {
@@ -150,6 +154,7 @@ impl<'d> Batcher<'d> {
                 q.stats.appends += stats.appends;
                 q.stats.shared_tokens += stats.shared_tokens;
                 q.stats.cached_tokens += stats.cached_tokens;
+                q.stats.busy_us += started.elapsed().as_micros() as u64;
                 q.done.extend(results.into_iter().map(|(t, st, r)| (t, (st, r))));
                 self.wake.notify_all();
                 continue;
