@@ -432,11 +432,48 @@ fn valid_utf8_prefix(b: &[u8]) -> &str {
     }
 }
 
-/// The largest length ≤ `n` that does not cut a UTF-8 sequence of `b`.
+/// The largest length ≤ `n` that does not cut a UTF-8 sequence of `b`,
+/// also one whose last bytes have not arrived yet (a character split
+/// across tokens is streamed whole, with its last token).
 fn utf8_floor(b: &[u8], n: usize) -> usize {
-    let mut i = n.min(b.len());
-    while i > 0 && i < b.len() && (b[i] & 0xC0) == 0x80 {
-        i -= 1;
+    let i = n.min(b.len());
+    // The start of the last character before `i` (at most 3 continuation bytes back).
+    let mut start = i;
+    while start > 0 && i - start < 4 && (b[start - 1] & 0xC0) == 0x80 {
+        start -= 1;
     }
-    i
+    let Some(lead) = start.checked_sub(1).map(|j| b[j]) else { return i };
+    let width = match lead {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        // ASCII, or not a lead byte: nothing to wait for.
+        _ => return i,
+    };
+    if i - (start - 1) < width {
+        start - 1
+    } else {
+        i
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utf8_floor;
+
+    #[test]
+    fn utf8_floor_never_ends_inside_a_character() {
+        let s = "a₍b".as_bytes(); // ₍ is E2 82 8D
+        let want = [0, 1, 1, 1, 4, 5];
+        for (n, &w) in want.iter().enumerate() {
+            assert_eq!(utf8_floor(s, n), w, "n = {n}");
+        }
+        // The value so far ends inside a character: its bytes wait.
+        assert_eq!(utf8_floor(&s[..3], 3), 1);
+        assert_eq!(utf8_floor("é".as_bytes(), 2), 2);
+        assert_eq!(utf8_floor(&"😀".as_bytes()[..3], 3), 0);
+        // Stray continuation bytes are not waited on.
+        assert_eq!(utf8_floor(&[0x80, 0x80], 2), 2);
+        assert_eq!(utf8_floor(&[b'x', 0x80, 0x80, 0x80, 0x80], 5), 5);
+    }
 }
