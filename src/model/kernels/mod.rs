@@ -3,8 +3,10 @@
 //! activations that are first quantized to the 8-bit format each block type
 //! pairs with, as llama.cpp does (`Q8_0`, `Q8_1`, `Q8_K`; dense types take
 //! f32). SIMD kernels (`x86.rs`) are chosen at run time; `scalar.rs` is the
-//! portable fallback and their specification.
+//! portable fallback and their specification. `Q4_1` rows are stored eight
+//! at a time interleaved (`interleave.rs`), which its kernels read.
 
+mod interleave;
 mod pool;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -160,6 +162,30 @@ pub(crate) struct Kernel {
     rows4: fn(&[u8], usize, [&[u8]; 4], &mut [f32]),
 }
 
+/// Kernels of eight interleaved rows against 1 or 4 activation rows:
+/// `(group, blocks, activations, out[r·T + t])`.
+#[derive(Clone, Copy)]
+struct GroupKernel {
+    g1: fn(&[u8], usize, [&[u8]; 1], &mut [f32]),
+    g4: fn(&[u8], usize, [&[u8]; 4], &mut [f32]),
+}
+
+impl GroupKernel {
+    /// The group kernels of `ty` (the types stored interleaved), the
+    /// fastest this CPU runs or the portable ones.
+    fn of(ty: QType, portable: bool) -> Option<GroupKernel> {
+        if ty != QType::Q4_1 {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if !portable && x86::table(ty).is_some() {
+            return Some(GroupKernel { g1: x86::q4_1x8::<1>, g4: x86::q4_1x8::<4> });
+        }
+        let _ = portable;
+        Some(GroupKernel { g1: interleave::q4_1x8::<1>, g4: interleave::q4_1x8::<4> })
+    }
+}
+
 /// Rows against `T` activation rows with a one-row dot product.
 fn rows_with<const T: usize>(dot: fn(&[u8], &[u8]) -> f32, w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
     for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
@@ -241,7 +267,8 @@ impl VecOps {
 }
 
 /// A weight matrix as stored: `rows` rows of `cols` values, each row whole
-/// blocks of its type, rows one after another.
+/// blocks of its type, rows one after another (for the interleaved types,
+/// the first `8·groups` rows eight at a time, then the rest).
 #[derive(Clone)]
 pub struct QMatrix {
     ty: QType,
@@ -249,6 +276,9 @@ pub struct QMatrix {
     cols: usize,
     data: Vec<u8>,
     kernel: Kernel,
+    /// Groups of eight rows stored interleaved, and their kernels.
+    groups: usize,
+    group_kernel: Option<GroupKernel>,
 }
 
 impl std::fmt::Debug for QMatrix {
@@ -272,12 +302,18 @@ impl QMatrix {
         if data.len() != rb * rows {
             return Err(format!("{} bytes for {rows}×{cols} {ty:?} (expected {})", data.len(), rb * rows));
         }
-        Ok(QMatrix { ty, rows, cols, data, kernel: Kernel::best(ty) })
+        let group_kernel = GroupKernel::of(ty, false);
+        let (data, groups) = match group_kernel {
+            Some(_) if rows >= 8 => interleave::interleave_q4_1(&data, rb),
+            _ => (data, 0),
+        };
+        Ok(QMatrix { ty, rows, cols, data, kernel: Kernel::best(ty), groups, group_kernel })
     }
 
-    /// Uses the portable kernel (for tests that compare the two).
+    /// Uses the portable kernels (for tests that compare the two).
     pub fn portable(mut self) -> QMatrix {
         self.kernel = Kernel::portable(self.ty);
+        self.group_kernel = GroupKernel::of(self.ty, true);
         self
     }
 
@@ -301,14 +337,18 @@ impl QMatrix {
         self.data.len()
     }
 
-    fn row(&self, r: usize) -> &[u8] {
+    fn row(&self, r: usize) -> Cow<'_, [u8]> {
         let rb = self.data.len() / self.rows.max(1);
-        &self.data[r * rb..(r + 1) * rb]
+        if r < 8 * self.groups {
+            return Cow::Owned(interleave::q4_1_row(&self.data, rb, r));
+        }
+        Cow::Borrowed(&self.data[r * rb..(r + 1) * rb])
     }
 
     /// Row `r` as f32 values (an embedding lookup).
     pub fn row_f32(&self, r: usize) -> Vec<f32> {
-        let bytes = self.row(r);
+        let row = self.row(r);
+        let bytes = &row[..];
         match self.ty {
             QType::F32 => bytes.chunks_exact(4).map(|b| scalar::f32_at(b, 0)).collect(),
             QType::F16 => bytes.chunks_exact(2).map(|b| scalar::f16_at(b, 0)).collect(),
@@ -341,8 +381,9 @@ impl QMatrix {
         let rb = self.data.len() / rows.max(1);
         let threads = pool.threads();
         // Rows are handed out in chunks from a counter, so a thread slowed
-        // by other work takes fewer.
-        let chunk = (rows / (threads * 8)).clamp(4, 64); // ≤ 64: `local` below
+        // by other work takes fewer; chunks are whole groups of eight.
+        let chunk = (rows / (threads * 8)).clamp(8, 64) / 8 * 8; // ≤ 64: `local` below
+        let grouped = 8 * self.groups;
         let next = AtomicUsize::new(0);
         let dst = Disjoint::new(out);
         pool.run(&|_| {
@@ -352,21 +393,39 @@ impl QMatrix {
                 if r0 >= rows {
                     break;
                 }
-                let k = chunk.min(rows - r0);
-                let w = &self.data[r0 * rb..(r0 + k) * rb];
+                let end = (r0 + chunk).min(rows);
+                // Interleaved groups first, then plain rows: a row always
+                // goes through the same kernel, whatever the batch.
+                let split = grouped.clamp(r0, end);
                 let mut t = 0;
                 while t < n {
                     let tile = if n - t >= 4 { 4 } else { 1 };
-                    let out = &mut local[..k * tile];
-                    if tile == 4 {
-                        (self.kernel.rows4)(w, rb, [a(t), a(t + 1), a(t + 2), a(t + 3)], out);
-                    } else {
-                        (self.kernel.rows1)(w, rb, [a(t)], out);
+                    if split > r0 {
+                        let gk = self.group_kernel.expect("interleaved rows have group kernels");
+                        let nb = rb / self.ty.block().1;
+                        for g0 in (r0..split).step_by(8) {
+                            let group = &self.data[g0 * rb..(g0 + 8) * rb];
+                            let out = &mut local[(g0 - r0) * tile..(g0 - r0 + 8) * tile];
+                            if tile == 4 {
+                                (gk.g4)(group, nb, [a(t), a(t + 1), a(t + 2), a(t + 3)], out);
+                            } else {
+                                (gk.g1)(group, nb, [a(t)], out);
+                            }
+                        }
                     }
-                    for r in 0..k {
+                    if end > split {
+                        let w = &self.data[split * rb..end * rb];
+                        let out = &mut local[(split - r0) * tile..(end - r0) * tile];
+                        if tile == 4 {
+                            (self.kernel.rows4)(w, rb, [a(t), a(t + 1), a(t + 2), a(t + 3)], out);
+                        } else {
+                            (self.kernel.rows1)(w, rb, [a(t)], out);
+                        }
+                    }
+                    for r in 0..end - r0 {
                         for i in 0..tile {
-                            // SAFETY: rows r0..r0+k are this thread's chunk alone.
-                            unsafe { dst.set((t + i) * rows + r0 + r, out[r * tile + i]) };
+                            // SAFETY: rows r0..end are this thread's chunk alone.
+                            unsafe { dst.set((t + i) * rows + r0 + r, local[r * tile + i]) };
                         }
                     }
                     t += tile;

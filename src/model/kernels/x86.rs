@@ -585,3 +585,60 @@ unsafe fn bf16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; 
         |j| half::bf16::from_bits(u16::from_le_bytes([w[2 * j], w[2 * j + 1]])).to_f32()
     )
 }
+
+/// Eight interleaved `Q4_1` rows (see `interleave.rs`) against `T` `Q8_1`
+/// activation rows: `out[r·T + t]`.
+pub(super) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    use super::interleave::GROUP_BLOCK;
+    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+    // SAFETY: `table` hands this out only after detecting AVX2, FMA and
+    // F16C; the body reads `nb` group blocks of `group` and `nb` 40-byte
+    // blocks of each row of `a`, which the assertion guarantees are there.
+    let sums = unsafe { q4_1x8_avx2::<T>(group, nb, a) };
+    for (t, s) in sums.iter().enumerate() {
+        for (r, &v) in s.iter().enumerate() {
+            out[r * T + t] = v;
+        }
+    }
+}
+
+// SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
+// blocks and each row of `a` `nb` `Q8_1` blocks (`q4_1x8` asserted both).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+    let mask = _mm256_set1_epi8(0xF);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let p = g.as_ptr().add(b * super::interleave::GROUP_BLOCK);
+        // Per token: the eight rows' products summed in 16 bits. Exact: a
+        // pair is at most 2·15·128 and eight pairs add up below 2¹⁵.
+        let mut s = [_mm256_setzero_si256(); T];
+        for c in 0..4 {
+            let x = load(p.add(32 + 32 * c));
+            let lo = _mm256_and_si256(x, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
+            for t in 0..T {
+                let qa = a[t].as_ptr().add(b * 40 + 8);
+                let al = _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(4 * c) as *const i32));
+                let ah = _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(16 + 4 * c) as *const i32));
+                let both = _mm256_add_epi16(_mm256_maddubs_epi16(lo, al), _mm256_maddubs_epi16(hi, ah));
+                s[t] = _mm256_add_epi16(s[t], both);
+            }
+        }
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let m = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        for t in 0..T {
+            let ab = a[t].as_ptr().add(b * 40);
+            let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t], ones));
+            let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
+            acc[t] = _mm256_fmadd_ps(dd, sum, acc[t]);
+            acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
