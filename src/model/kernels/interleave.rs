@@ -7,59 +7,68 @@
 //! `Q4_K` this way at load; lmt does it for `Q4_1`, the type SmolLM2 ships
 //! in.
 //!
-//! `Q4_1` group block (160 bytes, the eight rows' block `b`): the eight
-//! `d` (f16), the eight `m` (f16), then four chunks of 32 bytes; in chunk
-//! `c`, bytes `4r..4r+4` are row `r`'s `qs[4c..4c+4]`: low nibbles are
-//! values `4c..4c+4`, high nibbles values `16+4c..16+4c+4`.
+//! A group block holds the eight rows' block `b`: first their scale
+//! fields (each 2-byte field of the block, eight rows side by side: for
+//! `Q4_1` the eight `d` then the eight `m`; for `Q8_0` the eight `d`), then
+//! the quantized bytes in chunks of 32: in chunk `c`, bytes `4r..4r+4` are
+//! row `r`'s `qs[4c..4c+4]`. (`Q4_1`: 4 chunks, low nibbles values
+//! `4c..4c+4`, high nibbles `16+4c..16+4c+4`; `Q8_0`: 8 chunks.)
 //!
 //! A matrix keeps its first `8·⌊rows/8⌋` rows as groups and the rest as
 //! plain rows after them.
 
-use super::scalar;
+use super::{scalar, QType};
 
-/// Bytes of a `Q4_1` block.
-const Q4_1_BLOCK: usize = 20;
-/// Bytes of a group block: eight `Q4_1` blocks.
-pub(crate) const GROUP_BLOCK: usize = 8 * Q4_1_BLOCK;
+/// (bytes of a block, 2-byte scale fields at its start) of an interleaved type.
+pub(crate) fn shape(ty: QType) -> Option<(usize, usize)> {
+    match ty {
+        QType::Q4_1 => Some((20, 2)),
+        QType::Q8_0 => Some((34, 1)),
+        _ => None,
+    }
+}
 
-/// `data` (whole rows of `row_bytes`) with its first `8·⌊rows/8⌋` rows
-/// interleaved; returns the data and the number of groups.
-pub(crate) fn interleave_q4_1(data: &[u8], row_bytes: usize) -> (Vec<u8>, usize) {
+/// Where byte `i` of row `r`'s block goes in its group block.
+fn place(fields: usize, r: usize, i: usize) -> usize {
+    if i < 2 * fields {
+        16 * (i / 2) + 2 * r + i % 2
+    } else {
+        let q = i - 2 * fields;
+        16 * fields + 32 * (q / 4) + 4 * r + q % 4
+    }
+}
+
+/// `data` (whole rows of `row_bytes`) of type `ty` with its first
+/// `8·⌊rows/8⌋` rows interleaved; returns the data and the number of groups.
+pub(crate) fn interleave(ty: QType, data: &[u8], row_bytes: usize) -> (Vec<u8>, usize) {
+    let Some((block, fields)) = shape(ty) else { return (data.to_vec(), 0) };
     let rows = data.len() / row_bytes.max(1);
     let groups = rows / 8;
-    let nb = row_bytes / Q4_1_BLOCK;
-    let mut out = vec![0u8; data.len()];
+    let nb = row_bytes / block;
+    let mut out = data.to_vec();
     for g in 0..groups {
         let dst = &mut out[g * 8 * row_bytes..(g + 1) * 8 * row_bytes];
         for r in 0..8 {
             let row = &data[(8 * g + r) * row_bytes..(8 * g + r + 1) * row_bytes];
             for b in 0..nb {
-                let (src, gb) = (&row[b * Q4_1_BLOCK..], &mut dst[b * GROUP_BLOCK..]);
-                gb[2 * r..2 * r + 2].copy_from_slice(&src[0..2]);
-                gb[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&src[2..4]);
-                for c in 0..4 {
-                    gb[32 + 32 * c + 4 * r..32 + 32 * c + 4 * r + 4].copy_from_slice(&src[4 + 4 * c..8 + 4 * c]);
+                for i in 0..block {
+                    dst[b * 8 * block + place(fields, r, i)] = row[b * block + i];
                 }
             }
         }
     }
-    let done = groups * 8 * row_bytes;
-    out[done..].copy_from_slice(&data[done..]);
     (out, groups)
 }
 
-/// Row `r` (`< 8·groups`) of interleaved data, as plain `Q4_1` blocks.
-pub(crate) fn q4_1_row(data: &[u8], row_bytes: usize, r: usize) -> Vec<u8> {
-    let nb = row_bytes / Q4_1_BLOCK;
-    let (g, i) = (r / 8, r % 8);
-    let group = &data[g * 8 * row_bytes..(g + 1) * 8 * row_bytes];
+/// Row `r` (`< 8·groups`) of interleaved data, as plain blocks.
+pub(crate) fn row_of(ty: QType, data: &[u8], row_bytes: usize, r: usize) -> Vec<u8> {
+    let (block, fields) = shape(ty).expect("an interleaved type");
+    let nb = row_bytes / block;
+    let group = &data[r / 8 * 8 * row_bytes..(r / 8 + 1) * 8 * row_bytes];
     let mut row = vec![0u8; row_bytes];
     for b in 0..nb {
-        let (gb, dst) = (&group[b * GROUP_BLOCK..], &mut row[b * Q4_1_BLOCK..]);
-        dst[0..2].copy_from_slice(&gb[2 * i..2 * i + 2]);
-        dst[2..4].copy_from_slice(&gb[16 + 2 * i..16 + 2 * i + 2]);
-        for c in 0..4 {
-            dst[4 + 4 * c..8 + 4 * c].copy_from_slice(&gb[32 + 32 * c + 4 * i..32 + 32 * c + 4 * i + 4]);
+        for i in 0..block {
+            row[b * block + i] = group[b * 8 * block + place(fields, r % 8, i)];
         }
     }
     row
@@ -71,6 +80,7 @@ pub(crate) fn q4_1_row(data: &[u8], row_bytes: usize, r: usize) -> Vec<u8> {
 /// `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`, in block
 /// order — bit for bit what the SIMD kernel computes, for any `T`.
 pub(crate) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    const GROUP_BLOCK: usize = 160;
     assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
     for t in 0..T {
         for r in 0..8 {
@@ -91,6 +101,29 @@ pub(crate) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
                 let (da, sa) = (scalar::f32_at(ab, 0), scalar::f32_at(ab, 4));
                 acc = (d * da).mul_add(sum as f32, acc);
                 acc = m.mul_add(sa, acc);
+            }
+            out[r * T + t] = acc;
+        }
+    }
+}
+
+/// The portable `Q8_0` group kernel and the specification of the SIMD one:
+/// eight rows against `T` `Q8_0` activation rows (d as f32, 32 values);
+/// per row and block the exact integer sum, then `acc = fma(d_w·d_a, Σ, acc)`.
+pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    const GROUP_BLOCK: usize = 272;
+    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 36), "group kernel shapes");
+    for t in 0..T {
+        for r in 0..8 {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let gb = &group[b * GROUP_BLOCK..(b + 1) * GROUP_BLOCK];
+                let ab = &a[t][b * 36..(b + 1) * 36];
+                let mut sum = 0i32;
+                for j in 0..32 {
+                    sum += i32::from(gb[16 + 32 * (j / 4) + 4 * r + j % 4] as i8) * i32::from(ab[4 + j] as i8);
+                }
+                acc = (scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0)).mul_add(sum as f32, acc);
             }
             out[r * T + t] = acc;
         }

@@ -3,8 +3,9 @@
 //! activations that are first quantized to the 8-bit format each block type
 //! pairs with, as llama.cpp does (`Q8_0`, `Q8_1`, `Q8_K`; dense types take
 //! f32). SIMD kernels (`x86.rs`) are chosen at run time; `scalar.rs` is the
-//! portable fallback and their specification. `Q4_1` rows are stored eight
-//! at a time interleaved (`interleave.rs`), which its kernels read.
+//! portable fallback and their specification. `Q4_1` and `Q8_0` rows are
+//! stored eight at a time interleaved (`interleave.rs`), which their group
+//! kernels read.
 
 mod interleave;
 mod pool;
@@ -174,15 +175,20 @@ impl GroupKernel {
     /// The group kernels of `ty` (the types stored interleaved), the
     /// fastest this CPU runs or the portable ones.
     fn of(ty: QType, portable: bool) -> Option<GroupKernel> {
-        if ty != QType::Q4_1 {
-            return None;
-        }
         #[cfg(target_arch = "x86_64")]
         if !portable && x86::table(ty).is_some() {
-            return Some(GroupKernel { g1: x86::q4_1x8::<1>, g4: x86::q4_1x8::<4> });
+            match ty {
+                QType::Q4_1 => return Some(GroupKernel { g1: x86::q4_1x8::<1>, g4: x86::q4_1x8::<4> }),
+                QType::Q8_0 => return Some(GroupKernel { g1: x86::q8_0x8::<1>, g4: x86::q8_0x8::<4> }),
+                _ => {}
+            }
         }
         let _ = portable;
-        Some(GroupKernel { g1: interleave::q4_1x8::<1>, g4: interleave::q4_1x8::<4> })
+        match ty {
+            QType::Q4_1 => Some(GroupKernel { g1: interleave::q4_1x8::<1>, g4: interleave::q4_1x8::<4> }),
+            QType::Q8_0 => Some(GroupKernel { g1: interleave::q8_0x8::<1>, g4: interleave::q8_0x8::<4> }),
+            _ => None,
+        }
     }
 }
 
@@ -304,7 +310,7 @@ impl QMatrix {
         }
         let group_kernel = GroupKernel::of(ty, false);
         let (data, groups) = match group_kernel {
-            Some(_) if rows >= 8 => interleave::interleave_q4_1(&data, rb),
+            Some(_) if rows >= 8 => interleave::interleave(ty, &data, rb),
             _ => (data, 0),
         };
         Ok(QMatrix { ty, rows, cols, data, kernel: Kernel::best(ty), groups, group_kernel })
@@ -340,7 +346,7 @@ impl QMatrix {
     fn row(&self, r: usize) -> Cow<'_, [u8]> {
         let rb = self.data.len() / self.rows.max(1);
         if r < 8 * self.groups {
-            return Cow::Owned(interleave::q4_1_row(&self.data, rb, r));
+            return Cow::Owned(interleave::row_of(self.ty, &self.data, rb, r));
         }
         Cow::Borrowed(&self.data[r * rb..(r + 1) * rb])
     }

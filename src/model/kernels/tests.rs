@@ -212,21 +212,27 @@ fn a_rows_result_is_the_same_alone_and_in_any_batch() {
     }
 }
 
-/// Interleaved `Q4_1` rows read back as they were stored, and the SIMD
-/// group kernel computes bit for bit what the portable one specifies.
+/// Interleaved rows read back as they were stored, and the SIMD group
+/// kernels compute bit for bit what the portable ones specify.
 #[test]
 fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
+    for ty in [QType::Q4_1, QType::Q8_0] {
+        interleaved_type_round_trips(ty);
+    }
+}
+
+fn interleaved_type_round_trips(ty: QType) {
     let (rows, cols) = (21, 96);
-    let (m, _) = matrix(QType::Q4_1, rows, cols, 41);
+    let (m, _) = matrix(ty, rows, cols, 41);
     assert_eq!(m.groups, 2, "two groups of eight, five plain rows");
-    let rb = QType::Q4_1.row_bytes(cols).unwrap();
+    let rb = ty.row_bytes(cols).unwrap();
     let plain = {
         let values = randoms(rows * cols, 41);
         let t = Tensor::from_vec(values, (rows, cols), &Device::Cpu).unwrap();
-        QTensor::quantize(&t, QType::Q4_1.ggml()).unwrap().data().unwrap().into_owned()
+        QTensor::quantize(&t, ty.ggml()).unwrap().data().unwrap().into_owned()
     };
     for r in 0..rows {
-        assert_eq!(&m.row(r)[..], &plain[r * rb..(r + 1) * rb], "row {r}");
+        assert_eq!(&m.row(r)[..], &plain[r * rb..(r + 1) * rb], "{ty:?} row {r}");
     }
     let pool = Pool::new(2);
     let portable = m.clone().portable();
@@ -235,6 +241,6 @@ fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
         let (fast, slow) = (run(&m, &pool, &x, n), run(&portable, &pool, &x, n));
         // The interleaved rows (the plain ones' kernels differ in order).
         let same = fast.iter().zip(&slow).enumerate().all(|(i, (a, b))| i % rows >= 16 || a.to_bits() == b.to_bits());
-        assert!(same, "{n} rows: {fast:?} vs {slow:?}");
+        assert!(same, "{ty:?}, {n} rows: {fast:?} vs {slow:?}");
     }
 }

@@ -589,8 +589,7 @@ unsafe fn bf16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; 
 /// Eight interleaved `Q4_1` rows (see `interleave.rs`) against `T` `Q8_1`
 /// activation rows: `out[r·T + t]`.
 pub(super) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    use super::interleave::GROUP_BLOCK;
-    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+    assert!(group.len() == nb * 160 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
     // SAFETY: `table` hands this out only after detecting AVX2, FMA and
     // F16C; the body reads `nb` group blocks of `group` and `nb` 40-byte
     // blocks of each row of `a`, which the assertion guarantees are there.
@@ -610,7 +609,7 @@ unsafe fn q4_1x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
-        let p = g.as_ptr().add(b * super::interleave::GROUP_BLOCK);
+        let p = g.as_ptr().add(b * 160);
         // Per token: the eight rows' products summed in 16 bits. Exact: a
         // pair is at most 2·15·128 and eight pairs add up below 2¹⁵.
         let mut s = [_mm256_setzero_si256(); T];
@@ -634,6 +633,53 @@ unsafe fn q4_1x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f
             let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
             acc[t] = _mm256_fmadd_ps(dd, sum, acc[t]);
             acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// Eight interleaved `Q8_0` rows against `T` `Q8_0` activation rows:
+/// `out[r·T + t]`.
+pub(super) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(group.len() == nb * 272 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 36), "group kernel shapes");
+    // SAFETY: as for `q4_1x8`: features detected by `table`, sizes asserted.
+    let sums = unsafe { q8_0x8_avx2::<T>(group, nb, a) };
+    for (t, s) in sums.iter().enumerate() {
+        for (r, &v) in s.iter().enumerate() {
+            out[r * T + t] = v;
+        }
+    }
+}
+
+// SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
+// blocks and each row of `a` `nb` 36-byte `Q8_0` blocks (asserted).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let p = g.as_ptr().add(b * 272);
+        // Per token: the eight rows' sums in 32 bits (a pair of products
+        // fits 16 bits, eight pairs do not).
+        let mut s = [_mm256_setzero_si256(); T];
+        for c in 0..8 {
+            let x = load(p.add(16 + 32 * c));
+            // |w| with the sign moved onto the activations: maddubs wants one unsigned operand.
+            let ax = _mm256_sign_epi8(x, x);
+            for t in 0..T {
+                let qa = a[t].as_ptr().add(b * 36 + 4 + 4 * c);
+                let sy = _mm256_sign_epi8(_mm256_set1_epi32(std::ptr::read_unaligned(qa as *const i32)), x);
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones));
+            }
+        }
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 36) as *const f32)));
+            acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s[t]), acc[t]);
         }
     }
     let mut out = [[0f32; 8]; T];
