@@ -4,14 +4,14 @@
 //! broadcast to every lane, and the eight rows' sums come out side by side,
 //! scaled by the eight rows' scales in one vector (no horizontal sums, one
 //! conversion per block for eight rows). llama.cpp repacks `Q4_0` and
-//! `Q4_K` this way at load; lmt does it for `Q4_1`, the type SmolLM2 ships
-//! in.
+//! `Q4_K` this way at load; lmt does it for `Q4_0`, `Q4_1` (the type
+//! SmolLM2 ships in) and `Q8_0`.
 //!
 //! A group block holds the eight rows' block `b`: first their scale
 //! fields (each 2-byte field of the block, eight rows side by side: for
 //! `Q4_1` the eight `d` then the eight `m`; for `Q8_0` the eight `d`), then
 //! the quantized bytes in chunks of 32: in chunk `c`, bytes `4r..4r+4` are
-//! row `r`'s `qs[4c..4c+4]`. (`Q4_1`: 4 chunks, low nibbles values
+//! row `r`'s `qs[4c..4c+4]`. (`Q4_0`, `Q4_1`: 4 chunks, low nibbles values
 //! `4c..4c+4`, high nibbles `16+4c..16+4c+4`; `Q8_0`: 8 chunks.)
 //!
 //! A matrix keeps its first `8·⌊rows/8⌋` rows as groups and the rest as
@@ -22,6 +22,7 @@ use super::{scalar, QType};
 /// (bytes of a block, 2-byte scale fields at its start) of an interleaved type.
 pub(crate) fn shape(ty: QType) -> Option<(usize, usize)> {
     match ty {
+        QType::Q4_0 => Some((18, 1)),
         QType::Q4_1 => Some((20, 2)),
         QType::Q8_0 => Some((34, 1)),
         _ => None,
@@ -74,30 +75,34 @@ pub(crate) fn row_of(ty: QType, data: &[u8], row_bytes: usize, r: usize) -> Vec<
     row
 }
 
-/// The portable group kernel and the specification of the SIMD one: the
-/// eight rows of `group` (`nb` group blocks) against `T` `Q8_1` activation
-/// rows; `out[r·T + t]`. Per row and block: the exact integer sum, then
-/// `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`, in block
-/// order — bit for bit what the SIMD kernel computes, for any `T`.
-pub(crate) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    const GROUP_BLOCK: usize = 160;
-    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+/// The portable 4-bit group kernel and the specification of the SIMD
+/// one: the eight rows of `group` (`nb` group blocks of `Q4_1`, or of
+/// `Q4_0` when not `MIN`) against `T` activation rows carrying their sums
+/// (`Q8_1`, `Q8_0S`: d, s = d·Σq, 32 values); `out[r·T + t]`. Per row and
+/// block: the exact integer sum of unsigned weights and activations, then
+/// `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)` (`Q4_0`'s
+/// `m_w` is `−8·d_w`), in block order — bit for bit what the SIMD kernel
+/// computes, for any `T`.
+pub(crate) fn q4x8<const T: usize, const MIN: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let (gbytes, qs) = if MIN { (160, 32) } else { (144, 16) };
+    assert!(group.len() == nb * gbytes && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
     for t in 0..T {
         for r in 0..8 {
             let mut acc = 0f32;
             for b in 0..nb {
-                let gb = &group[b * GROUP_BLOCK..(b + 1) * GROUP_BLOCK];
+                let gb = &group[b * gbytes..(b + 1) * gbytes];
                 let ab = &a[t][b * 40..(b + 1) * 40];
                 let mut sum = 0i32;
                 for c in 0..4 {
                     for k in 0..4 {
-                        let q = gb[32 + 32 * c + 4 * r + k];
+                        let q = gb[qs + 32 * c + 4 * r + k];
                         let j = 4 * c + k;
                         sum += i32::from(q & 0xF) * i32::from(ab[8 + j] as i8);
                         sum += i32::from(q >> 4) * i32::from(ab[8 + 16 + j] as i8);
                     }
                 }
-                let (d, m) = (scalar::f16_at(gb, 2 * r), scalar::f16_at(gb, 16 + 2 * r));
+                let d = scalar::f16_at(gb, 2 * r);
+                let m = if MIN { scalar::f16_at(gb, 16 + 2 * r) } else { d * -8.0 };
                 let (da, sa) = (scalar::f32_at(ab, 0), scalar::f32_at(ab, 4));
                 acc = (d * da).mul_add(sum as f32, acc);
                 acc = m.mul_add(sa, acc);

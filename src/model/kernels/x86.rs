@@ -586,14 +586,15 @@ unsafe fn bf16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; 
     )
 }
 
-/// Eight interleaved `Q4_1` rows (see `interleave.rs`) against `T` `Q8_1`
-/// activation rows: `out[r·T + t]`.
-pub(super) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    assert!(group.len() == nb * 160 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+/// Eight interleaved `Q4_1` rows (`Q4_0` when not `MIN`; see
+/// `interleave.rs`) against `T` activation rows with sums: `out[r·T + t]`.
+pub(super) fn q4x8<const T: usize, const MIN: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let gbytes = if MIN { 160 } else { 144 };
+    assert!(group.len() == nb * gbytes && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
     // SAFETY: `table` hands this out only after detecting AVX2, FMA and
     // F16C; the body reads `nb` group blocks of `group` and `nb` 40-byte
     // blocks of each row of `a`, which the assertion guarantees are there.
-    let sums = unsafe { q4_1x8_avx2::<T>(group, nb, a) };
+    let sums = unsafe { q4x8_avx2::<T, MIN>(group, nb, a) };
     for (t, s) in sums.iter().enumerate() {
         for (r, &v) in s.iter().enumerate() {
             out[r * T + t] = v;
@@ -602,19 +603,20 @@ pub(super) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
 }
 
 // SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
-// blocks and each row of `a` `nb` `Q8_1` blocks (`q4_1x8` asserted both).
+// blocks and each row of `a` `nb` 40-byte blocks (`q4x8` asserted both).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+unsafe fn q4x8_avx2<const T: usize, const MIN: bool>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+    let (gbytes, qs) = if MIN { (160, 32) } else { (144, 16) };
     let mask = _mm256_set1_epi8(0xF);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
-        let p = g.as_ptr().add(b * 160);
+        let p = g.as_ptr().add(b * gbytes);
         // Per token: the eight rows' products summed in 16 bits. Exact: a
         // pair is at most 2·15·128 and eight pairs add up below 2¹⁵.
         let mut s = [_mm256_setzero_si256(); T];
         for c in 0..4 {
-            let x = load(p.add(32 + 32 * c));
+            let x = load(p.add(qs + 32 * c));
             let lo = _mm256_and_si256(x, mask);
             let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
             for t in 0..T {
@@ -626,7 +628,7 @@ unsafe fn q4_1x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f
             }
         }
         let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        let m = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        let m = if MIN { _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i)) } else { _mm256_mul_ps(d, _mm256_set1_ps(-8.0)) };
         for t in 0..T {
             let ab = a[t].as_ptr().add(b * 40);
             let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t], ones));
