@@ -137,9 +137,11 @@ fn every_example_runs_and_its_constraints_hold() {
                     assert!(["e4", "d4", "Nf3", "c4"].contains(&value("best").as_str()), "{ctx}");
                 }
                 "reviews" => {
-                    assert!(["positive", "negative", "mixed"].contains(&value("label").as_str()), "{ctx}");
-                    let product = value("product");
-                    assert!(fancy_regex::Regex::new(r"^[a-z][a-z ]{0,30}$").unwrap().is_match(&product).unwrap(), "{ctx}: {product:?}");
+                    let info: serde_json::Value = serde_json::from_str(&value("info")).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    assert!(info["product"].as_str().is_some_and(|p| p.chars().count() <= 30), "{ctx}: {info}");
+                    assert!(["positive", "negative", "mixed"].contains(&info["sentiment"].as_str().unwrap_or_default()), "{ctx}: {info}");
+                    assert!(info["problem"].is_null() || info["problem"].as_str().is_some_and(|p| p.chars().count() <= 60), "{ctx}: {info}");
+                    assert_eq!(info.as_object().unwrap().len(), 3, "{ctx}: {info}");
                 }
                 "extract" => {
                     let t = value("triples");
