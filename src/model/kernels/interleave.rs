@@ -5,7 +5,7 @@
 //! scaled by the eight rows' scales in one vector (no horizontal sums, one
 //! conversion per block for eight rows). llama.cpp repacks `Q4_0` and
 //! `Q4_K` this way at load; lmt does it for `Q4_0`, `Q4_1` (the type
-//! SmolLM2 ships in) and `Q8_0`.
+//! SmolLM2 ships in), `Q8_0` and `Q4_K`.
 //!
 //! A group block holds the eight rows' block `b`: first their scale
 //! fields (each 2-byte field of the block, eight rows side by side: for
@@ -25,6 +25,7 @@ pub(crate) fn shape(ty: QType) -> Option<(usize, usize)> {
         QType::Q4_0 => Some((18, 1)),
         QType::Q4_1 => Some((20, 2)),
         QType::Q8_0 => Some((34, 1)),
+        QType::Q4K => Some((144, 2)),
         _ => None,
     }
 }
@@ -131,6 +132,46 @@ pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
                 acc = (scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0)).mul_add(sum as f32, acc);
             }
             out[r * T + t] = acc;
+        }
+    }
+}
+
+/// The portable `Q4_K` group kernel and the specification of the SIMD one:
+/// eight rows (`nb` group blocks of 1,152 bytes) against `T` `Q8_K`
+/// activation rows (d, 256 values, 16 sums of 16). Per row and super-block
+/// the exact integer sums `Σ_j sc_j·Σ(q·a)` and `Σ_j m_j·Σa` over the eight
+/// sub-blocks `j`, then `acc = fma(d·d_a, sums, acc)` and
+/// `mins = fma(dmin·d_a, msums, mins)`; the result is `acc − mins`.
+pub(crate) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    const GROUP_BLOCK: usize = 8 * 144;
+    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
+    for t in 0..T {
+        for r in 0..8 {
+            let (mut acc, mut mins) = (0f32, 0f32);
+            for b in 0..nb {
+                let gb = &group[b * GROUP_BLOCK..(b + 1) * GROUP_BLOCK];
+                let ab = &a[t][b * 292..(b + 1) * 292];
+                let packed: Vec<u8> = (0..12).map(|i| gb[32 + 32 * (i / 4) + 4 * r + i % 4]).collect();
+                let q = |k: usize| gb[128 + 32 * (k / 4) + 4 * r + k % 4];
+                let (mut sums, mut msums) = (0i32, 0i32);
+                for j in 0..8 {
+                    let (sc, m) = scalar::scale_min_k4(&packed, j);
+                    let (g, high) = (j / 2, j % 2 == 1);
+                    let mut isum = 0i32;
+                    for l in 0..32 {
+                        let byte = q(32 * g + l);
+                        let w = if high { byte >> 4 } else { byte & 0xF };
+                        isum += i32::from(w) * i32::from(ab[4 + 32 * j + l] as i8);
+                    }
+                    sums += i32::from(sc) * isum;
+                    let bsum = |k: usize| i32::from(i16::from_le_bytes([ab[260 + 2 * k], ab[261 + 2 * k]]));
+                    msums += i32::from(m) * (bsum(2 * j) + bsum(2 * j + 1));
+                }
+                let da = scalar::f32_at(ab, 0);
+                acc = (scalar::f16_at(gb, 2 * r) * da).mul_add(sums as f32, acc);
+                mins = (scalar::f16_at(gb, 16 + 2 * r) * da).mul_add(msums as f32, mins);
+            }
+            out[r * T + t] = acc - mins;
         }
     }
 }

@@ -216,13 +216,13 @@ fn a_rows_result_is_the_same_alone_and_in_any_batch() {
 /// kernels compute bit for bit what the portable ones specify.
 #[test]
 fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0] {
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q4K] {
         interleaved_type_round_trips(ty);
     }
 }
 
 fn interleaved_type_round_trips(ty: QType) {
-    let (rows, cols) = (21, 96);
+    let (rows, cols) = (21, ty.block().0.max(32) * 3);
     let (m, _) = matrix(ty, rows, cols, 41);
     assert_eq!(m.groups, 2, "two groups of eight, five plain rows");
     let rb = ty.row_bytes(cols).unwrap();

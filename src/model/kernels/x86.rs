@@ -690,3 +690,98 @@ unsafe fn q8_0x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f
     }
     out
 }
+
+/// Eight interleaved `Q4_K` rows against `T` `Q8_K` activation rows:
+/// `out[r·T + t]`.
+pub(super) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(group.len() == nb * 1152 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
+    // SAFETY: as for `q4x8`: features detected by `table`, sizes asserted.
+    let sums = unsafe { q4_kx8_avx2::<T>(group, nb, a) };
+    for (t, s) in sums.iter().enumerate() {
+        for (r, &v) in s.iter().enumerate() {
+            out[r * T + t] = v;
+        }
+    }
+}
+
+/// The eight rows' scale and min of sub-block `j` (as 32-bit lanes) from
+/// the three chunks of packed scale bytes (`scale_min_k4`, lane-wise).
+// SAFETY (callers): The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn scale_min_x8(c: [__m256i; 3], j: usize) -> (__m256i, __m256i) {
+    let m6 = _mm256_set1_epi32(63);
+    let m4 = _mm256_set1_epi32(0xF);
+    // Byte k of each lane of a chunk, as a 32-bit lane.
+    let byte = |x: __m256i, k: usize| _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set1_epi32(8 * k as i32)), _mm256_set1_epi32(0xFF));
+    if j < 4 {
+        (_mm256_and_si256(byte(c[0], j), m6), _mm256_and_si256(byte(c[1], j), m6))
+    } else {
+        let k = j - 4;
+        let (b8, b0, b4) = (byte(c[2], k), byte(c[0], k), byte(c[1], k));
+        let sc = _mm256_or_si256(_mm256_and_si256(b8, m4), _mm256_slli_epi32(_mm256_srli_epi32(b0, 6), 4));
+        let mn = _mm256_or_si256(_mm256_srli_epi32(b8, 4), _mm256_slli_epi32(_mm256_srli_epi32(b4, 6), 4));
+        (sc, mn)
+    }
+}
+
+// SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
+// blocks and each row of `a` `nb` 292-byte `Q8_K` blocks (asserted).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_kx8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+    let mask = _mm256_set1_epi8(0xF);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut mins = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let p = g.as_ptr().add(b * 1152);
+        let chunks = [load(p.add(32)), load(p.add(64)), load(p.add(96))];
+        let mut sums = [_mm256_setzero_si256(); T];
+        let mut msums = [_mm256_setzero_si256(); T];
+        for gi in 0..4 {
+            let (sl, ml) = scale_min_x8(chunks, 2 * gi);
+            let (sh, mh) = scale_min_x8(chunks, 2 * gi + 1);
+            // Per token: sub-blocks 2g (low nibbles) and 2g+1 (high), in
+            // 16 bits: eight pairs of at most 2·15·128 stay below 2¹⁵.
+            let mut lo_s = [_mm256_setzero_si256(); T];
+            let mut hi_s = [_mm256_setzero_si256(); T];
+            for k in 0..8 {
+                let x = load(p.add(128 + 32 * (8 * gi + k)));
+                let lo = _mm256_and_si256(x, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
+                for t in 0..T {
+                    let y = a[t].as_ptr().add(b * 292 + 4 + 64 * gi + 4 * k);
+                    let al = _mm256_set1_epi32(std::ptr::read_unaligned(y as *const i32));
+                    let ah = _mm256_set1_epi32(std::ptr::read_unaligned(y.add(32) as *const i32));
+                    lo_s[t] = _mm256_add_epi16(lo_s[t], _mm256_maddubs_epi16(lo, al));
+                    hi_s[t] = _mm256_add_epi16(hi_s[t], _mm256_maddubs_epi16(hi, ah));
+                }
+            }
+            for t in 0..T {
+                let l = _mm256_mullo_epi32(_mm256_madd_epi16(lo_s[t], ones), sl);
+                let h = _mm256_mullo_epi32(_mm256_madd_epi16(hi_s[t], ones), sh);
+                sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(l, h));
+                let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * gi) as *const i16;
+                let bsum = |k: usize| i32::from(std::ptr::read_unaligned(bs.add(k)));
+                let (bl, bh) = (bsum(0) + bsum(1), bsum(2) + bsum(3));
+                let m = _mm256_add_epi32(
+                    _mm256_mullo_epi32(ml, _mm256_set1_epi32(bl)),
+                    _mm256_mullo_epi32(mh, _mm256_set1_epi32(bh)),
+                );
+                msums[t] = _mm256_add_epi32(msums[t], m);
+            }
+        }
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        for t in 0..T {
+            let da = _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 292) as *const f32));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+            mins[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msums[t]), mins[t]);
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), _mm256_sub_ps(acc[t], mins[t]));
+    }
+    out
+}
