@@ -5,7 +5,8 @@
 //! scaled by the eight rows' scales in one vector (no horizontal sums, one
 //! conversion per block for eight rows). llama.cpp repacks `Q4_0` and
 //! `Q4_K` this way at load; lmt does it for `Q4_0`, `Q4_1` (the type
-//! SmolLM2 ships in), `Q8_0` and `Q4_K`.
+//! SmolLM2 ships in), `Q5_0` (most of llama.cpp's `Q4_K_M` for widths
+//! that are not multiples of 256), `Q8_0` and `Q4_K`.
 //!
 //! A group block holds the eight rows' block `b`: first their scale
 //! fields (each 2-byte field of the block, eight rows side by side: for
@@ -24,6 +25,7 @@ pub(crate) fn shape(ty: QType) -> Option<(usize, usize)> {
     match ty {
         QType::Q4_0 => Some((18, 1)),
         QType::Q4_1 => Some((20, 2)),
+        QType::Q5_0 => Some((22, 1)),
         QType::Q8_0 => Some((34, 1)),
         QType::Q4K => Some((144, 2)),
         _ => None,
@@ -172,6 +174,39 @@ pub(crate) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
                 mins = (scalar::f16_at(gb, 16 + 2 * r) * da).mul_add(msums as f32, mins);
             }
             out[r * T + t] = acc - mins;
+        }
+    }
+}
+
+/// The portable `Q5_0` group kernel and the specification of the SIMD one:
+/// as [`q4x8`] for `Q4_0`, with weights `nibble | fifth bit << 4` (0..31)
+/// and `m_w = −16·d_w`.
+pub(crate) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    const GROUP_BLOCK: usize = 176;
+    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+    for t in 0..T {
+        for r in 0..8 {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let gb = &group[b * GROUP_BLOCK..(b + 1) * GROUP_BLOCK];
+                let ab = &a[t][b * 40..(b + 1) * 40];
+                let qh = u32::from_le_bytes([gb[16 + 4 * r], gb[17 + 4 * r], gb[18 + 4 * r], gb[19 + 4 * r]]);
+                let mut sum = 0i32;
+                for c in 0..4 {
+                    for k in 0..4 {
+                        let q = gb[48 + 32 * c + 4 * r + k];
+                        let j = 4 * c + k;
+                        let lo = (q & 0xF) | (((qh >> j) & 1) as u8) << 4;
+                        let hi = (q >> 4) | (((qh >> (j + 16)) & 1) as u8) << 4;
+                        sum += i32::from(lo) * i32::from(ab[8 + j] as i8) + i32::from(hi) * i32::from(ab[8 + 16 + j] as i8);
+                    }
+                }
+                let d = scalar::f16_at(gb, 2 * r);
+                let (da, sa) = (scalar::f32_at(ab, 0), scalar::f32_at(ab, 4));
+                acc = (d * da).mul_add(sum as f32, acc);
+                acc = (d * -16.0).mul_add(sa, acc);
+            }
+            out[r * T + t] = acc;
         }
     }
 }

@@ -3,7 +3,7 @@
 //! activations that are first quantized to the 8-bit format each block type
 //! pairs with, as llama.cpp does (`Q8_0`, `Q8_1`, `Q8_K`; dense types take
 //! f32). SIMD kernels (`x86.rs`) are chosen at run time; `scalar.rs` is the
-//! portable fallback and their specification. `Q4_0`, `Q4_1`, `Q8_0` and `Q4_K` rows are
+//! portable fallback and their specification. `Q4_0`, `Q4_1`, `Q5_0`, `Q8_0` and `Q4_K` rows are
 //! stored eight at a time interleaved (`interleave.rs`), which their group
 //! kernels read.
 
@@ -180,6 +180,7 @@ impl GroupKernel {
             match ty {
                 QType::Q4_0 => return Some(GroupKernel { g1: x86::q4x8::<1, false>, g4: x86::q4x8::<4, false> }),
                 QType::Q4_1 => return Some(GroupKernel { g1: x86::q4x8::<1, true>, g4: x86::q4x8::<4, true> }),
+                QType::Q5_0 => return Some(GroupKernel { g1: x86::q5_0x8::<1>, g4: x86::q5_0x8::<4> }),
                 QType::Q8_0 => return Some(GroupKernel { g1: x86::q8_0x8::<1>, g4: x86::q8_0x8::<4> }),
                 QType::Q4K => return Some(GroupKernel { g1: x86::q4_kx8::<1>, g4: x86::q4_kx8::<4> }),
                 _ => {}
@@ -189,6 +190,7 @@ impl GroupKernel {
         match ty {
             QType::Q4_0 => Some(GroupKernel { g1: interleave::q4x8::<1, false>, g4: interleave::q4x8::<4, false> }),
             QType::Q4_1 => Some(GroupKernel { g1: interleave::q4x8::<1, true>, g4: interleave::q4x8::<4, true> }),
+            QType::Q5_0 => Some(GroupKernel { g1: interleave::q5_0x8::<1>, g4: interleave::q5_0x8::<4> }),
             QType::Q8_0 => Some(GroupKernel { g1: interleave::q8_0x8::<1>, g4: interleave::q8_0x8::<4> }),
             QType::Q4K => Some(GroupKernel { g1: interleave::q4_kx8::<1>, g4: interleave::q4_kx8::<4> }),
             _ => None,

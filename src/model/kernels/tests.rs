@@ -216,7 +216,7 @@ fn a_rows_result_is_the_same_alone_and_in_any_batch() {
 /// kernels compute bit for bit what the portable ones specify.
 #[test]
 fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q4K] {
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q8_0, QType::Q4K] {
         interleaved_type_round_trips(ty);
     }
 }

@@ -785,3 +785,76 @@ unsafe fn q4_kx8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f
     }
     out
 }
+
+/// Eight interleaved `Q5_0` rows against `T` activation rows with sums:
+/// `out[r·T + t]`.
+pub(super) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(group.len() == nb * 176 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+    // SAFETY: as for `q4x8`: features detected by `table`, sizes asserted.
+    let sums = unsafe { q5_0x8_avx2::<T>(group, nb, a) };
+    for (t, s) in sums.iter().enumerate() {
+        for (r, &v) in s.iter().enumerate() {
+            out[r * T + t] = v;
+        }
+    }
+}
+
+/// Bits `from..from+4` of each 32-bit lane of `qh` as bytes 0..4 of that
+/// lane: 0x10 where the bit is set.
+// SAFETY (callers): The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn fifth_bits(qh: __m256i, from: i32) -> __m256i {
+    let x = _mm256_srlv_epi32(qh, _mm256_set1_epi32(from));
+    // The lane's low byte in all four of its bytes, then one bit per byte.
+    let spread = _mm256_shuffle_epi8(x, _mm256_set_epi8(
+        28, 28, 28, 28, 24, 24, 24, 24, 20, 20, 20, 20, 16, 16, 16, 16,
+        12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0,
+    ));
+    // (`shuffle_epi8` indexes within each 128-bit half: 16..31 there read as 0..15.)
+    let probe = _mm256_set1_epi32(0x0804_0201);
+    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe), _mm256_set1_epi8(0x10))
+}
+
+// SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
+// blocks and each row of `a` `nb` 40-byte blocks (asserted).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+    let mask = _mm256_set1_epi8(0xF);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let p = g.as_ptr().add(b * 176);
+        let qh = load(p.add(16));
+        // Per token, low and high halves apart: four pairs of at most
+        // 2·31·128 each stay below 2¹⁵, eight would not.
+        let mut sl = [_mm256_setzero_si256(); T];
+        let mut sh = [_mm256_setzero_si256(); T];
+        for c in 0..4 {
+            let x = load(p.add(48 + 32 * c));
+            let lo = _mm256_or_si256(_mm256_and_si256(x, mask), fifth_bits(qh, 4 * c as i32));
+            let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), mask), fifth_bits(qh, 16 + 4 * c as i32));
+            for t in 0..T {
+                let qa = a[t].as_ptr().add(b * 40 + 8);
+                let al = _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(4 * c) as *const i32));
+                let ah = _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(16 + 4 * c) as *const i32));
+                sl[t] = _mm256_add_epi16(sl[t], _mm256_maddubs_epi16(lo, al));
+                sh[t] = _mm256_add_epi16(sh[t], _mm256_maddubs_epi16(hi, ah));
+            }
+        }
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let m = _mm256_mul_ps(d, _mm256_set1_ps(-16.0));
+        for t in 0..T {
+            let ab = a[t].as_ptr().add(b * 40);
+            let isum = _mm256_add_epi32(_mm256_madd_epi16(sl[t], ones), _mm256_madd_epi16(sh[t], ones));
+            let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
+            acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
+            acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
