@@ -287,3 +287,21 @@ fn ctrl_c_keeps_the_rows_done_and_resume_finishes() {
     assert!(err.contains(&format!("({done} already recorded)")), "{err}");
     assert_eq!(by_id(records(&out)).len(), 600);
 }
+
+#[test]
+fn csv_rows_run_like_json_lines() {
+    let tmp = temp_dir("dataset-csv");
+    let m = common::cli_model(&tmp.join("model"));
+    let template = tmp.join("count.lmt");
+    std::fs::write(&template, TEMPLATE).unwrap();
+    let rows = tmp.join("rows.csv");
+    std::fs::write(&rows, "id,n\nfirst,1\n\"second, with a comma\",2\nthird,0\n").unwrap();
+    let (t, m, r) = (template.to_str().unwrap(), m.to_str().unwrap(), rows.to_str().unwrap());
+    let (code, out, err) = common::lmt(&["run", t, "--model", m, "--inputs", r, "--quiet"]);
+    assert_eq!(code, 1, "the third row divides by zero: {err}");
+    let got = by_id(out.lines().map(|l| serde_json::from_str(l).unwrap()).collect());
+    assert_eq!(got.len(), 3);
+    assert_eq!(got["\"second, with a comma\""]["inputs"]["n"], 2, "cells read as JSON when they parse");
+    assert_eq!(got["\"second, with a comma\""]["line"], 3);
+    assert_eq!(got["\"third\""]["error"]["code"], "E0801");
+}

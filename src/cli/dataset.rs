@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::run::{cancel_on_ctrl_c, load_model, read_vars, RunArgs, EXIT_CANCELLED};
 use super::EXIT_USAGE;
-use crate::dataset::{self, DatasetOptions, JsonlRows, RowKey};
+use crate::dataset::{self, CsvRows, DatasetOptions, JsonlRows, RowKey};
 use crate::interp;
 use crate::ir::Program;
 use crate::span::SourceMap;
@@ -23,8 +23,9 @@ const EXIT_RUN_ERROR: i32 = 3;
 /// Arguments of a dataset run (part of `lmt run`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct DatasetArgs {
-    /// Run once per line of this JSON-lines file (`-`: standard input); each
-    /// line an object of input values, with an optional `id`.
+    /// Run once per row of this file: JSON lines, each an object of input
+    /// values with an optional `id` (`-`: standard input), or CSV with a
+    /// header (a `.csv` file).
     #[arg(long, value_name = "ROWS.jsonl")]
     pub inputs: Option<PathBuf>,
     /// Where each row's record goes, one JSON line per row as it completes (default and `-`: standard output).
@@ -72,7 +73,8 @@ pub fn run(args: &RunArgs, data: &DatasetArgs, program: &Program, sources: &Sour
         (Box::new(BufReader::new(std::io::stdin())), None)
     } else {
         match File::open(input_path).and_then(|f| Ok((count_rows(input_path)?, f))) {
-            Ok((n, f)) => (Box::new(BufReader::new(f)), Some(n)),
+            // (A CSV header is no row; a cell with line breaks makes this an estimate.)
+            Ok((n, f)) => (Box::new(BufReader::new(f)), Some(n.saturating_sub(u64::from(is_csv(input_path))))),
             Err(e) => {
                 eprintln!("error: cannot read `{}`: {e}", input_path.display());
                 return EXIT_USAGE;
@@ -88,7 +90,9 @@ pub fn run(args: &RunArgs, data: &DatasetArgs, program: &Program, sources: &Sour
     };
     let skip = out.recorded.clone();
     let skipped = std::sync::atomic::AtomicU64::new(0);
-    let rows = JsonlRows::new(reader, declared).filter(|r| match r {
+    let rows: Box<dyn Iterator<Item = std::io::Result<dataset::Row>> + Send> =
+        if is_csv(input_path) { Box::new(CsvRows::new(reader, declared)) } else { Box::new(JsonlRows::new(reader, declared)) };
+    let rows = rows.filter(|r| match r {
         Ok(row) if skip.contains(&row.key()) => {
             skipped.fetch_add(1, Ordering::Relaxed);
             false
@@ -207,6 +211,11 @@ impl Output {
         self.sink.write_all(line.as_bytes())?;
         self.sink.flush()
     }
+}
+
+/// Whether rows are read as CSV (by the file's extension).
+fn is_csv(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x.eq_ignore_ascii_case("csv"))
 }
 
 /// Non-blank lines of a file (the total for the progress bar).

@@ -7,6 +7,7 @@
 //! logits do not depend on the rows beside it, so a row's record is the
 //! same whatever the number of rows in flight.
 
+mod csv;
 mod rows;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +16,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use indexmap::IndexMap;
 use serde_json::{json, Value as J};
 
+pub use csv::CsvRows;
 pub use rows::{check_inputs, recorded, JsonlRows, Row, RowKey, MAX_LINE};
 
 use crate::diagnostic::JsonDiagnostic;

@@ -59,15 +59,50 @@ impl RowKey {
 pub struct JsonlRows<R> {
     input: R,
     line: usize,
+    maker: RowMaker,
+}
+
+/// Turns an object of values into a row: its id (checked, unique), its
+/// inputs.
+pub(super) struct RowMaker {
     seen: HashSet<String>,
     /// Input names the template declares (an `id` among them is an input too).
     declared: Vec<InputDecl>,
 }
 
+impl RowMaker {
+    pub(super) fn new(declared: Vec<InputDecl>) -> RowMaker {
+        RowMaker { seen: HashSet::new(), declared }
+    }
+
+    /// The row of line `line` holding `object`.
+    pub(super) fn row(&mut self, line: usize, object: serde_json::Map<String, J>) -> Row {
+        let id_is_input = self.declared.iter().any(|d| d.name == "id");
+        let id = match object.get("id") {
+            None => J::from(line),
+            Some(v @ (J::String(_) | J::Number(_))) => v.clone(),
+            Some(other) => {
+                let error = format!("line {line}: `id` must be a string or a number, not `{other}`");
+                return Row { line, id: J::from(line), inputs: Err(error) };
+            }
+        };
+        if !self.seen.insert(id.to_string()) {
+            return Row { line, id: J::Null, inputs: Err(format!("line {line}: the id {id} was used by an earlier row")) };
+        }
+        let mut inputs = IndexMap::new();
+        for (k, v) in object {
+            if k != "id" || id_is_input {
+                inputs.insert(k, Value::from_json(&v));
+            }
+        }
+        Row { line, id, inputs: Ok(inputs) }
+    }
+}
+
 impl<R: BufRead> JsonlRows<R> {
     /// Rows of `input` for a template that declares `declared`.
     pub fn new(input: R, declared: Vec<InputDecl>) -> JsonlRows<R> {
-        JsonlRows { input, line: 0, seen: HashSet::new(), declared }
+        JsonlRows { input, line: 0, maker: RowMaker::new(declared) }
     }
 
     /// The next line's row; `Err` when the input cannot be read.
@@ -101,30 +136,11 @@ impl<R: BufRead> JsonlRows<R> {
     }
 
     fn parse(&mut self, line: usize, text: &str) -> Row {
-        let object = match serde_json::from_str::<J>(text) {
-            Ok(J::Object(o)) => o,
-            Ok(_) => return Row { line, id: J::from(line), inputs: Err(format!("line {line} is not a JSON object of input values")) },
-            Err(e) => return Row { line, id: J::from(line), inputs: Err(format!("line {line} is not JSON: {e}")) },
-        };
-        let id_is_input = self.declared.iter().any(|d| d.name == "id");
-        let id = match object.get("id") {
-            None => J::from(line),
-            Some(v @ (J::String(_) | J::Number(_))) => v.clone(),
-            Some(other) => {
-                let error = format!("line {line}: `id` must be a string or a number, not `{other}`");
-                return Row { line, id: J::from(line), inputs: Err(error) };
-            }
-        };
-        if !self.seen.insert(id.to_string()) {
-            return Row { line, id: J::Null, inputs: Err(format!("line {line}: the id {id} was used by an earlier row")) };
+        match serde_json::from_str::<J>(text) {
+            Ok(J::Object(o)) => self.maker.row(line, o),
+            Ok(_) => Row { line, id: J::from(line), inputs: Err(format!("line {line} is not a JSON object of input values")) },
+            Err(e) => Row { line, id: J::from(line), inputs: Err(format!("line {line} is not JSON: {e}")) },
         }
-        let mut inputs = IndexMap::new();
-        for (k, v) in object {
-            if k != "id" || id_is_input {
-                inputs.insert(k, Value::from_json(&v));
-            }
-        }
-        Row { line, id, inputs: Ok(inputs) }
     }
 }
 
@@ -136,7 +152,7 @@ impl<R: BufRead> Iterator for JsonlRows<R> {
     }
 }
 
-fn skip_line(r: &mut impl BufRead) -> std::io::Result<()> {
+pub(super) fn skip_line(r: &mut impl BufRead) -> std::io::Result<()> {
     loop {
         let buf = r.fill_buf()?;
         if buf.is_empty() {

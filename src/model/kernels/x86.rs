@@ -586,6 +586,15 @@ unsafe fn bf16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; 
     )
 }
 
+/// Eight rows' sums per activation row, into `out[r·T + t]`.
+fn spread<const T: usize>(sums: &[[f32; 8]; T], out: &mut [f32]) {
+    for (t, s) in sums.iter().enumerate() {
+        for (r, &v) in s.iter().enumerate() {
+            out[r * T + t] = v;
+        }
+    }
+}
+
 /// Eight interleaved `Q4_1` rows (`Q4_0` when not `MIN`; see
 /// `interleave.rs`) against `T` activation rows with sums: `out[r·T + t]`.
 pub(super) fn q4x8<const T: usize, const MIN: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
@@ -595,11 +604,7 @@ pub(super) fn q4x8<const T: usize, const MIN: bool>(group: &[u8], nb: usize, a: 
     // F16C; the body reads `nb` group blocks of `group` and `nb` 40-byte
     // blocks of each row of `a`, which the assertion guarantees are there.
     let sums = unsafe { q4x8_avx2::<T, MIN>(group, nb, a) };
-    for (t, s) in sums.iter().enumerate() {
-        for (r, &v) in s.iter().enumerate() {
-            out[r * T + t] = v;
-        }
-    }
+    spread(&sums, out);
 }
 
 // SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
@@ -650,11 +655,7 @@ pub(super) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
     assert!(group.len() == nb * 272 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 36), "group kernel shapes");
     // SAFETY: as for `q4_1x8`: features detected by `table`, sizes asserted.
     let sums = unsafe { q8_0x8_avx2::<T>(group, nb, a) };
-    for (t, s) in sums.iter().enumerate() {
-        for (r, &v) in s.iter().enumerate() {
-            out[r * T + t] = v;
-        }
-    }
+    spread(&sums, out);
 }
 
 // SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
@@ -697,11 +698,7 @@ pub(super) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
     assert!(group.len() == nb * 1152 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
     // SAFETY: as for `q4x8`: features detected by `table`, sizes asserted.
     let sums = unsafe { q4_kx8_avx2::<T>(group, nb, a) };
-    for (t, s) in sums.iter().enumerate() {
-        for (r, &v) in s.iter().enumerate() {
-            out[r * T + t] = v;
-        }
-    }
+    spread(&sums, out);
 }
 
 /// The eight rows' scale and min of sub-block `j` (as 32-bit lanes) from
@@ -792,11 +789,7 @@ pub(super) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
     assert!(group.len() == nb * 176 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
     // SAFETY: as for `q4x8`: features detected by `table`, sizes asserted.
     let sums = unsafe { q5_0x8_avx2::<T>(group, nb, a) };
-    for (t, s) in sums.iter().enumerate() {
-        for (r, &v) in s.iter().enumerate() {
-            out[r * T + t] = v;
-        }
-    }
+    spread(&sums, out);
 }
 
 /// Bits `from..from+4` of each 32-bit lane of `qh` as bytes 0..4 of that
