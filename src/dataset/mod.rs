@@ -129,7 +129,16 @@ where
                         return;
                     }
                 };
-                let result = run_row(program, sources, model, batcher, declared, &row, opts);
+                // A fault of lmt in one row is that row's error, not the run's end.
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_row(program, sources, model, batcher, declared, &row, opts)
+                }));
+                let result = ran.unwrap_or_else(|_| RowResult {
+                    record: json!({"id": row.id, "line": row.line, "error": {"kind": "internal", "message": "lmt failed on this row (a bug: please report it)"}}),
+                    failed: true,
+                    cancelled: false,
+                    usage: Usage::default(),
+                });
                 if send.send(result).is_err() {
                     return;
                 }

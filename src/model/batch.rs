@@ -217,10 +217,11 @@ impl<'d> Batcher<'d> {
             out.push((j.ticket, j.st, r.map(Reply::Logits)));
         }
         for mut j in scores {
-            let r = match &j.work {
-                Work::Score(options) => self.decoder.score(&mut j.st, options).map(Reply::Scores),
-                Work::Append(_) => unreachable!("partitioned above"),
+            let options = match std::mem::replace(&mut j.work, Work::Append(Vec::new())) {
+                Work::Score(options) => options,
+                Work::Append(_) => Vec::new(),
             };
+            let r = self.decoder.score(&mut j.st, &options).map(Reply::Scores);
             out.push((j.ticket, j.st, r));
         }
         (out, stats)
