@@ -159,7 +159,7 @@ fn a_pool_runs_every_index_once_and_reports_panics() {
 #[test]
 fn strided_vector_ops_match_the_portable_ones_and_f64() {
     let (best, port) = (VecOps::best(), VecOps::portable());
-    for d in [1, 7, 8, 9, 16, 64, 65] {
+    for d in [1, 7, 8, 9, 16, 64, 65, 128] {
         for (n, stride) in [(0, d), (1, d), (5, d), (9, 3 * d + 2)] {
             let q = randoms(d, d as u64);
             let rows = randoms((n.max(1) - 1) * stride + d, n as u64 + 7);

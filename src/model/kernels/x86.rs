@@ -57,6 +57,9 @@ fn vaxpys(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vdots_avx2(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
     let d = q.len();
+    if d == 64 {
+        return vdots_64(q, keys, stride, out);
+    }
     for (j, o) in out.iter_mut().enumerate() {
         *o = vdot_avx2(q, &keys[j * stride..j * stride + d]);
     }
@@ -66,10 +69,72 @@ unsafe fn vdots_avx2(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vaxpys_avx2(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     let d = y.len();
+    match d {
+        64 => return vaxpys_in_registers::<8>(y, p, vals, stride),
+        128 => return vaxpys_in_registers::<16>(y, p, vals, stride),
+        _ => {}
+    }
     for (j, &pj) in p.iter().enumerate() {
         if pj != 0.0 {
             vaxpy_avx2(y, pj, &vals[j * stride..j * stride + d]);
         }
+    }
+}
+
+/// `vdots` for 64-value heads: the query in registers, four rows at a
+/// time reduced together (one horizontal reduction for four dots); the
+/// rows past a multiple of four one by one.
+// SAFETY (callers): The CPU has AVX2 and FMA; `q.len()` is 64 and `keys`
+// holds `out.len()` rows at `stride` (`check_strided` asserted it; rows
+// are sliced with bounds checks).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn vdots_64(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    let qv: [__m256; 8] = std::array::from_fn(|k| _mm256_loadu_ps(q[8 * k..8 * k + 8].as_ptr()));
+    let dot = |j: usize| {
+        let row = &keys[j * stride..j * stride + 64];
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for k in (0..8).step_by(2) {
+            s0 = _mm256_fmadd_ps(qv[k], _mm256_loadu_ps(row.as_ptr().add(8 * k)), s0);
+            s1 = _mm256_fmadd_ps(qv[k + 1], _mm256_loadu_ps(row.as_ptr().add(8 * k + 8)), s1);
+        }
+        _mm256_add_ps(s0, s1)
+    };
+    let full = out.len() / 4 * 4;
+    for j in (0..full).step_by(4) {
+        let h = _mm256_hadd_ps(_mm256_hadd_ps(dot(j), dot(j + 1)), _mm256_hadd_ps(dot(j + 2), dot(j + 3)));
+        let sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        _mm_storeu_ps(out[j..j + 4].as_mut_ptr(), sums);
+    }
+    for j in full..out.len() {
+        out[j] = hsum(dot(j));
+    }
+}
+
+/// `vaxpys` for a head of `8·N` values: `y` stays in registers across the
+/// rows (the same operations in the same order as one row at a time,
+/// without a store and reload of `y` per row).
+// SAFETY (callers): The CPU has AVX2 and FMA; `y.len()` is `8·N`; `vals`
+// holds `p.len()` rows of `y.len()` values at `stride` (`check_strided`
+// asserted it; rows are sliced with bounds checks).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn vaxpys_in_registers<const N: usize>(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (k, a) in acc.iter_mut().enumerate() {
+        *a = _mm256_loadu_ps(y[8 * k..8 * k + 8].as_ptr());
+    }
+    for (j, &pj) in p.iter().enumerate() {
+        if pj != 0.0 {
+            let pv = _mm256_set1_ps(pj);
+            let row = &vals[j * stride..j * stride + 8 * N];
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(row.as_ptr().add(8 * k)), *a);
+            }
+        }
+    }
+    for (k, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(y[8 * k..8 * k + 8].as_mut_ptr(), *a);
     }
 }
 
