@@ -171,8 +171,12 @@ fn bad_rows_and_bad_usage_are_explained() {
     assert!(message(7).contains("not a JSON object"), "{}", message(7));
 
     let out = tmp.join("out.jsonl");
-    std::fs::write(&out, "").unwrap();
     let o = out.to_str().unwrap();
+    // A model that does not load leaves no output file in the way of a retry.
+    let (code, _, err) = common::lmt(&["run", t, "--model", "/no/such/model", "--inputs", r, "--out", o]);
+    assert_eq!(code, 3, "{err}");
+    assert!(!out.exists(), "the run created and kept an empty {o}");
+    std::fs::write(&out, "").unwrap();
     let (code, _, err) = common::lmt(&["run", t, "--model", m, "--inputs", r, "--out", o]);
     assert_eq!(code, 2);
     assert!(err.contains("exists: pass `--resume`"), "{err}");

@@ -85,6 +85,7 @@ pub fn run(args: &RunArgs, data: &DatasetArgs, program: &Program, sources: &Sour
         Ok(m) => m,
         Err(msg) => {
             eprintln!("error: {msg}");
+            out.discard_new();
             return EXIT_RUN_ERROR;
         }
     };
@@ -178,6 +179,8 @@ struct Output {
     sink: Box<dyn Write>,
     /// Rows an earlier run recorded (with `--resume`).
     recorded: std::collections::HashSet<RowKey>,
+    /// The file this run created, while nothing is written to it.
+    created: Option<PathBuf>,
 }
 
 impl Output {
@@ -186,7 +189,7 @@ impl Output {
             if resume {
                 return Err("`--resume` needs `--out FILE`: it reads the records already there".into());
             }
-            return Ok(Output { sink: Box::new(std::io::stdout()), recorded: Default::default() });
+            return Ok(Output { sink: Box::new(std::io::stdout()), recorded: Default::default(), created: None });
         };
         let shown = path.display();
         if !resume {
@@ -196,16 +199,25 @@ impl Output {
                 }
                 _ => format!("cannot create `{shown}`: {e}"),
             })?;
-            return Ok(Output { sink: Box::new(file), recorded: Default::default() });
+            return Ok(Output { sink: Box::new(file), recorded: Default::default(), created: Some(path.to_path_buf()) });
         }
         let mut file =
             OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| format!("cannot open `{shown}`: {e}"))?;
         let recorded = dataset::recorded(&mut file).map_err(|e| format!("cannot resume from `{shown}`: {e}"))?;
-        Ok(Output { sink: Box::new(file), recorded })
+        Ok(Output { sink: Box::new(file), recorded, created: None })
+    }
+
+    /// Removes the file this run created when the run ends before any row
+    /// (the model did not load): a retry should not find it in the way.
+    fn discard_new(&mut self) {
+        if let Some(path) = self.created.take() {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// One record, one line, written whole and flushed.
     fn write(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
+        self.created = None;
         let mut line = record.to_string();
         line.push('\n');
         self.sink.write_all(line.as_bytes())?;

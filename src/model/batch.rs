@@ -53,8 +53,6 @@ pub struct BatchStats {
     /// Tokens computed once for a prefix several sequences shared (not
     /// counted in any sequence's own forward tokens).
     pub shared_tokens: u64,
-    /// Tokens sequences took from the prefix cache instead of computing.
-    pub cached_tokens: u64,
     /// Microseconds spent running batches (the rest of a run's time is
     /// the sequences' own work between passes: masks, sampling, text).
     pub busy_us: u64,
@@ -153,7 +151,6 @@ impl<'d> Batcher<'d> {
                 q.stats.batches += 1;
                 q.stats.appends += stats.appends;
                 q.stats.shared_tokens += stats.shared_tokens;
-                q.stats.cached_tokens += stats.cached_tokens;
                 q.stats.busy_us += started.elapsed().as_micros() as u64;
                 q.done.extend(results.into_iter().map(|(t, st, r)| (t, (st, r))));
                 self.wake.notify_all();
@@ -193,7 +190,6 @@ impl<'d> Batcher<'d> {
                     if let Ok(mut st) = cache.entries[e].st.fork_prefix(n) {
                         st.stats = j.st.stats;
                         st.stats.cached += (n - have) as u64;
-                        stats.cached_tokens += (n - have) as u64;
                         j.st = st;
                         *t = f[n..].to_vec();
                     }
