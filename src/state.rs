@@ -325,6 +325,23 @@ pub struct Usage {
     pub total_ms: f64,
 }
 
+impl Usage {
+    /// Adds `other`'s counters (a total over several runs; rates and times
+    /// stay per run and are left alone).
+    pub fn add_counters(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.generated_tokens += other.generated_tokens;
+        self.forced_tokens += other.forced_tokens;
+        self.reused_tokens += other.reused_tokens;
+        self.prefix_cached_tokens += other.prefix_cached_tokens;
+        self.rewound_tokens += other.rewound_tokens;
+        self.scored_tokens += other.scored_tokens;
+        self.forward_passes += other.forward_passes;
+        self.forward_tokens += other.forward_tokens;
+        self.sequence_tokens += other.sequence_tokens;
+    }
+}
+
 /// The whole record of a run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Record {

@@ -169,6 +169,12 @@ fn bad_rows_and_bad_usage_are_explained() {
     assert!(message(5).contains("must be a string or a number"), "{}", message(5));
     assert!(message(6).contains("used by an earlier row") && by_line[&6]["id"].is_null(), "{}", by_line[&6]);
     assert!(message(7).contains("not a JSON object"), "{}", message(7));
+    // `--var` gives every row a value it may leave out.
+    let (code, out, _) = common::lmt(&["run", t, "--model", m, "--inputs", r, "--quiet", "--var", "n=5"]);
+    assert_eq!(code, 1);
+    let row4: J = out.lines().map(|l| serde_json::from_str::<J>(l).unwrap()).find(|r| r["line"] == 4).unwrap();
+    assert!(row4.get("error").is_none(), "{row4}");
+    assert_eq!(row4["inputs"], serde_json::json!({}), "its record lists the row's own inputs");
 
     let out = tmp.join("out.jsonl");
     let o = out.to_str().unwrap();

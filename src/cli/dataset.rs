@@ -44,7 +44,8 @@ pub struct DatasetArgs {
 }
 
 /// Runs the dataset form of `lmt run` and returns the exit code.
-pub fn run(args: &RunArgs, data: &DatasetArgs, program: &Program, sources: &SourceMap) -> i32 {
+pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap) -> i32 {
+    let data = &args.dataset;
     let Some(input_path) = &data.inputs else { return EXIT_USAGE };
     if args.json || args.events || args.html.is_some() {
         eprintln!("error: `--inputs` writes one JSON record per row; `--json`, `--events` and `--html` are for a single run");
@@ -58,8 +59,8 @@ pub fn run(args: &RunArgs, data: &DatasetArgs, program: &Program, sources: &Sour
         }
     };
     let declared = interp::inputs(program);
-    if let Some(unknown) = defaults.keys().find(|k| !declared.iter().any(|d| d.name == **k)) {
-        eprintln!("error: `--var {unknown}`: the template has no input `{unknown}`");
+    if let Some((unknown, why)) = interp::undeclared_input(defaults.keys(), &declared) {
+        eprintln!("error: `--var {unknown}`: {why}");
         return EXIT_USAGE;
     }
     let mut out = match Output::open(data.out.as_deref(), data.resume) {

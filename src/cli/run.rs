@@ -145,7 +145,7 @@ pub fn run(args: &RunArgs) -> i32 {
     }
     let program = crate::ir::compile(&ws);
     if args.dataset.inputs.is_some() {
-        return super::dataset::run(args, &args.dataset, &program, &ws.sources);
+        return super::dataset::run(args, &program, &ws.sources);
     }
     let vars = match read_vars(&args.input) {
         Ok(v) => v,
@@ -157,10 +157,8 @@ pub fn run(args: &RunArgs) -> i32 {
     };
     // Inputs are checked before the model loads: no wait to learn of a typo.
     let declared = interp::inputs(&program);
-    if let Some(unknown) = vars.keys().find(|k| !declared.iter().any(|d| d.name == **k)) {
-        let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
-        let known = if names.is_empty() { "it declares none".to_string() } else { format!("its inputs are: {}", names.join(", ")) };
-        let msg = format!("`--var {unknown}`: the template has no input `{unknown}` ({known}; declare it with `{{% input {unknown} %}}`)");
+    if let Some((unknown, why)) = interp::undeclared_input(vars.keys(), &declared) {
+        let msg = format!("`--var {unknown}`: {why}; declare it with `{{% input {unknown} %}}`");
         eprintln!("error: {msg}");
         args.events_end_early("usage", &msg);
         return EXIT_USAGE;

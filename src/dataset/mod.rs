@@ -151,7 +151,7 @@ where
             } else {
                 summary.done += 1;
                 summary.failed += usize::from(result.failed);
-                add_usage(&mut summary.usage, &result.usage);
+                summary.usage.add_counters(&result.usage);
             }
             on_row(&result);
         }
@@ -176,8 +176,9 @@ fn run_row(
     let mut vars = opts.defaults.clone();
     let inputs = match &row.inputs {
         Ok(values) => {
+            // The row's values over the defaults: an input either gives is given.
             vars.extend(values.iter().map(|(k, v)| (k.clone(), v.clone())));
-            check_inputs(values, declared).and_then(|()| check_inputs(&vars, declared)).map(|()| values)
+            check_inputs(&vars, declared).map(|()| values)
         }
         Err(e) => Err(e.clone()),
     };
@@ -228,19 +229,4 @@ fn record_json(row: &Row, inputs: J, state: &Record, error: Option<&RunError>, s
         }
     }
     record
-}
-
-/// Adds the counters of `b` to `a` (rates and times are per row; the
-/// summary keeps the counters).
-fn add_usage(a: &mut Usage, b: &Usage) {
-    a.prompt_tokens += b.prompt_tokens;
-    a.generated_tokens += b.generated_tokens;
-    a.forced_tokens += b.forced_tokens;
-    a.reused_tokens += b.reused_tokens;
-    a.prefix_cached_tokens += b.prefix_cached_tokens;
-    a.rewound_tokens += b.rewound_tokens;
-    a.scored_tokens += b.scored_tokens;
-    a.forward_passes += b.forward_passes;
-    a.forward_tokens += b.forward_tokens;
-    a.sequence_tokens += b.sequence_tokens;
 }

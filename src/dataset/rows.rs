@@ -170,10 +170,8 @@ pub(super) fn skip_line(r: &mut impl BufRead) -> std::io::Result<()> {
 /// Checks a row's values against the template's inputs (before any model
 /// work): every name must be declared, every input without a default given.
 pub fn check_inputs(values: &IndexMap<String, Value>, declared: &[InputDecl]) -> Result<(), String> {
-    if let Some(unknown) = values.keys().find(|k| !declared.iter().any(|d| d.name == **k)) {
-        let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
-        let known = if names.is_empty() { "it declares none".to_string() } else { format!("its inputs are: {}", names.join(", ")) };
-        return Err(format!("the template has no input `{unknown}` ({known})"));
+    if let Some((_, message)) = crate::interp::undeclared_input(values.keys(), declared) {
+        return Err(message);
     }
     if let Some(d) = declared.iter().find(|d| !d.has_default && !values.contains_key(&d.name)) {
         return Err(format!("the input `{}` was not given", d.name));

@@ -93,6 +93,15 @@ pub struct InputDecl {
     pub span: Span,
 }
 
+/// The first of `names` that `declared` lacks, with why in words: "the
+/// template has no input `x` (its inputs are: a, b)".
+pub fn undeclared_input<'a>(names: impl IntoIterator<Item = &'a String>, declared: &[InputDecl]) -> Option<(String, String)> {
+    let unknown = names.into_iter().find(|k| !declared.iter().any(|d| d.name == **k))?;
+    let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
+    let known = if names.is_empty() { "it declares none".to_string() } else { format!("its inputs are: {}", names.join(", ")) };
+    Some((unknown.clone(), format!("the template has no input `{unknown}` ({known})")))
+}
+
 /// The inputs a program declares, in order.
 pub fn inputs(program: &Program) -> Vec<InputDecl> {
     let m = &program.modules[program.entry];
