@@ -198,7 +198,10 @@ pub fn run(args: &RunArgs) -> i32 {
         }
         let written = if args.events {
             match events.event(&e) {
-                Some(o) if matches!(e, Event::Done(_)) => Ok(done_event = Some(o)),
+                Some(o) if matches!(e, Event::Done(_)) => {
+                    done_event = Some(o);
+                    Ok(())
+                }
                 Some(o) => write_line(&mut out, &o),
                 None => Ok(()),
             }

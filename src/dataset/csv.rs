@@ -10,6 +10,9 @@ use serde_json::Value as J;
 use super::rows::{skip_line, Row, RowMaker, MAX_LINE};
 use crate::interp::InputDecl;
 
+/// A record: the line it starts on, and its cells or why it has none.
+type Record = (usize, Result<Vec<String>, String>);
+
 /// Reads rows from CSV.
 pub struct CsvRows<R> {
     input: R,
@@ -26,7 +29,7 @@ impl<R: BufRead> CsvRows<R> {
     }
 
     /// The next record's cells and the line it starts on; `None` at the end.
-    fn record(&mut self) -> Option<std::io::Result<(usize, Result<Vec<String>, String>)>> {
+    fn record(&mut self) -> Option<std::io::Result<Record>> {
         let start = self.line + 1;
         let mut cells = Vec::new();
         let mut cell = Vec::new();

@@ -78,11 +78,19 @@ struct Queue {
     stats: BatchStats,
 }
 
-struct Job {
+/// A sequence waiting for its work: its ticket and its state.
+struct Seq {
     ticket: u64,
     st: KvState,
+}
+
+struct Job {
+    seq: Seq,
     work: Work,
 }
+
+/// What a batch hands back for each sequence.
+type Done = (Seq, Result<Reply, ModelError>);
 
 enum Work {
     Append(Vec<u32>),
@@ -128,7 +136,7 @@ impl<'d> Batcher<'d> {
         let ticket = q.next_ticket;
         q.next_ticket += 1;
         let job_state = std::mem::replace(st, self.decoder.new_state());
-        q.jobs.push(Job { ticket, st: job_state, work });
+        q.jobs.push(Job { seq: Seq { ticket, st: job_state }, work });
         loop {
             if let Some((back, result)) = q.done.remove(&ticket) {
                 *st = back;
@@ -136,14 +144,17 @@ impl<'d> Batcher<'d> {
             }
             if !q.busy && !q.jobs.is_empty() && q.jobs.len() >= q.members {
                 let jobs = std::mem::take(&mut q.jobs);
-                let tickets: Vec<u64> = jobs.iter().map(|j| j.ticket).collect();
+                let tickets: Vec<u64> = jobs.iter().map(|j| j.seq.ticket).collect();
                 q.busy = true;
                 drop(q);
                 let started = std::time::Instant::now();
                 // A panic in a pass must not leave the others waiting forever.
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(jobs)));
                 let (results, stats) = ran.unwrap_or_else(|_| {
-                    let failed = |t| (t, self.decoder.new_state(), Err(ModelError::Runtime("a batched forward pass panicked".into())));
+                    let failed = |ticket| {
+                        let seq = Seq { ticket, st: self.decoder.new_state() };
+                        (seq, Err(ModelError::Runtime("a batched forward pass panicked".into())))
+                    };
                     (tickets.into_iter().map(failed).collect(), BatchStats::default())
                 });
                 q = self.lock();
@@ -152,7 +163,7 @@ impl<'d> Batcher<'d> {
                 q.stats.appends += stats.appends;
                 q.stats.shared_tokens += stats.shared_tokens;
                 q.stats.busy_us += started.elapsed().as_micros() as u64;
-                q.done.extend(results.into_iter().map(|(t, st, r)| (t, (st, r))));
+                q.done.extend(results.into_iter().map(|(seq, r)| (seq.ticket, (seq.st, r))));
                 self.wake.notify_all();
                 continue;
             }
@@ -162,63 +173,55 @@ impl<'d> Batcher<'d> {
 
     /// Runs one batch: shared prefixes first, then every append in one
     /// pass (a long one alone, in pieces), then scores one by one.
-    #[allow(clippy::type_complexity)]
-    fn run(&self, jobs: Vec<Job>) -> (Vec<(u64, KvState, Result<Reply, ModelError>)>, BatchStats) {
+    fn run(&self, jobs: Vec<Job>) -> (Vec<Done>, BatchStats) {
         let mut stats = BatchStats::default();
         let mut cache = self.prefixes.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut appends, scores): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| matches!(j.work, Work::Append(_)));
-        let mut tokens: Vec<Vec<u32>> = appends
-            .iter_mut()
-            .map(|j| match &mut j.work {
-                Work::Append(t) => std::mem::take(t),
-                Work::Score(_) => Vec::new(),
-            })
-            .collect();
-        let prompt: Vec<bool> = tokens.iter().map(|t| t.len() >= MIN_SHARED).collect();
-        let full = |j: &Job, t: &[u32]| [j.st.tokens(), t].concat();
+        let (mut seqs, mut tokens, mut scores) = (Vec::new(), Vec::new(), Vec::new());
+        for Job { seq, work } in jobs {
+            match work {
+                Work::Append(t) => {
+                    seqs.push(seq);
+                    tokens.push(t);
+                }
+                Work::Score(options) => scores.push((seq, options)),
+            }
+        }
+        // Prompt appends, whole (the state's tokens and the new ones): the
+        // ones the prefix cache serves and keeps.
         let fulls: Vec<Option<Vec<u32>>> =
-            appends.iter().zip(&tokens).zip(&prompt).map(|((j, t), &p)| p.then(|| full(j, t))).collect();
-        stats.shared_tokens = self.share_prefixes(&mut cache, &appends, &fulls);
+            seqs.iter().zip(&tokens).map(|(s, t)| (t.len() >= MIN_SHARED).then(|| [s.st.tokens(), t].concat())).collect();
+        stats.shared_tokens = self.share_prefixes(&mut cache, &seqs, &fulls);
         // Each prompt append starts from the longest cached prefix it shares.
-        for ((j, t), f) in appends.iter_mut().zip(&mut tokens).zip(&fulls) {
+        for ((s, t), f) in seqs.iter_mut().zip(&mut tokens).zip(&fulls) {
             let Some(f) = f else { continue };
-            let have = j.st.len();
+            let have = s.st.len();
             if let Some((e, n)) = cache.longest(f) {
                 // At least one token is fed: the logits after it are wanted.
                 let n = n.min(f.len() - 1);
                 if n > have {
                     if let Ok(mut st) = cache.entries[e].st.fork_prefix(n) {
-                        st.stats = j.st.stats;
+                        st.stats = s.st.stats;
                         st.stats.cached += (n - have) as u64;
-                        j.st = st;
+                        s.st = st;
                         *t = f[n..].to_vec();
                     }
                 }
             }
         }
-        let mut results = self.append_all(&mut appends, &tokens);
-        stats.appends = appends.len() as u64;
-        for (j, &p) in appends.iter().zip(&prompt) {
-            if p && results.iter().any(|(t, r)| *t == j.ticket && r.is_ok()) {
-                if let Ok(copy) = j.st.fork_prefix(j.st.len()) {
+        let results = self.append_all(&mut seqs, &tokens);
+        stats.appends = seqs.len() as u64;
+        for ((s, f), r) in seqs.iter().zip(&fulls).zip(&results) {
+            if f.is_some() && r.is_ok() {
+                if let Ok(copy) = s.st.fork_prefix(s.st.len()) {
                     cache.insert(copy);
                 }
             }
         }
         drop(cache);
-        let mut out: Vec<(u64, KvState, Result<Reply, ModelError>)> = Vec::new();
-        for j in appends {
-            let pos = results.iter().position(|(t, _)| *t == j.ticket);
-            let r = pos.map(|p| results.swap_remove(p).1).unwrap_or_else(|| Err(ModelError::Runtime("lost in a batch".into())));
-            out.push((j.ticket, j.st, r.map(Reply::Logits)));
-        }
-        for mut j in scores {
-            let options = match std::mem::replace(&mut j.work, Work::Append(Vec::new())) {
-                Work::Score(options) => options,
-                Work::Append(_) => Vec::new(),
-            };
-            let r = self.decoder.score(&mut j.st, &options).map(Reply::Scores);
-            out.push((j.ticket, j.st, r));
+        let mut out: Vec<Done> = seqs.into_iter().zip(results).map(|(s, r)| (s, r.map(Reply::Logits))).collect();
+        for (mut s, options) in scores {
+            let r = self.decoder.score(&mut s.st, &options).map(Reply::Scores);
+            out.push((s, r));
         }
         (out, stats)
     }
@@ -226,15 +229,15 @@ impl<'d> Batcher<'d> {
     /// Computes, once, prefixes that two or more waiting prompt appends
     /// share beyond what the cache already holds for them; returns the
     /// tokens computed.
-    fn share_prefixes(&self, cache: &mut PrefixCache, jobs: &[Job], fulls: &[Option<Vec<u32>>]) -> u64 {
+    fn share_prefixes(&self, cache: &mut PrefixCache, seqs: &[Seq], fulls: &[Option<Vec<u32>>]) -> u64 {
         let mut computed = 0;
         // Each round adds one cache entry that gains its pair ≥ MIN_SHARED
         // tokens, so rounds are few; the bound is for safety.
-        for _ in 0..jobs.len() {
+        for _ in 0..seqs.len() {
             let mut best: Option<(usize, usize, usize)> = None; // (job, shared length, from)
             for (a, fa) in fulls.iter().enumerate() {
                 let Some(fa) = fa else { continue };
-                let have = cache.longest(fa).map_or(0, |(_, n)| n).max(jobs[a].st.len());
+                let have = cache.longest(fa).map_or(0, |(_, n)| n).max(seqs[a].st.len());
                 for fb in fulls.iter().skip(a + 1).flatten() {
                     // Stop one short of the end: each append feeds ≥ 1 token.
                     let shared = common(fa, fb).min(fa.len() - 1).min(fb.len() - 1);
@@ -261,31 +264,23 @@ impl<'d> Batcher<'d> {
         computed
     }
 
-    /// Feeds each job its tokens: short appends together in one pass, long
-    /// ones alone; when the batch fails (a sequence past its context, say),
-    /// each goes alone so only the one at fault gets the error.
-    fn append_all(&self, jobs: &mut [Job], tokens: &[Vec<u32>]) -> Vec<(u64, Result<Vec<f32>, ModelError>)> {
-        let mut out = Vec::new();
-        let (mut short, mut short_tokens) = (Vec::new(), Vec::new());
-        for (j, t) in jobs.iter_mut().zip(tokens) {
-            if t.is_empty() || t.len() > PIECE {
-                out.push((j.ticket, self.decoder.append(&mut j.st, t)));
-            } else {
-                short.push(j);
-                short_tokens.push(t.as_slice());
+    /// Feeds each sequence its tokens (results in their order): short
+    /// appends together in one pass, long ones alone; when the batch fails
+    /// (a sequence past its context, say), each goes alone so only the one
+    /// at fault gets the error.
+    fn append_all(&self, seqs: &mut [Seq], tokens: &[Vec<u32>]) -> Vec<Result<Vec<f32>, ModelError>> {
+        let batched: Vec<bool> = tokens.iter().map(|t| !t.is_empty() && t.len() <= PIECE).collect();
+        let mut out: Vec<Option<Result<Vec<f32>, ModelError>>> = seqs.iter().map(|_| None).collect();
+        let mut states: Vec<&mut KvState> = seqs.iter_mut().zip(&batched).filter(|(_, &b)| b).map(|(s, _)| &mut s.st).collect();
+        let chunks: Vec<&[u32]> = tokens.iter().zip(&batched).filter(|(_, &b)| b).map(|(t, _)| t.as_slice()).collect();
+        if let Ok(logits) = self.decoder.append_batch(&mut states, &chunks) {
+            let slots = out.iter_mut().zip(&batched).filter(|(_, &b)| b).map(|(o, _)| o);
+            for (slot, l) in slots.zip(logits) {
+                *slot = Some(Ok(l));
             }
         }
-        let tickets: Vec<u64> = short.iter().map(|j| j.ticket).collect();
-        let mut states: Vec<&mut KvState> = short.into_iter().map(|j| &mut j.st).collect();
-        match self.decoder.append_batch(&mut states, &short_tokens) {
-            Ok(logits) => out.extend(tickets.into_iter().zip(logits.into_iter().map(Ok))),
-            Err(_) => {
-                for ((ticket, st), t) in tickets.into_iter().zip(states).zip(short_tokens) {
-                    out.push((ticket, self.decoder.append(st, t)));
-                }
-            }
-        }
-        out
+        drop(states);
+        seqs.iter_mut().zip(tokens).zip(out).map(|((s, t), o)| o.unwrap_or_else(|| self.decoder.append(&mut s.st, t))).collect()
     }
 }
 

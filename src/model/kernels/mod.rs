@@ -155,20 +155,24 @@ impl QType {
     }
 }
 
+/// A kernel call: weights, a size (row bytes, or blocks for a group), `T`
+/// activation rows, and `out[r·T + t]`.
+type TileFn<const T: usize> = fn(&[u8], usize, [&[u8]; T], &mut [f32]);
+
 /// Dot products of whole weight rows (`w`, rows of `row_bytes`) with 1 or
 /// 4 activation rows: `out[r·T + t]`.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
-    rows1: fn(&[u8], usize, [&[u8]; 1], &mut [f32]),
-    rows4: fn(&[u8], usize, [&[u8]; 4], &mut [f32]),
+    rows1: TileFn<1>,
+    rows4: TileFn<4>,
 }
 
 /// Kernels of eight interleaved rows against 1 or 4 activation rows:
 /// `(group, blocks, activations, out[r·T + t])`.
 #[derive(Clone, Copy)]
 struct GroupKernel {
-    g1: fn(&[u8], usize, [&[u8]; 1], &mut [f32]),
-    g4: fn(&[u8], usize, [&[u8]; 4], &mut [f32]),
+    g1: TileFn<1>,
+    g4: TileFn<4>,
 }
 
 impl GroupKernel {

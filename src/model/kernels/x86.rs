@@ -101,13 +101,14 @@ unsafe fn vdots_64(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
         _mm256_add_ps(s0, s1)
     };
     let full = out.len() / 4 * 4;
-    for j in (0..full).step_by(4) {
+    let mut fours = out.chunks_exact_mut(4);
+    for (i, o) in fours.by_ref().enumerate() {
+        let j = 4 * i;
         let h = _mm256_hadd_ps(_mm256_hadd_ps(dot(j), dot(j + 1)), _mm256_hadd_ps(dot(j + 2), dot(j + 3)));
-        let sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        _mm_storeu_ps(out[j..j + 4].as_mut_ptr(), sums);
+        _mm_storeu_ps(o.as_mut_ptr(), _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
     }
-    for j in full..out.len() {
-        out[j] = hsum(dot(j));
+    for (j, o) in fours.into_remainder().iter_mut().enumerate() {
+        *o = hsum(dot(full + j));
     }
 }
 
