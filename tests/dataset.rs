@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -21,6 +21,16 @@ use serde_json::Value as J;
 /// `10 // n` fails for `n = 0`.
 const TEMPLATE: &str = "{% input n %}Count up from the number given, one number per answer, and explain nothing.\n\
 Number: {{ n }} ({{ 10 // n }})\nNext: {% gen next max_tokens=6 %}";
+
+/// A test's folder, its model and the counting template written there:
+/// (folder, model directory, template path).
+fn setup(name: &str) -> (common::tiny::TempDir, PathBuf, PathBuf) {
+    let tmp = temp_dir(name);
+    let model = common::cli_model(&tmp.join("model"));
+    let template = tmp.join("count.lmt");
+    std::fs::write(&template, TEMPLATE).unwrap();
+    (tmp, model, template)
+}
 
 /// Every line of `path` as JSON (panics on a line that is not).
 fn records(path: &Path) -> Vec<J> {
@@ -41,10 +51,7 @@ fn by_id(records: Vec<J>) -> HashMap<String, J> {
 
 #[test]
 fn a_thousand_rows_each_once_through_a_kill_and_a_resume() {
-    let tmp = temp_dir("dataset-kill");
-    let m = common::cli_model(&tmp.join("model"));
-    let template = tmp.join("count.lmt");
-    std::fs::write(&template, TEMPLATE).unwrap();
+    let (tmp, m, template) = setup("dataset-kill");
     let mut lines: Vec<String> = (1..=1000).map(|i| format!("{{\"id\": \"row-{i}\", \"n\": {i}}}")).collect();
     lines[499] = "{this is not json".into(); // line 500
     lines[699] = "{\"id\": \"zero\", \"n\": 0}".into(); // fails when run
@@ -106,10 +113,7 @@ fn a_thousand_rows_each_once_through_a_kill_and_a_resume() {
 
 #[test]
 fn records_are_the_same_at_any_parallelism() {
-    let tmp = temp_dir("dataset-parallel");
-    let m = common::cli_model(&tmp.join("model"));
-    let template = tmp.join("count.lmt");
-    std::fs::write(&template, TEMPLATE).unwrap();
+    let (tmp, m, template) = setup("dataset-parallel");
     let rows = tmp.join("rows.jsonl");
     let lines: Vec<String> = (1..=24).map(|i| format!("{{\"n\": {i}}}")).collect();
     std::fs::write(&rows, lines.join("\n")).unwrap();
@@ -137,11 +141,8 @@ fn records_are_the_same_at_any_parallelism() {
 
 #[test]
 fn bad_rows_and_bad_usage_are_explained() {
-    let tmp = temp_dir("dataset-bad");
-    let m = common::cli_model(&tmp.join("model"));
+    let (tmp, m, template) = setup("dataset-bad");
     let m = m.to_str().unwrap();
-    let template = tmp.join("count.lmt");
-    std::fs::write(&template, TEMPLATE).unwrap();
     let t = template.to_str().unwrap();
     let rows = tmp.join("rows.jsonl");
     let lines = [
@@ -279,10 +280,7 @@ fn json_row(i: usize) -> lmt::dataset::Row {
 
 #[test]
 fn ctrl_c_keeps_the_rows_done_and_resume_finishes() {
-    let tmp = temp_dir("dataset-sigint");
-    let m = common::cli_model(&tmp.join("model"));
-    let template = tmp.join("count.lmt");
-    std::fs::write(&template, TEMPLATE).unwrap();
+    let (tmp, m, template) = setup("dataset-sigint");
     let rows = tmp.join("rows.jsonl");
     let lines: Vec<String> = (1..=600).map(|i| format!("{{\"n\": {i}}}")).collect();
     std::fs::write(&rows, lines.join("\n")).unwrap();
@@ -300,10 +298,7 @@ fn ctrl_c_keeps_the_rows_done_and_resume_finishes() {
 
 #[test]
 fn csv_rows_run_like_json_lines() {
-    let tmp = temp_dir("dataset-csv");
-    let m = common::cli_model(&tmp.join("model"));
-    let template = tmp.join("count.lmt");
-    std::fs::write(&template, TEMPLATE).unwrap();
+    let (tmp, m, template) = setup("dataset-csv");
     let rows = tmp.join("rows.csv");
     std::fs::write(&rows, "id,n\nfirst,1\n\"second, with a comma\",2\nthird,0\n").unwrap();
     let (t, m, r) = (template.to_str().unwrap(), m.to_str().unwrap(), rows.to_str().unwrap());

@@ -78,64 +78,100 @@ pub(crate) fn row_of(ty: QType, data: &[u8], row_bytes: usize, r: usize) -> Vec<
     row
 }
 
-/// The portable 4-bit group kernel and the specification of the SIMD
-/// one: the eight rows of `group` (`nb` group blocks of `Q4_1`, or of
-/// `Q4_0` when not `MIN`) against `T` activation rows carrying their sums
-/// (`Q8_1`, `Q8_0S`: d, s = d·Σq, 32 values); `out[r·T + t]`. Per row and
-/// block: the exact integer sum of unsigned weights and activations, then
-/// `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)` (`Q4_0`'s
-/// `m_w` is `−8·d_w`), in block order — bit for bit what the SIMD kernel
-/// computes, for any `T`.
-pub(crate) fn q4x8<const T: usize, const MIN: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    let (gbytes, qs) = if MIN { (160, 32) } else { (144, 16) };
-    assert!(group.len() == nb * gbytes && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+/// The loops every portable group kernel shares: for each of the eight
+/// rows and `T` activation rows, `step(group block, activation block, row,
+/// acc)` over the blocks in order, then `finish(acc)` into `out[r·T + t]`.
+#[allow(clippy::too_many_arguments)]
+fn rows_x8<const T: usize, A: Default>(
+    group: &[u8],
+    gbytes: usize,
+    nb: usize,
+    a: [&[u8]; T],
+    abytes: usize,
+    out: &mut [f32],
+    step: impl Fn(&[u8], &[u8], usize, A) -> A,
+    finish: impl Fn(A) -> f32,
+) {
+    assert!(group.len() == nb * gbytes && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * abytes), "group kernel shapes");
     for t in 0..T {
         for r in 0..8 {
-            let mut acc = 0f32;
-            for b in 0..nb {
-                let gb = &group[b * gbytes..(b + 1) * gbytes];
-                let ab = &a[t][b * 40..(b + 1) * 40];
-                let mut sum = 0i32;
-                for c in 0..4 {
-                    for k in 0..4 {
-                        let q = gb[qs + 32 * c + 4 * r + k];
-                        let j = 4 * c + k;
-                        sum += i32::from(q & 0xF) * i32::from(ab[8 + j] as i8);
-                        sum += i32::from(q >> 4) * i32::from(ab[8 + 16 + j] as i8);
-                    }
-                }
-                let d = scalar::f16_at(gb, 2 * r);
-                let m = if MIN { scalar::f16_at(gb, 16 + 2 * r) } else { d * -8.0 };
-                let (da, sa) = (scalar::f32_at(ab, 0), scalar::f32_at(ab, 4));
-                acc = (d * da).mul_add(sum as f32, acc);
-                acc = m.mul_add(sa, acc);
-            }
-            out[r * T + t] = acc;
+            let acc = (0..nb).fold(A::default(), |acc, b| {
+                step(&group[b * gbytes..(b + 1) * gbytes], &a[t][b * abytes..(b + 1) * abytes], r, acc)
+            });
+            out[r * T + t] = finish(acc);
         }
     }
+}
+
+/// The 4- and 5-bit types with unsigned weights and a min, read against
+/// activations carrying their sums.
+#[derive(Clone, Copy, PartialEq)]
+enum Nibbles {
+    /// `m = −8·d`.
+    Q4_0,
+    /// `m` stored.
+    Q4_1,
+    /// Fifth bits stored; `m = −16·d`.
+    Q5_0,
+}
+
+/// The portable 4/5-bit group kernel and the specification of the SIMD
+/// ones: eight rows of `kind` against `T` activation rows carrying their
+/// sums (`Q8_1`, `Q8_0S`: d, s = d·Σq, 32 values); `out[r·T + t]`. Per row
+/// and block: the exact integer sum of unsigned weights and activations,
+/// then `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`, in
+/// block order — bit for bit what the SIMD kernels compute, for any `T`.
+fn nibbles_x8<const T: usize>(kind: Nibbles, group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let (gbytes, qs) = match kind {
+        Nibbles::Q4_0 => (144, 16),
+        Nibbles::Q4_1 => (160, 32),
+        Nibbles::Q5_0 => (176, 48),
+    };
+    let step = |gb: &[u8], ab: &[u8], r: usize, acc: f32| {
+        let qh = if kind == Nibbles::Q5_0 { u32::from_le_bytes([gb[16 + 4 * r], gb[17 + 4 * r], gb[18 + 4 * r], gb[19 + 4 * r]]) } else { 0 };
+        let mut sum = 0i32;
+        for j in 0..16 {
+            let q = gb[qs + 32 * (j / 4) + 4 * r + j % 4];
+            let lo = (q & 0xF) | (((qh >> j) & 1) as u8) << 4;
+            let hi = (q >> 4) | (((qh >> (j + 16)) & 1) as u8) << 4;
+            sum += i32::from(lo) * i32::from(ab[8 + j] as i8) + i32::from(hi) * i32::from(ab[8 + 16 + j] as i8);
+        }
+        let d = scalar::f16_at(gb, 2 * r);
+        let m = match kind {
+            Nibbles::Q4_0 => d * -8.0,
+            Nibbles::Q4_1 => scalar::f16_at(gb, 16 + 2 * r),
+            Nibbles::Q5_0 => d * -16.0,
+        };
+        let (da, sa) = (scalar::f32_at(ab, 0), scalar::f32_at(ab, 4));
+        m.mul_add(sa, (d * da).mul_add(sum as f32, acc))
+    };
+    rows_x8(group, gbytes, nb, a, 40, out, step, |acc| acc);
+}
+
+/// [`nibbles_x8`] for `Q4_0`.
+pub(crate) fn q4_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    nibbles_x8(Nibbles::Q4_0, group, nb, a, out);
+}
+
+/// [`nibbles_x8`] for `Q4_1`.
+pub(crate) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    nibbles_x8(Nibbles::Q4_1, group, nb, a, out);
+}
+
+/// [`nibbles_x8`] for `Q5_0`.
+pub(crate) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    nibbles_x8(Nibbles::Q5_0, group, nb, a, out);
 }
 
 /// The portable `Q8_0` group kernel and the specification of the SIMD one:
 /// eight rows against `T` `Q8_0` activation rows (d as f32, 32 values);
 /// per row and block the exact integer sum, then `acc = fma(d_w·d_a, Σ, acc)`.
 pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    const GROUP_BLOCK: usize = 272;
-    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 36), "group kernel shapes");
-    for t in 0..T {
-        for r in 0..8 {
-            let mut acc = 0f32;
-            for b in 0..nb {
-                let gb = &group[b * GROUP_BLOCK..(b + 1) * GROUP_BLOCK];
-                let ab = &a[t][b * 36..(b + 1) * 36];
-                let mut sum = 0i32;
-                for j in 0..32 {
-                    sum += i32::from(gb[16 + 32 * (j / 4) + 4 * r + j % 4] as i8) * i32::from(ab[4 + j] as i8);
-                }
-                acc = (scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0)).mul_add(sum as f32, acc);
-            }
-            out[r * T + t] = acc;
-        }
-    }
+    let step = |gb: &[u8], ab: &[u8], r: usize, acc: f32| {
+        let sum: i32 = (0..32).map(|j| i32::from(gb[16 + 32 * (j / 4) + 4 * r + j % 4] as i8) * i32::from(ab[4 + j] as i8)).sum();
+        (scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0)).mul_add(sum as f32, acc)
+    };
+    rows_x8(group, 272, nb, a, 36, out, step, |acc| acc);
 }
 
 /// The portable `Q4_K` group kernel and the specification of the SIMD one:
@@ -145,68 +181,25 @@ pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
 /// sub-blocks `j`, then `acc = fma(d·d_a, sums, acc)` and
 /// `mins = fma(dmin·d_a, msums, mins)`; the result is `acc − mins`.
 pub(crate) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    const GROUP_BLOCK: usize = 8 * 144;
-    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
-    for t in 0..T {
-        for r in 0..8 {
-            let (mut acc, mut mins) = (0f32, 0f32);
-            for b in 0..nb {
-                let gb = &group[b * GROUP_BLOCK..(b + 1) * GROUP_BLOCK];
-                let ab = &a[t][b * 292..(b + 1) * 292];
-                let packed: Vec<u8> = (0..12).map(|i| gb[32 + 32 * (i / 4) + 4 * r + i % 4]).collect();
-                let q = |k: usize| gb[128 + 32 * (k / 4) + 4 * r + k % 4];
-                let (mut sums, mut msums) = (0i32, 0i32);
-                for j in 0..8 {
-                    let (sc, m) = scalar::scale_min_k4(&packed, j);
-                    let (g, high) = (j / 2, j % 2 == 1);
-                    let mut isum = 0i32;
-                    for l in 0..32 {
-                        let byte = q(32 * g + l);
-                        let w = if high { byte >> 4 } else { byte & 0xF };
-                        isum += i32::from(w) * i32::from(ab[4 + 32 * j + l] as i8);
-                    }
-                    sums += i32::from(sc) * isum;
-                    let bsum = |k: usize| i32::from(i16::from_le_bytes([ab[260 + 2 * k], ab[261 + 2 * k]]));
-                    msums += i32::from(m) * (bsum(2 * j) + bsum(2 * j + 1));
-                }
-                let da = scalar::f32_at(ab, 0);
-                acc = (scalar::f16_at(gb, 2 * r) * da).mul_add(sums as f32, acc);
-                mins = (scalar::f16_at(gb, 16 + 2 * r) * da).mul_add(msums as f32, mins);
-            }
-            out[r * T + t] = acc - mins;
+    let step = |gb: &[u8], ab: &[u8], r: usize, (acc, mins): (f32, f32)| {
+        let packed: Vec<u8> = (0..12).map(|i| gb[32 + 32 * (i / 4) + 4 * r + i % 4]).collect();
+        let q = |k: usize| gb[128 + 32 * (k / 4) + 4 * r + k % 4];
+        let bsum = |k: usize| i32::from(i16::from_le_bytes([ab[260 + 2 * k], ab[261 + 2 * k]]));
+        let (mut sums, mut msums) = (0i32, 0i32);
+        for j in 0..8 {
+            let (sc, m) = scalar::scale_min_k4(&packed, j);
+            let isum: i32 = (0..32)
+                .map(|l| {
+                    let byte = q(32 * (j / 2) + l);
+                    let w = if j % 2 == 1 { byte >> 4 } else { byte & 0xF };
+                    i32::from(w) * i32::from(ab[4 + 32 * j + l] as i8)
+                })
+                .sum();
+            sums += i32::from(sc) * isum;
+            msums += i32::from(m) * (bsum(2 * j) + bsum(2 * j + 1));
         }
-    }
-}
-
-/// The portable `Q5_0` group kernel and the specification of the SIMD one:
-/// as [`q4x8`] for `Q4_0`, with weights `nibble | fifth bit << 4` (0..31)
-/// and `m_w = −16·d_w`.
-pub(crate) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    const GROUP_BLOCK: usize = 176;
-    assert!(group.len() == nb * GROUP_BLOCK && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
-    for t in 0..T {
-        for r in 0..8 {
-            let mut acc = 0f32;
-            for b in 0..nb {
-                let gb = &group[b * GROUP_BLOCK..(b + 1) * GROUP_BLOCK];
-                let ab = &a[t][b * 40..(b + 1) * 40];
-                let qh = u32::from_le_bytes([gb[16 + 4 * r], gb[17 + 4 * r], gb[18 + 4 * r], gb[19 + 4 * r]]);
-                let mut sum = 0i32;
-                for c in 0..4 {
-                    for k in 0..4 {
-                        let q = gb[48 + 32 * c + 4 * r + k];
-                        let j = 4 * c + k;
-                        let lo = (q & 0xF) | (((qh >> j) & 1) as u8) << 4;
-                        let hi = (q >> 4) | (((qh >> (j + 16)) & 1) as u8) << 4;
-                        sum += i32::from(lo) * i32::from(ab[8 + j] as i8) + i32::from(hi) * i32::from(ab[8 + 16 + j] as i8);
-                    }
-                }
-                let d = scalar::f16_at(gb, 2 * r);
-                let (da, sa) = (scalar::f32_at(ab, 0), scalar::f32_at(ab, 4));
-                acc = (d * da).mul_add(sum as f32, acc);
-                acc = (d * -16.0).mul_add(sa, acc);
-            }
-            out[r * T + t] = acc;
-        }
-    }
+        let da = scalar::f32_at(ab, 0);
+        ((scalar::f16_at(gb, 2 * r) * da).mul_add(sums as f32, acc), (scalar::f16_at(gb, 16 + 2 * r) * da).mul_add(msums as f32, mins))
+    };
+    rows_x8(group, 1152, nb, a, 292, out, step, |(acc, mins)| acc - mins);
 }

@@ -192,8 +192,8 @@ impl GroupKernel {
         }
         let _ = portable;
         match ty {
-            QType::Q4_0 => Some(GroupKernel { g1: interleave::q4x8::<1, false>, g4: interleave::q4x8::<4, false> }),
-            QType::Q4_1 => Some(GroupKernel { g1: interleave::q4x8::<1, true>, g4: interleave::q4x8::<4, true> }),
+            QType::Q4_0 => Some(GroupKernel { g1: interleave::q4_0x8::<1>, g4: interleave::q4_0x8::<4> }),
+            QType::Q4_1 => Some(GroupKernel { g1: interleave::q4_1x8::<1>, g4: interleave::q4_1x8::<4> }),
             QType::Q5_0 => Some(GroupKernel { g1: interleave::q5_0x8::<1>, g4: interleave::q5_0x8::<4> }),
             QType::Q8_0 => Some(GroupKernel { g1: interleave::q8_0x8::<1>, g4: interleave::q8_0x8::<4> }),
             QType::Q4K => Some(GroupKernel { g1: interleave::q4_kx8::<1>, g4: interleave::q4_kx8::<4> }),
