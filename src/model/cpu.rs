@@ -14,7 +14,7 @@ use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Tensor};
 
 use super::config::{ModelConfig, RopeTable};
-use super::kernels::{Disjoint, Pool, QMatrix, QType, Scratch, VecOps};
+use super::kernels::{Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
 use super::weights::{Embed, Linear, Proj, Weights};
 use super::ModelError;
 
@@ -73,15 +73,15 @@ impl Projection {
         }
     }
 
-    fn matmul(&self, pool: &Pool, x: &[f32], n: usize, out: &mut [f32], part: &mut Vec<f32>, scratch: &mut Scratch) {
+    fn matmul(&self, pool: &Pool, x: Input<'_>, n: usize, out: &mut [f32], part: &mut Vec<f32>, scratch: &mut Scratch) {
         match self {
-            Projection::Fused(m) => m.matmul(pool, x, n, out, scratch),
+            Projection::Fused(m) => m.matmul_from(pool, x, n, out, scratch),
             Projection::Split(ms) => {
                 let width = self.rows();
                 let mut start = 0;
                 for m in ms {
                     part.resize(n * m.rows(), 0.0);
-                    m.matmul(pool, x, n, part, scratch);
+                    m.matmul_from(pool, x, n, part, scratch);
                     for t in 0..n {
                         out[t * width + start..t * width + start + m.rows()]
                             .copy_from_slice(&part[t * m.rows()..(t + 1) * m.rows()]);
@@ -110,12 +110,10 @@ struct Layer {
 #[derive(Debug, Default)]
 struct Bufs {
     x: Vec<f32>,
-    xn: Vec<f32>,
     qkv: Vec<f32>,
     att: Vec<f32>,
     proj: Vec<f32>,
     gu: Vec<f32>,
-    act: Vec<f32>,
     part: Vec<f32>,
     cos: Vec<f32>,
     sin: Vec<f32>,
@@ -320,10 +318,10 @@ impl Model {
         let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
         let (qn, kvn) = (nh * d, nkv * d);
         let width = qn + 2 * kvn;
-        b.xn.resize(n * h, 0.0);
-        rms_norm(&b.x, &l.attn_norm, cfg.rms_norm_eps, &mut b.xn, h);
         b.qkv.resize(n * width, 0.0);
-        l.qkv.matmul(&self.pool, &b.xn, n, &mut b.qkv, &mut b.part, &mut b.scratch);
+        let (x, eps) = (&b.x, cfg.rms_norm_eps);
+        let normed = |t: usize, row: &mut [f32]| rms_norm(&x[t * h..(t + 1) * h], &l.attn_norm, eps, row, h);
+        l.qkv.matmul(&self.pool, Input::Made(&normed), n, &mut b.qkv, &mut b.part, &mut b.scratch);
         let half = cfg.rope.dim / 2;
         let (cos, sin) = (&b.cos, &b.sin);
         for i in 0..n {
@@ -434,17 +432,18 @@ impl Model {
 
     fn mlp_block(&self, cfg: &ModelConfig, l: &Layer, n: usize, b: &mut Bufs) {
         let (h, m) = (cfg.hidden_size, cfg.intermediate_size);
-        rms_norm(&b.x, &l.mlp_norm, cfg.rms_norm_eps, &mut b.xn, h);
         b.gu.resize(n * 2 * m, 0.0);
-        l.gate_up.matmul(&self.pool, &b.xn, n, &mut b.gu, &mut b.part, &mut b.scratch);
-        b.act.resize(n * m, 0.0);
-        for (gu, a) in b.gu.chunks_exact(2 * m).zip(b.act.chunks_exact_mut(m)) {
-            let (g, u) = gu.split_at(m);
-            for ((a, &g), &u) in a.iter_mut().zip(g).zip(u) {
+        let (x, eps) = (&b.x, cfg.rms_norm_eps);
+        let normed = |t: usize, row: &mut [f32]| rms_norm(&x[t * h..(t + 1) * h], &l.mlp_norm, eps, row, h);
+        l.gate_up.matmul(&self.pool, Input::Made(&normed), n, &mut b.gu, &mut b.part, &mut b.scratch);
+        let gu = &b.gu;
+        let act = |t: usize, row: &mut [f32]| {
+            let (g, u) = gu[t * 2 * m..(t + 1) * 2 * m].split_at(m);
+            for ((a, &g), &u) in row.iter_mut().zip(g).zip(u) {
                 *a = g / (1.0 + (-g).exp()) * u;
             }
-        }
-        l.down.matmul(&self.pool, &b.act, n, &mut b.proj, &mut b.scratch);
+        };
+        l.down.matmul_from(&self.pool, Input::Made(&act), n, &mut b.proj, &mut b.scratch);
         b.x.iter_mut().zip(&b.proj).for_each(|(x, p)| *x += p);
     }
 }

@@ -307,6 +307,8 @@ impl std::fmt::Debug for QMatrix {
 #[derive(Debug, Default)]
 pub struct Scratch {
     acts: Vec<u8>,
+    /// Input rows made by [`Input::Made`].
+    rows: Vec<f32>,
 }
 
 impl QMatrix {
@@ -383,16 +385,25 @@ impl QMatrix {
     /// `out[t·rows + r] = Σ_c x[t·cols + c] · W[r, c]` for the `n` rows of
     /// `x`, on the pool's threads.
     pub fn matmul(&self, pool: &Pool, x: &[f32], n: usize, out: &mut [f32], scratch: &mut Scratch) {
-        assert!(x.len() == n * self.cols && out.len() == n * self.rows, "matmul shapes");
+        assert!(x.len() == n * self.cols, "matmul shapes");
+        self.matmul_from(pool, Input::Rows(x), n, out, scratch);
+    }
+
+    /// [`QMatrix::matmul`] of `n` input rows given by `input`; the rows are
+    /// made (when [`Input::Made`]) and quantized on the pool's threads, each
+    /// row once, before any thread multiplies.
+    pub fn matmul_from(&self, pool: &Pool, input: Input<'_>, n: usize, out: &mut [f32], scratch: &mut Scratch) {
+        assert!(out.len() == n * self.rows, "matmul shapes");
         let act = self.ty.act();
         let (av, ab) = act.block();
-        let arow = self.cols / av * ab;
+        let (cols, arow) = (self.cols, self.cols / av * ab);
         scratch.acts.resize(n * arow, 0);
-        for (xr, ar) in x.chunks_exact(self.cols).zip(scratch.acts.chunks_exact_mut(arow)) {
-            act.quantize(xr, ar);
+        if let Input::Made(_) = input {
+            scratch.rows.resize(n * cols, 0.0);
         }
-        let acts = &scratch.acts;
-        let a = |t: usize| &acts[t * arow..(t + 1) * arow];
+        let acts_out = Disjoint::new(&mut scratch.acts);
+        let made = Disjoint::new(&mut scratch.rows);
+        let (claimed, ready) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let rows = self.rows;
         let rb = self.data.len() / rows.max(1);
         let threads = pool.threads();
@@ -403,6 +414,36 @@ impl QMatrix {
         let next = AtomicUsize::new(0);
         let dst = Disjoint::new(out);
         pool.run(&|_| {
+            // Input rows first, taken one at a time from a counter; a row
+            // counts as ready even if making it panicked, so no thread
+            // waits forever (the pool raises the panic after the run).
+            loop {
+                let t = claimed.fetch_add(1, Ordering::Relaxed);
+                if t >= n {
+                    break;
+                }
+                let _ready = Ready(&ready);
+                // SAFETY: row `t` was claimed by this thread alone.
+                let a = unsafe { acts_out.slice(t * arow, arow) };
+                match input {
+                    Input::Rows(x) => act.quantize(&x[t * cols..(t + 1) * cols], a),
+                    Input::Made(make) => {
+                        // SAFETY: as above.
+                        let row = unsafe { made.slice(t * cols, cols) };
+                        make(t, row);
+                        act.quantize(row, a);
+                    }
+                }
+            }
+            let mut spins = 0u32;
+            while ready.load(Ordering::Acquire) < n {
+                spins += 1;
+                if spins < 1 << 12 { std::hint::spin_loop() } else { std::thread::yield_now() }
+            }
+            // SAFETY: every row has been written (the Acquire above pairs
+            // with each row's Release) and none is written again in this run.
+            let acts = unsafe { acts_out.shared() };
+            let a = |t: usize| &acts[t * arow..(t + 1) * arow];
             let mut local = [0f32; 64 * 4];
             loop {
                 let r0 = next.fetch_add(chunk, Ordering::Relaxed);
@@ -438,10 +479,11 @@ impl QMatrix {
                             (self.kernel.rows1)(w, rb, [a(t)], out);
                         }
                     }
-                    for r in 0..end - r0 {
-                        for i in 0..tile {
-                            // SAFETY: rows r0..end are this thread's chunk alone.
-                            unsafe { dst.set((t + i) * rows + r0 + r, local[r * tile + i]) };
+                    for i in 0..tile {
+                        // SAFETY: rows r0..end are this thread's chunk alone.
+                        let o = unsafe { dst.slice((t + i) * rows + r0, end - r0) };
+                        for (r, o) in o.iter_mut().enumerate() {
+                            *o = local[r * tile + i];
                         }
                     }
                     t += tile;
@@ -451,33 +493,40 @@ impl QMatrix {
     }
 }
 
+/// The input rows of [`QMatrix::matmul_from`].
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// `n` rows of `cols` values, one after another.
+    Rows(&'a [f32]),
+    /// `make(t, row)` writes input row `t` (a norm or an activation
+    /// function of something else), on whichever thread takes the row.
+    Made(&'a (dyn Fn(usize, &mut [f32]) + Sync)),
+}
+
+/// Counts one input row ready when dropped (also when unwinding).
+struct Ready<'a>(&'a AtomicUsize);
+
+impl Drop for Ready<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// A slice that several threads write at once, each at indices no other
 /// thread writes (the caller's partition guarantees it).
-pub(crate) struct Disjoint<'a> {
-    ptr: *mut f32,
+pub(crate) struct Disjoint<'a, T = f32> {
+    ptr: *mut T,
     len: usize,
-    _borrow: std::marker::PhantomData<&'a mut [f32]>,
+    _borrow: std::marker::PhantomData<&'a mut [T]>,
 }
 
 // SAFETY: writes through `set` go to indices that one thread alone writes
 // during the borrow, and nothing reads the slice until the borrow ends.
-unsafe impl Sync for Disjoint<'_> {}
+unsafe impl<T: Send> Sync for Disjoint<'_, T> {}
 
-impl<'a> Disjoint<'a> {
-    pub(crate) fn new(s: &'a mut [f32]) -> Disjoint<'a> {
+impl<'a, T> Disjoint<'a, T> {
+    pub(crate) fn new(s: &'a mut [T]) -> Disjoint<'a, T> {
         Disjoint { ptr: s.as_mut_ptr(), len: s.len(), _borrow: std::marker::PhantomData }
-    }
-
-    /// Writes `v` at `i` (bounds checked).
-    ///
-    /// # Safety
-    /// No other thread reads or writes index `i` while the `Disjoint` lives.
-    #[inline]
-    pub(crate) unsafe fn set(&self, i: usize, v: f32) {
-        assert!(i < self.len);
-        // SAFETY: in bounds (checked); the slice is mutably borrowed for
-        // `'a`; the caller owns index `i` (see above).
-        unsafe { *self.ptr.add(i) = v }
     }
 
     /// The sub-slice `start..start + len` (bounds checked).
@@ -486,10 +535,20 @@ impl<'a> Disjoint<'a> {
     /// No other thread touches that range while the returned slice lives.
     #[inline]
     #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+    pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
         assert!(start + len <= self.len);
         // SAFETY: in bounds (checked); the caller owns the range.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+
+    /// The whole slice, to read.
+    ///
+    /// # Safety
+    /// No thread writes any of it while the returned slice lives.
+    #[inline]
+    pub(crate) unsafe fn shared(&self) -> &[T] {
+        // SAFETY: the borrowed slice; the caller rules out writers.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 
