@@ -9,7 +9,7 @@
 //! Layers, lowest first; a module never uses one after it (tested by
 //! `tests/layers.rs`): span → diagnostic → files → syntax → engine →
 //! builtins → options → check → stdlib → workspace → ir → model → chat → state →
-//! interp → render → dataset → lsp → cli.
+//! interp → search → render → dataset → lsp → cli.
 
 #![warn(missing_docs)]
 
@@ -27,6 +27,7 @@ pub mod lsp;
 pub mod options;
 pub mod model;
 pub mod render;
+pub mod search;
 pub mod span;
 pub mod state;
 pub mod stdlib;

@@ -309,6 +309,10 @@ pub struct Usage {
     pub rewound_tokens: u64,
     /// Tokens computed only to score `select` options.
     pub scored_tokens: u64,
+    /// Decisions the run took, the terms of its `logprob`: tokens sampled
+    /// (the one that ended a value included) and options selects chose by
+    /// score.
+    pub decisions: u64,
     /// Forward passes.
     pub forward_passes: u64,
     /// Tokens through the model in all passes.
@@ -336,6 +340,7 @@ impl Usage {
         self.prefix_cached_tokens += other.prefix_cached_tokens;
         self.rewound_tokens += other.rewound_tokens;
         self.scored_tokens += other.scored_tokens;
+        self.decisions += other.decisions;
         self.forward_passes += other.forward_passes;
         self.forward_tokens += other.forward_tokens;
         self.sequence_tokens += other.sequence_tokens;

@@ -9,7 +9,7 @@ use std::path::Path;
 /// Lowest first.
 const LAYERS: &[&str] = &[
     "span", "diagnostic", "files", "syntax", "engine", "builtins", "options", "check", "stdlib", "workspace", "ir", "model", "chat",
-    "state", "interp", "render", "dataset", "lsp", "cli",
+    "state", "interp", "search", "render", "dataset", "lsp", "cli",
 ];
 
 fn rank(module: &str) -> Option<usize> {

@@ -188,6 +188,14 @@ fn every_example_runs_and_its_constraints_hold() {
                 "vehicles" => {
                     assert_eq!(o.state.captures.iter().filter(|c| c.name == "vehicle").count(), 6, "{ctx}");
                 }
+                "article" => {
+                    let (article, fruit) = (capture(&o, "article"), capture(&o, "fruit"));
+                    assert!([" a", " the", " an"].contains(&article.text.as_str()), "{ctx}");
+                    assert!([" apple", " banana", " orange", " cherry"].contains(&fruit.text.as_str()), "{ctx}");
+                    // The run's log-prob is its two choices'.
+                    assert!((o.state.logprob - article.meta.logprob - fruit.meta.logprob).abs() < 1e-9, "{ctx}");
+                    assert_eq!(o.state.usage.decisions, 2, "{ctx}");
+                }
                 "usage" => {
                     assert!(o.state.text().contains("(finish: "), "{ctx}");
                     let so_far = fancy_regex::Regex::new(r"So far: (\d+) prompt tokens, (\d+) generated").unwrap();
@@ -529,8 +537,20 @@ fn events_stream_text_tokens_and_captures_then_done() {
         .filter_map(|t| t.logprob)
         .map(f64::from)
         .sum::<f64>();
-    assert!(o.state.logprob < 0.0 && o.state.logprob >= sum - 1e-6, "{} vs {sum}", o.state.logprob);
-    assert!((capture(&o, "x").meta.logprob - o.state.logprob).abs() < 1e-9);
+    // The run's log-prob sums its decisions: the sampled tokens (those a
+    // stop cut out and the one that ended the value included) and the
+    // select's choice.
+    let x = capture(&o, "x");
+    let s = capture(&o, "s");
+    assert!(sum < 0.0 && (sum - 2.0 * x.meta.logprob).abs() < 1e-4, "each sampled token is in the sequence and its text node");
+    let ended = x.meta.finish_reason == Some(FinishReason::Eos);
+    let chosen = x.meta.logprob + s.meta.logprob;
+    if ended {
+        assert!(o.state.logprob < chosen, "the end-of-sequence token is a decision too");
+    } else {
+        assert!((chosen - o.state.logprob).abs() < 1e-9, "{} vs {chosen}", o.state.logprob);
+    }
+    assert_eq!(o.state.usage.decisions, x.meta.tokens.len() as u64 + u64::from(ended) + 1);
 }
 
 /// `score="greedy"` on a select of plain-text branches decodes the option

@@ -38,8 +38,8 @@ pub struct DatasetArgs {
     /// Continue the run recorded in `--out`: rows whose id is there are skipped.
     #[arg(long, requires = "out")]
     pub resume: bool,
-    /// MiB of K/V states the shared prefix cache may hold.
-    #[arg(long, value_name = "MiB", default_value_t = 512, requires = "inputs")]
+    /// MiB of K/V states the shared prefix cache may hold (rows of `--inputs`, runs of a search).
+    #[arg(long, value_name = "MiB", default_value_t = 512)]
     pub prefix_cache: u32,
 }
 
@@ -105,7 +105,7 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap) -> i32 {
     let opts = DatasetOptions {
         parallel: usize::from(data.parallel),
         seed: args.input.seed,
-        temperature: args.input.temperature,
+        temperature: args.input.temperature.unwrap_or(0.0),
         limits: Default::default(),
         defaults,
         prefix_cache_bytes: (data.prefix_cache as usize) << 20,

@@ -9,6 +9,7 @@ pub mod model;
 pub mod repl;
 pub mod report;
 pub mod run;
+pub mod search;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};

@@ -39,6 +39,9 @@ pub struct RunArgs {
     /// Runs over a dataset.
     #[command(flatten)]
     pub dataset: super::dataset::DatasetArgs,
+    /// A search over whole runs.
+    #[command(flatten)]
+    pub search: super::search::SearchArgs,
     /// Print one JSON document (text, messages, captures, tokens, usage, finish_reason) instead of streaming text.
     #[arg(long, conflicts_with = "events")]
     pub json: bool,
@@ -111,9 +114,9 @@ pub struct InputArgs {
     /// Base random seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Default sampling temperature for `gen` (0: greedy).
-    #[arg(long, default_value_t = 0.0, value_parser = temperature)]
-    pub temperature: f32,
+    /// Default sampling temperature for `gen` (default 0: greedy; 1 for `--samples`).
+    #[arg(long, value_parser = temperature)]
+    pub temperature: Option<f32>,
 }
 
 /// Runs `lmt run` and returns the exit code.
@@ -144,6 +147,10 @@ pub fn run(args: &RunArgs) -> i32 {
         return EXIT_TEMPLATE_ERROR;
     }
     let program = crate::ir::compile(&ws);
+    if let Err(msg) = super::search::check_usage(args) {
+        eprintln!("error: {msg}");
+        return EXIT_USAGE;
+    }
     if args.dataset.inputs.is_some() {
         return super::dataset::run(args, &program, &ws.sources);
     }
@@ -178,6 +185,9 @@ pub fn run(args: &RunArgs) -> i32 {
     };
     let cancel = cancel_on_ctrl_c();
     let opts = args.input.run_options(vars, cancel.clone());
+    if let Some(mode) = args.search.mode() {
+        return super::search::run(args, &program, &ws.sources, &model, opts, mode);
+    }
     let stream = !args.json && !args.events;
     let styles = Styles::new(stream && std::io::stdout().is_terminal() && report::use_color(true));
     let stdout = std::io::stdout();
@@ -221,7 +231,7 @@ pub fn run(args: &RunArgs) -> i32 {
             let error = outcome.error.as_ref().map(|e| EventStream::error(e, &ws.sources));
             error.iter().chain(&done_event).try_for_each(|o| write_line(&mut out, o))
         } else {
-            let doc = if args.json { serde_json::to_string_pretty(&render::json(state)).unwrap_or_default() } else { String::new() };
+            let doc = if args.json { serde_json::to_string_pretty(&super::search::one_run(render::json(state))).unwrap_or_default() } else { String::new() };
             writeln!(out, "{doc}").and_then(|()| out.flush())
         };
         if let Err(e) = written {
@@ -303,7 +313,7 @@ fn print_line(o: &serde_json::Value) {
 impl InputArgs {
     /// How to run, with the input values `vars` and the cancel flag.
     pub(super) fn run_options(&self, vars: IndexMap<String, Value>, cancel: Arc<AtomicBool>) -> RunOptions {
-        RunOptions { vars, seed: self.seed, temperature: self.temperature, limits: Default::default(), cancel: Some(cancel) }
+        RunOptions { vars, seed: self.seed, temperature: self.temperature.unwrap_or(0.0), limits: Default::default(), cancel: Some(cancel) }
     }
 }
 

@@ -152,7 +152,7 @@ impl Vm<'_, '_> {
             self.core.state.nodes.push(Node::Text { text: g.text.clone(), origin: Origin::Generated, tokens: g.tokens, hidden });
             self.account(&g.text);
         }
-        self.core.state.logprob += g.meta.logprob;
+        self.core.state.logprob += g.decided;
         let mut meta = g.meta;
         if let Some(c) = choices {
             if let Some(chosen) = c.iter().find(|x| x.text == g.text) {
@@ -400,12 +400,22 @@ impl Vm<'_, '_> {
     }
 
     /// The best option, or one sampled from the scores at `temperature`.
+    /// The choice adds its score to the run's.
     fn pick(&mut self, o: &SelectOptions, scores: &[f64]) -> Result<usize, Failure> {
         // The scores are the options' logits: the token sampler picks among them.
         let p = self.sampling(o.temperature, 0, 1.0, 0.0, o.seed)?;
-        let logits: Vec<f32> = scores.iter().map(|&s| s as f32).collect();
-        let s = Sampler::new(p).and_then(|mut s| s.sample(&logits, None, &[])).map_err(|e| Failure::value(e.to_string()))?;
-        Ok(s.token as usize)
+        let k = match self.core.lm.decide_option(scores) {
+            // Stopped by the search: the run ends at the next instruction.
+            Some(k) => k.unwrap_or(0).min(scores.len().saturating_sub(1)),
+            None => {
+                let logits: Vec<f32> = scores.iter().map(|&s| s as f32).collect();
+                let s = Sampler::new(p).and_then(|mut s| s.sample(&logits, None, &[])).map_err(|e| Failure::value(e.to_string()))?;
+                s.token as usize
+            }
+        };
+        self.core.state.logprob += scores.get(k).copied().unwrap_or(0.0);
+        self.core.lm.usage.decisions += 1;
+        Ok(k)
     }
 
     /// The template text right after instruction `pc`, if it is text: what

@@ -6,6 +6,7 @@
 //! the open captures, roles and hidden sections: all plain data, so a run
 //! can be forked as a whole once program-level sampling needs it.
 
+pub mod decide;
 mod error;
 pub mod lm;
 pub mod ops;
@@ -134,8 +135,26 @@ pub fn run_on(
     opts: &RunOptions,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Outcome {
+    run_with(program, sources, model, forward, None, opts, on_event)
+}
+
+/// [`run_on`] with its decisions taken by `decider` (a run of a search).
+pub fn run_with<'m>(
+    program: &Program,
+    sources: &SourceMap,
+    model: &'m Model,
+    forward: &'m dyn Forward,
+    decider: Option<&'m dyn decide::Decider>,
+    opts: &RunOptions,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Outcome {
     let mut core = match Core::new(model, forward, opts, program.modules.len()) {
-        Ok(core) => core,
+        Ok(mut core) => {
+            if let Some(d) = decider {
+                core.lm.set_decider(d);
+            }
+            core
+        }
         Err(fail) => {
             let m = &program.modules[program.entry];
             let state = Record { finish_reason: FinishReason::Error, error: Some(fail.clone()), ..Record::default() };

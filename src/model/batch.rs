@@ -120,6 +120,12 @@ impl<'d> Batcher<'d> {
         Member { batcher: self }
     }
 
+    /// Keeps `st` in the prefix cache, for sequences that will start with
+    /// its tokens (a search's run forked from another).
+    pub fn keep(&self, st: KvState) {
+        self.prefixes.lock().unwrap_or_else(|e| e.into_inner()).insert(st);
+    }
+
     /// The work done so far.
     pub fn stats(&self) -> BatchStats {
         self.lock().stats
@@ -288,6 +294,27 @@ impl<'d> Batcher<'d> {
 /// members' and run with them. Dropping it lets batches go on without it.
 pub struct Member<'b, 'd> {
     batcher: &'b Batcher<'d>,
+}
+
+impl Member<'_, '_> {
+    /// Runs `f` (a wait on something other than the model) with this
+    /// member out of the batch, so the others' passes do not wait for it.
+    pub fn away<R>(&self, f: impl FnOnce() -> R) -> R {
+        {
+            let mut q = self.batcher.lock();
+            q.members -= 1;
+            self.batcher.wake.notify_all();
+        }
+        // Back in the batch even if `f` panics.
+        struct Back<'m, 'b, 'd>(&'m Member<'b, 'd>);
+        impl Drop for Back<'_, '_, '_> {
+            fn drop(&mut self) {
+                self.0.batcher.lock().members += 1;
+            }
+        }
+        let _back = Back(self);
+        f()
+    }
 }
 
 impl Drop for Member<'_, '_> {

@@ -28,7 +28,7 @@ pub use config::{Arch, ModelConfig, Rope, RopeScaling, SUPPORTED};
 pub use decoder::{log_softmax, Decoder, ForwardStats, KvState, Runtime};
 pub use hub::{GgufPick, HubEnv, ModelSpec, DEFAULT_MODEL};
 pub use info::{ModelInfo, WeightType};
-pub use sample::{Sampled, Sampler, SamplingParams};
+pub use sample::{top_n, Sampled, Sampler, SamplingParams};
 pub use weights::safetensors_files;
 
 use crate::model::tokenizer::{GgufVocab, ModelTokenizer};

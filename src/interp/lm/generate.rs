@@ -38,6 +38,10 @@ pub struct Generated {
     /// What stopped the generation mid-way, if anything failed; the value
     /// holds what was generated before.
     pub error: Option<Failure>,
+    /// Log-probs of every token sampled (the one that ended the value and
+    /// those a stop cut out included): the generation's part of the run's
+    /// score.
+    pub decided: f64,
 }
 
 /// Streaming callbacks for generated text and tokens.
@@ -76,6 +80,9 @@ struct Gen<'s> {
     finish: FinishReason,
     stop_text: Option<Vec<u8>>,
     steps: usize,
+    /// Log-probs of every token sampled, the ending one and those a stop
+    /// cut out included: what the run's score counts.
+    decided: f64,
 }
 
 /// Whether the loop goes on after a step.
@@ -110,6 +117,7 @@ impl Lm<'_> {
             finish: FinishReason::MaxTokens,
             stop_text: None,
             steps: 0,
+            decided: 0.0,
         };
         let t0 = Instant::now();
         let failed = self.run_steps(&mut g, sink).err();
@@ -183,22 +191,12 @@ impl Lm<'_> {
     fn sampled_step(&mut self, g: &mut Gen<'_>, sink: &mut dyn Sink) -> LmResult<Next> {
         let model = self.model;
         let vocab = &model.tokenizer.vocab;
-        let logits = self.feed()?;
-        let tm = Instant::now();
-        self.next_mask(g.matcher.as_mut(), &g.heal, &g.lead, &mut g.mask)?;
-        if g.heal.is_empty() && g.lead.is_empty() && g.matcher.as_ref().is_none_or(|m| m.is_accepting()) {
-            g.stop_ids.iter().for_each(|&t| g.mask.set(t));
-        }
-        self.usage.mask_ms += tm.elapsed().as_secs_f64() * 1e3;
-        let mut bias = Vec::new();
-        if let (Some(b), Some(st)) = (&g.spec.bias, &g.bias_state) {
-            b.apply(&vocab, st, |t, off| bias.push((t, off)));
-        }
-        let constrained = g.matcher.is_some();
-        let s = g.sampler.sample(&logits, Some(&g.mask), &bias).map_err(|e| match constrained {
-            true => Failure::constraint(format!("the constraint allows no token the model can emit here ({e})")),
-            false => Failure::from(e),
-        })?;
+        let Some(s) = self.next_token(g)? else {
+            g.finish = FinishReason::Cancelled;
+            return Ok(Next::Done);
+        };
+        g.decided += f64::from(s.logprob);
+        self.usage.decisions += 1;
         if self.usage.time_to_first_token_ms.is_none() {
             self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
         }
@@ -257,6 +255,40 @@ impl Lm<'_> {
         Ok(Next::Continue)
     }
 
+    /// The next token: replayed (no forward pass), or from the logits under
+    /// the mask and biases, by the decider or the sampler. `None`: the
+    /// decider stopped the run.
+    fn next_token(&mut self, g: &mut Gen<'_>) -> LmResult<Option<Sampled>> {
+        match self.decider.map(|d| d.replayed()) {
+            Some(Some(Decision::Token(s))) => return Ok(Some(s)),
+            Some(Some(Decision::Option(_))) => return Ok(None),
+            _ => {}
+        }
+        let logits = self.feed()?;
+        let tm = Instant::now();
+        self.next_mask(g.matcher.as_mut(), &g.heal, &g.lead, &mut g.mask)?;
+        if g.heal.is_empty() && g.lead.is_empty() && g.matcher.as_ref().is_none_or(|m| m.is_accepting()) {
+            g.stop_ids.iter().for_each(|&t| g.mask.set(t));
+        }
+        self.usage.mask_ms += tm.elapsed().as_secs_f64() * 1e3;
+        if let Some(d) = self.decider {
+            if g.mask.ones().next().is_none() {
+                return Err(Failure::constraint("the constraint allows no token the model can emit here"));
+            }
+            return Ok(d.token(&self.kv, &logits, &g.mask));
+        }
+        let mut bias = Vec::new();
+        if let (Some(b), Some(st)) = (&g.spec.bias, &g.bias_state) {
+            b.apply(&self.model.tokenizer.vocab, st, |t, off| bias.push((t, off)));
+        }
+        let constrained = g.matcher.is_some();
+        let s = g.sampler.sample(&logits, Some(&g.mask), &bias).map_err(|e| match constrained {
+            true => Failure::constraint(format!("the constraint allows no token the model can emit here ({e})")),
+            false => Failure::from(e),
+        })?;
+        Ok(Some(s))
+    }
+
     /// A stop matched: the value ends where the stop starts.
     fn stop_at(&mut self, g: &mut Gen<'_>, value_len: usize, text: Vec<u8>) {
         g.stop_text = Some(text);
@@ -298,7 +330,7 @@ impl Lm<'_> {
             stop: g.stop_text.map(|s| String::from_utf8_lossy(&s).into_owned()),
             choices: Vec::new(),
         };
-        Generated { text: String::from_utf8_lossy(&g.value).into_owned(), tokens, meta, unfinished, error: failed }
+        Generated { text: String::from_utf8_lossy(&g.value).into_owned(), tokens, meta, unfinished, error: failed, decided: g.decided }
     }
 
     /// The tokens allowed next: the constraint's (or any generable token),

@@ -19,10 +19,11 @@ pub use generate::{GenSpec, Generated, Sink};
 use generate::stop_ids;
 use turns::Conversation;
 
+use super::decide::{Decider, Decision};
 use crate::chat::{ChatTemplate, Message, Rendered};
 use crate::engine::{Bias, Constraint, Limits, StopEvent, StopMatcher, TokenMask};
 use crate::state::{Choice, FinishReason, Meta};
-use crate::model::{log_softmax, Forward, KvState, Model, ModelError, Sampler, SamplingParams};
+use crate::model::{log_softmax, Forward, KvState, Model, ModelError, Sampled, Sampler, SamplingParams};
 use crate::state::{Alternative, Origin, Token, TokenKind, Usage};
 use crate::state::{Failure, RunErrorKind};
 
@@ -69,6 +70,8 @@ pub struct Lm<'m> {
     pub usage: Usage,
     started: Instant,
     gen_time: f64,
+    /// Takes the decisions instead of the samplers (a search's run).
+    decider: Option<&'m dyn Decider>,
 }
 
 /// A place to go back to (`hidden`).
@@ -130,6 +133,25 @@ impl<'m> Lm<'m> {
             usage: Usage::default(),
             started: Instant::now(),
             gen_time: 0.0,
+            decider: None,
+        })
+    }
+
+    /// Lets `decider` take this run's decisions.
+    pub fn set_decider(&mut self, decider: &'m dyn Decider) {
+        self.decider = Some(decider);
+    }
+
+    /// The option a select takes when a decider decides (`None`: the
+    /// select samples by its own options). A replayed option needs no
+    /// state; `Some(None)`: the decider stopped the run.
+    pub fn decide_option(&mut self, scores: &[f64]) -> Option<Option<usize>> {
+        let d = self.decider?;
+        Some(match d.replayed() {
+            Some(Decision::Option(k)) => Some(k),
+            // Replays are deterministic: out of step means a bug; the run stops.
+            Some(Decision::Token(_)) => None,
+            None => d.option(&self.kv, scores),
         })
     }
 

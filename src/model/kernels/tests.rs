@@ -182,6 +182,26 @@ fn strided_vector_ops_match_the_portable_ones_and_f64() {
     }
 }
 
+/// A key's dot and a value's share do not depend on how many keys there
+/// are: a sequence's attention is the same whatever else shares its pass
+/// (options scored together, a beam's forks).
+#[test]
+fn a_keys_dot_does_not_depend_on_the_number_of_keys() {
+    for ops in [VecOps::best(), VecOps::portable()] {
+        for d in [8, 64, 128] {
+            let q = randoms(d, 11);
+            let rows = randoms(13 * d, 12);
+            let mut all = vec![0.0; 13];
+            (ops.dots)(&q, &rows, d, &mut all);
+            for n in 0..13 {
+                let mut some = vec![0.0; n];
+                (ops.dots)(&q, &rows[..n * d], d, &mut some);
+                assert_eq!(some.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), all[..n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "d={d} n={n}");
+            }
+        }
+    }
+}
+
 #[test]
 fn magic_rounding_is_round_half_to_even() {
     for i in -1300..=1300 {

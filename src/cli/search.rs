@@ -1,0 +1,205 @@
+//! `lmt run T.lmt --samples N | --best-of N | --beam K`: a search over
+//! whole runs of the template (`crate::search`), printed as the best run
+//! and a summary of the others, or as `--json` with every run ranked.
+
+use std::io::Write;
+
+use serde_json::json;
+
+use super::run::{RunArgs, EXIT_CANCELLED, EXIT_OUTPUT_ERROR};
+use super::EXIT_USAGE;
+use crate::interp::RunOptions;
+use crate::ir::Program;
+use crate::model::Model;
+use crate::render;
+use crate::search::{self, Found, Mode, SearchOptions};
+use crate::span::SourceMap;
+use crate::state::FinishReason;
+
+/// Arguments of a search over whole runs (part of `lmt run`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SearchArgs {
+    /// Run N independent samples of the whole program (seeds derived from
+    /// `--seed`; temperature 1 unless `--temperature` says otherwise), decoded together; all are reported, most likely first.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024),
+          conflicts_with_all = ["best_of", "beam"])]
+    pub samples: Option<u16>,
+    /// Like `--samples N`, keeping only the most likely run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024), conflicts_with = "beam")]
+    pub best_of: Option<u16>,
+    /// Beam search over the whole program: keep the K most likely partial
+    /// runs at every decision (sampled token or select choice); the K best complete runs are reported.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub beam: Option<u16>,
+    /// Rank runs by `logprob / decisions^α` instead of their log-prob
+    /// alone (α > 0 favours longer runs).
+    #[arg(long, value_name = "α", default_value_t = 0.0, value_parser = length_penalty)]
+    pub length_penalty: f64,
+}
+
+fn length_penalty(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(a) if a.is_finite() && (0.0..=10.0).contains(&a) => Ok(a),
+        _ => Err(format!("`{s}` is not a length penalty: give a number from 0 to 10")),
+    }
+}
+
+impl SearchArgs {
+    /// The search these arguments ask for, if any.
+    pub fn mode(&self) -> Option<Mode> {
+        match (self.samples, self.best_of, self.beam) {
+            (Some(n), ..) => Some(Mode::Samples { n: n.into(), best_of: false }),
+            (_, Some(n), _) => Some(Mode::Samples { n: n.into(), best_of: true }),
+            (.., Some(k)) => Some(Mode::Beam { width: k.into() }),
+            _ => None,
+        }
+    }
+}
+
+/// Refuses what a search cannot do yet, before the model loads.
+pub fn check_usage(args: &RunArgs) -> Result<(), String> {
+    if args.search.mode().is_none() {
+        if args.search.length_penalty != 0.0 {
+            return Err("`--length-penalty` ranks the runs of a search: give `--samples`, `--best-of` or `--beam`".into());
+        }
+        return Ok(());
+    }
+    if args.dataset.inputs.is_some() {
+        return Err("`--samples`, `--best-of` and `--beam` search one run's inputs; with `--inputs` they are not supported yet".into());
+    }
+    if args.events {
+        return Err("`--events` streams one run; a search reports its runs at the end (use `--json`)".into());
+    }
+    Ok(())
+}
+
+/// Runs the search and prints it; returns the exit code.
+pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model, mut opts: RunOptions, mode: Mode) -> i32 {
+    if matches!(mode, Mode::Samples { .. }) && args.input.temperature.is_none() {
+        opts.temperature = 1.0;
+    }
+    let search = SearchOptions {
+        mode,
+        length_penalty: args.search.length_penalty,
+        prefix_cache_bytes: (args.dataset.prefix_cache as usize) << 20,
+    };
+    let found = search::run(program, sources, model, &opts, &search);
+    let Some(best) = found.runs.first() else {
+        eprintln!("error: the search found no run");
+        return if opts.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) { EXIT_CANCELLED } else { EXIT_USAGE };
+    };
+    let state = &best.outcome.state;
+    let written = if args.json {
+        let doc = document(&found, mode);
+        writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&doc).unwrap_or_default())
+    } else {
+        writeln!(std::io::stdout().lock(), "{}", state.text())
+    };
+    let mut code = 0;
+    if let Err(e) = written {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write to standard output: {e}");
+            code = EXIT_OUTPUT_ERROR;
+        }
+    }
+    if let Some(path) = &args.html {
+        let title = args.file.file_name().map_or("lmt run".into(), |n| n.to_string_lossy().into_owned());
+        if let Err(e) = super::run::write_atomically(path, render::html(state, &title).as_bytes()) {
+            eprintln!("error: cannot write the report `{}`: {e}", path.display());
+            code = EXIT_OUTPUT_ERROR;
+        }
+    }
+    if !args.quiet {
+        eprint!("{}", summary(&found, mode));
+    }
+    if let Some(e) = &best.outcome.error {
+        eprint!("{}", super::report::render(&e.to_diagnostic(), sources, super::report::use_color(false), super::terminal_width()));
+        return if code == 0 { super::complete::EXIT_MODEL_ERROR } else { code };
+    }
+    if code == 0 && state.finish_reason == FinishReason::Cancelled {
+        eprintln!("cancelled: the best runs so far are kept");
+        return EXIT_CANCELLED;
+    }
+    code
+}
+
+/// The `--json` document of a search: the best run's fields at the top
+/// (the shape of a single run), every run ranked under `runs`, and the
+/// search's cost under `search`.
+pub fn document(found: &Found, mode: Mode) -> serde_json::Value {
+    let mut doc = found.runs.first().map(|r| render::json(&r.outcome.state)).unwrap_or_else(|| json!({}));
+    doc["runs"] = found
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut o = render::json(&r.outcome.state);
+            o["rank"] = json!(i + 1);
+            o["score"] = json!(r.score);
+            o
+        })
+        .collect();
+    let u = &found.usage;
+    let (kind, size) = match mode {
+        Mode::Samples { n, best_of: false } => ("samples", n),
+        Mode::Samples { n, best_of: true } => ("best_of", n),
+        Mode::Beam { width } => ("beam", width),
+    };
+    doc["search"] = json!({
+        "kind": kind,
+        "size": size,
+        "runs_started": u.runs,
+        "forward_tokens": u.forward_tokens,
+        "shared_tokens": u.shared_tokens,
+        "batches": u.batches,
+        "greedy_logprob": u.greedy_logprob,
+    });
+    doc
+}
+
+/// A single run's `--json` document with its `runs` list of one (the
+/// shape a search's document has).
+pub fn one_run(mut doc: serde_json::Value) -> serde_json::Value {
+    let mut run = doc.clone();
+    run["rank"] = json!(1);
+    run["score"] = doc["logprob"].clone();
+    doc["runs"] = json!([run]);
+    doc
+}
+
+/// The summary on standard error: the runs, best first, and the cost.
+fn summary(found: &Found, mode: Mode) -> String {
+    let u = &found.usage;
+    let best = &found.runs[0];
+    let what = match mode {
+        Mode::Samples { n, best_of: false } => format!("{n} samples"),
+        Mode::Samples { n, best_of: true } => format!("best of {n} samples"),
+        Mode::Beam { width } => format!("beam {width}"),
+    };
+    let mut s = format!(
+        "{what}: {} run{} kept of {} started · best logprob {:.3} ({} decisions)",
+        found.runs.len(),
+        if found.runs.len() == 1 { "" } else { "s" },
+        u.runs,
+        best.outcome.state.logprob,
+        best.decisions
+    );
+    if let Some(g) = u.greedy_logprob {
+        let gain = best.outcome.state.logprob - g;
+        if gain > 1e-9 {
+            s.push_str(&format!(" · greedy's run {g:.3}: the beam's is {gain:.3} more likely (log-prob)"));
+        } else {
+            s.push_str(&format!(" · greedy's run {g:.3}: the beam found none more likely"));
+        }
+    }
+    s.push_str(&format!(
+        "\n  forward tokens {} in all ({} taken from other runs' states) · {} batched passes\n",
+        u.forward_tokens, u.shared_tokens, u.batches
+    ));
+    for (i, r) in found.runs.iter().enumerate().skip(1).take(9) {
+        let text: String = r.outcome.state.text().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        let short: String = text.chars().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect();
+        s.push_str(&format!("  #{} logprob {:.3}: …{short}\n", i + 1, r.outcome.state.logprob));
+    }
+    s
+}

@@ -1,0 +1,198 @@
+//! Searches over whole programs: `n` independent samples of a run, or a
+//! beam of the `k` most likely partial runs. Every run is a full run of the
+//! interpreter (control flow, loops, roles, selects and all) on a thread of
+//! its own; their forward passes go through one [`Batcher`], so runs are
+//! decoded together and a prefix they share (the template up to the first
+//! decision, and everything a beam shares with the beam it forked from) is
+//! computed once.
+//!
+//! A run's score is the sum of the log-probabilities of its decisions: the
+//! tokens the model sampled (the one that ended a value included) and the
+//! options selects chose by score. Template text is conditioning and is not
+//! scored. [`Record::logprob`] holds it.
+
+mod beam;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::interp::{self, Outcome, RunOptions};
+use crate::ir::Program;
+use crate::model::{Batcher, Model};
+use crate::span::SourceMap;
+use crate::state::Record;
+
+/// What to search for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// `n` independent samples; with `best_of`, only the most likely is kept.
+    Samples {
+        /// How many.
+        n: usize,
+        /// Keep the best one only.
+        best_of: bool,
+    },
+    /// Beam search keeping the `width` most likely partial runs.
+    Beam {
+        /// How many.
+        width: usize,
+    },
+}
+
+/// How to search.
+#[derive(Debug, Clone)]
+pub struct SearchOptions {
+    /// Samples or beam.
+    pub mode: Mode,
+    /// Runs are ranked by `logprob / decisions^α` (0: by log-prob alone).
+    pub length_penalty: f64,
+    /// Bytes of K/V states the prefix cache keeps.
+    pub prefix_cache_bytes: usize,
+}
+
+/// Most runs on threads at once in a search.
+pub const MAX_RUNS: usize = 64;
+
+/// One run a search returns.
+#[derive(Debug)]
+pub struct Ranked {
+    /// The run.
+    pub outcome: Outcome,
+    /// Its ranking score (the log-prob, length-normalised when asked).
+    pub score: f64,
+    /// The decisions it took (tokens sampled and options chosen).
+    pub decisions: usize,
+}
+
+/// What a search cost, over all its runs (those a beam dropped included).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SearchUsage {
+    /// Runs started.
+    pub runs: usize,
+    /// Tokens run through the model by all runs, and once for shared prefixes.
+    pub forward_tokens: u64,
+    /// Tokens runs took from states other runs computed (the prefix cache).
+    pub shared_tokens: u64,
+    /// Batched forward passes.
+    pub batches: u64,
+    /// For a beam: the log-prob of the greedy run, to compare with.
+    pub greedy_logprob: Option<f64>,
+}
+
+/// The runs a search found, best first, and its cost.
+#[derive(Debug)]
+pub struct Found {
+    /// Ranked runs.
+    pub runs: Vec<Ranked>,
+    /// The cost.
+    pub usage: SearchUsage,
+}
+
+/// Runs the search `search` of `program`. `opts.cancel` stops it: the runs
+/// so far come back, best first.
+pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOptions, search: &SearchOptions) -> Found {
+    let batcher = Batcher::new(&model.decoder, search.prefix_cache_bytes);
+    let mut found = match search.mode {
+        Mode::Samples { n, best_of } => {
+            let mut f = samples(program, sources, model, &batcher, opts, n, search.length_penalty);
+            if best_of {
+                f.runs.truncate(1);
+            }
+            f
+        }
+        Mode::Beam { width } => beam::search(program, sources, model, &batcher, opts, width, search.length_penalty),
+    };
+    if let Mode::Beam { .. } = search.mode {
+        if !cancelled(opts) {
+            // The greedy run, to say what the search gained over it.
+            let greedy = RunOptions { temperature: 0.0, ..opts.clone() };
+            let member = batcher.join();
+            let o = interp::run_on(program, sources, model, &member, &greedy, &mut |_| {});
+            found.usage.forward_tokens += o.state.usage.forward_tokens;
+            found.usage.shared_tokens += o.state.usage.prefix_cached_tokens;
+            found.usage.greedy_logprob = (o.error.is_none()).then_some(o.state.logprob);
+        }
+    }
+    let stats = batcher.stats();
+    found.usage.forward_tokens += stats.shared_tokens;
+    found.usage.batches = stats.batches;
+    found
+}
+
+fn cancelled(opts: &RunOptions) -> bool {
+    opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst))
+}
+
+/// The seed of sample `i`: sample 0 is the run `--seed` gives alone.
+pub fn sample_seed(base: u64, i: usize) -> u64 {
+    base.wrapping_add((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// `n` runs with seeds [`sample_seed`], on up to [`MAX_RUNS`] threads.
+fn samples(program: &Program, sources: &SourceMap, model: &Model, batcher: &Batcher<'_>, opts: &RunOptions, n: usize, alpha: f64) -> Found {
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..n.clamp(1, MAX_RUNS) {
+            scope.spawn(|| {
+                let member = batcher.join();
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= n || cancelled(opts) {
+                        return;
+                    }
+                    let o = RunOptions { seed: sample_seed(opts.seed, i), ..opts.clone() };
+                    let outcome = interp::run_on(program, sources, model, &member, &o, &mut |_| {});
+                    done.lock().unwrap_or_else(|e| e.into_inner()).push((i, outcome));
+                }
+            });
+        }
+    });
+    let mut outcomes = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    outcomes.sort_by_key(|(i, _)| *i);
+    let mut usage = SearchUsage { runs: outcomes.len(), ..SearchUsage::default() };
+    let runs = outcomes
+        .into_iter()
+        .map(|(_, outcome)| {
+            usage.forward_tokens += outcome.state.usage.forward_tokens;
+            usage.shared_tokens += outcome.state.usage.prefix_cached_tokens;
+            let decisions = decisions(&outcome.state);
+            Ranked { score: rank_score(&outcome, decisions, alpha), outcome, decisions }
+        })
+        .collect();
+    Found { runs: ranked(runs), usage }
+}
+
+/// The decisions a run took.
+fn decisions(r: &Record) -> usize {
+    r.usage.decisions as usize
+}
+
+/// A run's ranking score: its log-prob over `decisions^α`; a run that
+/// failed ranks below every run that did not.
+fn rank_score(o: &Outcome, decisions: usize, alpha: f64) -> f64 {
+    if o.error.is_some() {
+        return f64::NEG_INFINITY;
+    }
+    normalised(o.state.logprob, decisions, alpha)
+}
+
+/// `logprob / max(decisions, 1)^α`.
+pub fn normalised(logprob: f64, decisions: usize, alpha: f64) -> f64 {
+    if alpha == 0.0 {
+        logprob
+    } else {
+        logprob / (decisions.max(1) as f64).powf(alpha)
+    }
+}
+
+/// Best first (stable: equal scores keep their order).
+fn ranked(mut runs: Vec<Ranked>) -> Vec<Ranked> {
+    runs.sort_by(|a, b| b.score.total_cmp(&a.score));
+    runs
+}
+
+/// A fresh cancel flag for one run, set too when the search's is.
+fn run_flag() -> Arc<AtomicBool> {
+    Arc::new(AtomicBool::new(false))
+}
