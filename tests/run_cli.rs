@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use common::tiny::temp_dir;
 
@@ -80,8 +78,6 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
 
 #[test]
 fn html_report_renders_in_a_headless_browser() {
-    let chromium =
-        ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"].into_iter().map(PathBuf::from).find(|p| p.exists());
     let tmp = temp_dir("run-cli-html");
     let m = common::cli_model(&tmp);
     let report = tmp.join("report.html");
@@ -92,31 +88,12 @@ fn html_report_renders_in_a_headless_browser() {
     let generated = doc["usage"]["generated_tokens"].as_u64().unwrap();
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.contains("<h2>Captures</h2>") && html.contains("colour") && !html.contains("http"), "self-contained");
-    let Some(chromium) = chromium else {
+    let Some(dom) = common::browser_dom(&format!("file://{}", report.display()), &tmp.join("profile")) else {
         common::skip("no Chromium found (apt install chromium): the HTML report was checked as text only");
         return;
     };
-    let profile = tmp.join("profile");
-    let dom = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", report.display()))
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&dom.stdout);
     // The page's script ran in the browser: it coloured and counted the tokens.
-    let want = format!("<span id=\"summary\">{generated} generated tokens");
+    let want = format!("<span class=\"summary\">{generated} generated tokens");
     assert!(dom.contains(&want), "{want} not in the rendered page");
     assert!(dom.contains("style=\"background: "), "tokens coloured by probability");
 }

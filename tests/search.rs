@@ -233,6 +233,34 @@ fn a_plain_run_is_a_list_of_one() {
     assert_eq!(runs[0]["score"], doc["logprob"]);
 }
 
+/// A search's HTML report holds every run, one shown at a time: in a real
+/// browser, `#run-2` shows the second run and hides the first.
+#[test]
+fn the_report_switches_between_runs() {
+    let dir = common::tiny::temp_dir("search-html");
+    let model = common::cli_model(&dir);
+    let report = dir.join("report.html");
+    let example = Path::new(ROOT).join("examples/article.lmt");
+    let args = ["run", example.to_str().unwrap(), "--model", model.to_str().unwrap(), "--beam", "3", "--html", report.to_str().unwrap(), "--json", "-q"];
+    let (code, out, err) = common::lmt(&args);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let html = std::fs::read_to_string(&report).unwrap();
+    for (i, r) in runs.iter().enumerate() {
+        assert!(html.contains(&format!("id=\"run-{}\"", i + 1)));
+        assert!(html.contains(&format!("joint log-probability {:.3}", r["logprob"].as_f64().unwrap())));
+    }
+    let Some(dom) = common::browser_dom(&format!("file://{}#run-2", report.display()), &dir.join("profile")) else {
+        common::skip("no Chromium found (apt install chromium): the search report was checked as text only");
+        return;
+    };
+    assert!(dom.contains("<section class=\"run\" id=\"run-1\" hidden=\"\">"), "run 1 hidden");
+    assert!(dom.contains("<section class=\"run\" id=\"run-2\">"), "run 2 shown");
+    assert!(dom.contains("<button data-run=\"run-2\" class=\"on\">"), "its button marked");
+}
+
 /// Bad or unsupported combinations are refused before the model loads.
 #[test]
 fn search_flags_are_checked() {

@@ -104,7 +104,8 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model
     }
     if let Some(path) = &args.html {
         let title = args.file.file_name().map_or("lmt run".into(), |n| n.to_string_lossy().into_owned());
-        if let Err(e) = super::run::write_atomically(path, render::html(state, &title).as_bytes()) {
+        let runs: Vec<_> = found.runs.iter().map(|r| (&r.outcome.state, r.score)).collect();
+        if let Err(e) = super::run::write_atomically(path, render::html_runs(&runs, &title).as_bytes()) {
             eprintln!("error: cannot write the report `{}`: {e}", path.display());
             code = EXIT_OUTPUT_ERROR;
         }

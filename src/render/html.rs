@@ -1,6 +1,8 @@
 //! The self-contained HTML report of a run: the text with generated tokens
 //! coloured by probability (hover one for its alternatives), chat turns as
-//! headers, the captures and the usage. No external resources.
+//! headers, the captures and the usage. A search's report holds every run,
+//! best first, one shown at a time (buttons, or `#run-N` in the address).
+//! No external resources.
 
 use std::fmt::Write;
 
@@ -8,6 +10,24 @@ use crate::state::{Node, Origin, Record};
 
 /// The report as one HTML page titled `title`.
 pub fn html(state: &Record, title: &str) -> String {
+    page(title, "", &run_section(state, 1, true))
+}
+
+/// The report of a search's runs (best first, each with its ranking
+/// score): a button per run shows that run.
+pub fn html_runs(runs: &[(&Record, f64)], title: &str) -> String {
+    let mut buttons = String::from("<p id=\"runs\">");
+    let mut sections = String::new();
+    for (i, (state, score)) in runs.iter().enumerate() {
+        let _ = write!(buttons, "<button data-run=\"run-{n}\">#{n} · {score:.3}</button> ", n = i + 1);
+        sections.push_str(&run_section(state, i + 1, i == 0));
+    }
+    buttons.push_str("</p>");
+    page(title, &buttons, &sections)
+}
+
+/// One run: its finish and log-prob, the text, captures and usage.
+fn run_section(state: &Record, n: usize, shown: bool) -> String {
     let mut body = String::new();
     for n in &state.nodes {
         match n {
@@ -95,11 +115,29 @@ pub fn html(state: &Record, title: &str) -> String {
     }
     let error = state.error.as_ref().map(|e| format!("<p class=\"error\">error {}: {}</p>", e.kind.code().as_str(), esc(&e.message))).unwrap_or_default();
     format!(
+        r#"<section class="run" id="run-{n}"{hide}>
+<p>run #{n} · finish: <b>{finish}</b> · joint log-probability {logprob:.3} · <span class="summary"></span></p>
+{error}<div class="text">{body}</div>
+<h2>Captures</h2>
+<table><tr><th>name</th><th>value</th><th>logprob</th><th>tokens</th><th>finish</th><th>stop</th><th>choices</th></tr>{caps}</table>
+<h2>Usage</h2>
+<table>{rows}</table>
+</section>
+"#,
+        hide = if shown { "" } else { " hidden" },
+        finish = state.finish_reason.as_str(),
+        logprob = state.logprob,
+    )
+}
+
+/// The page around the runs' sections.
+fn page(title: &str, buttons: &str, sections: &str) -> String {
+    format!(
         r#"<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font: 15px/1.5 system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }}
-#text {{ white-space: pre-wrap; font-family: ui-monospace, monospace; background: #fafafa; border: 1px solid #ddd; padding: 1em; }}
+.text {{ white-space: pre-wrap; font-family: ui-monospace, monospace; background: #fafafa; border: 1px solid #ddd; padding: 1em; }}
 .gen .tok {{ border-radius: 2px; }}
 .tok:hover {{ outline: 1px solid #333; }}
 .var {{ color: #1a4f8b; }}
@@ -110,29 +148,32 @@ table {{ border-collapse: collapse; margin-top: 1em; }}
 td, th {{ border: 1px solid #ddd; padding: .2em .5em; text-align: left; vertical-align: top; }}
 .v {{ font-family: ui-monospace, monospace; white-space: pre-wrap; }}
 .error {{ color: #b00; font-weight: bold; }}
+button.on {{ font-weight: bold; }}
 </style></head><body>
 <h1>{title}</h1>
-<p>finish: <b>{finish}</b> · joint log-probability {logprob:.3} · <span id="summary"></span></p>
-{error}<div id="text">{body}</div>
-<h2>Captures</h2>
-<table><tr><th>name</th><th>value</th><th>logprob</th><th>tokens</th><th>finish</th><th>stop</th><th>choices</th></tr>{caps}</table>
-<h2>Usage</h2>
-<table>{rows}</table>
-<script>
+{buttons}{sections}<script>
 // Colour sampled tokens by probability: red (unlikely) to green (likely).
-let n = 0, low = 0;
-for (const t of document.querySelectorAll('.gen .tok')) {{
-  const p = parseFloat(t.dataset.p);
-  t.style.background = `hsla(${{Math.round(120 * p)}}, 75%, 60%, 0.35)`;
-  n += 1; if (p < 0.5) low += 1;
+for (const run of document.querySelectorAll('.run')) {{
+  let n = 0, low = 0;
+  for (const t of run.querySelectorAll('.gen .tok')) {{
+    const p = parseFloat(t.dataset.p);
+    t.style.background = `hsla(${{Math.round(120 * p)}}, 75%, 60%, 0.35)`;
+    n += 1; if (p < 0.5) low += 1;
+  }}
+  run.querySelector('.summary').textContent = `${{n}} generated tokens, ${{low}} below 50%`;
 }}
-document.getElementById('summary').textContent = `${{n}} generated tokens, ${{low}} below 50%`;
+// One run shown at a time: a button, or #run-N in the address.
+function show(id) {{
+  if (!document.getElementById(id)) return;
+  for (const run of document.querySelectorAll('.run')) run.hidden = run.id !== id;
+  for (const b of document.querySelectorAll('#runs button')) b.className = b.dataset.run === id ? 'on' : '';
+}}
+for (const b of document.querySelectorAll('#runs button')) b.onclick = () => {{ show(b.dataset.run); history.replaceState(null, '', '#' + b.dataset.run); }};
+show(location.hash.slice(1) || 'run-1');
 </script>
 </body></html>
 "#,
         title = esc(title),
-        finish = state.finish_reason.as_str(),
-        logprob = state.logprob,
     )
 }
 

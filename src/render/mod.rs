@@ -6,7 +6,7 @@ mod events;
 mod html;
 
 pub use events::EventStream;
-pub use html::html;
+pub use html::{html, html_runs};
 
 use serde_json::{json, Map, Value as J};
 

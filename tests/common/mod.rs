@@ -184,3 +184,28 @@ pub fn lmt(args: &[&str]) -> (i32, String, String) {
         .unwrap();
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
+
+/// The DOM of `url` after its scripts ran in headless Chromium (profile in
+/// `profile`); `None` when no Chromium is installed.
+pub fn browser_dom(url: &str, profile: &std::path::Path) -> Option<String> {
+    let chromium =
+        ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"].into_iter().map(PathBuf::from).find(|p| p.exists())?;
+    let dom = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    Some(String::from_utf8_lossy(&dom.stdout).into_owned())
+}
