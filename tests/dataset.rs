@@ -256,6 +256,7 @@ fn the_shared_prefix_is_computed_once() {
             defaults: Default::default(),
             prefix_cache_bytes: 64 << 20,
             cancel: Arc::new(AtomicBool::new(false)),
+            search: None,
         };
         let mut texts = Vec::new();
         let summary = lmt::dataset::run(&program, &ws.sources, &model, rows(), &opts, &mut |r| texts.push(r.record["text"].clone())).unwrap();

@@ -261,6 +261,39 @@ fn the_report_switches_between_runs() {
     assert!(dom.contains("<button data-run=\"run-2\" class=\"on\">"), "its button marked");
 }
 
+/// `--beam` with `--inputs`: each row is searched, its record is its best
+/// run's (what `lmt run --beam` gives for its inputs alone) with `runs` and
+/// `search`, at any `--parallel`.
+#[test]
+fn rows_of_a_dataset_are_searched_too() {
+    let dir = common::tiny::temp_dir("search-rows");
+    let model = common::cli_model(&dir);
+    let m = model.to_str().unwrap();
+    let template = dir.join("t.lmt");
+    std::fs::write(&template, "{% input thing %}My favourite {{ thing }} is{% select a in [\" a\", \" the\", \" an\"] %}{% gen w regex=\"[a-z]{2,5}\" %}.").unwrap();
+    let t = template.to_str().unwrap();
+    let things = ["fruit", "colour", "animal"];
+    let rows = dir.join("rows.jsonl");
+    std::fs::write(&rows, things.iter().map(|x| format!("{{\"id\": \"{x}\", \"thing\": \"{x}\"}}\n")).collect::<String>()).unwrap();
+    for parallel in ["1", "3"] {
+        let (code, out, err) = common::lmt(&["run", t, "--model", m, "--beam", "2", "--inputs", rows.to_str().unwrap(), "--parallel", parallel, "-q"]);
+        assert_eq!(code, 0, "{err}");
+        let records: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(records.len(), 3);
+        for r in &records {
+            let thing = r["id"].as_str().unwrap();
+            let (code, alone, err) = common::lmt(&["run", t, "--model", m, "--beam", "2", "--var", &format!("thing={thing}"), "--json", "-q"]);
+            assert_eq!(code, 0, "{err}");
+            let alone: serde_json::Value = serde_json::from_str(&alone).unwrap();
+            assert_eq!(r["text"], alone["text"], "{thing}");
+            assert!((r["logprob"].as_f64().unwrap() - alone["logprob"].as_f64().unwrap()).abs() < 1e-9, "{thing}");
+            let runs = r["runs"].as_array().unwrap();
+            assert!(!runs.is_empty() && runs.len() <= 2 && runs[0]["text"] == r["text"] && runs[0].get("tokens").is_none());
+            assert_eq!(r["search"]["kind"], "beam");
+        }
+    }
+}
+
 /// Bad or unsupported combinations are refused before the model loads.
 #[test]
 fn search_flags_are_checked() {
@@ -273,7 +306,6 @@ fn search_flags_are_checked() {
         (vec!["--samples", "2", "--events"], "--events"),
         (vec!["--length-penalty", "1"], "search"),
         (vec!["--beam", "2", "--length-penalty=-1"], "length penalty"),
-        (vec!["--beam", "2", "--inputs", "rows.jsonl"], "--inputs"),
     ] {
         let mut a = vec!["run", e, "--model", "/nonexistent"];
         a.extend(args.iter());

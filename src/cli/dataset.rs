@@ -105,11 +105,12 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap) -> i32 {
     let opts = DatasetOptions {
         parallel: usize::from(data.parallel),
         seed: args.input.seed,
-        temperature: args.input.temperature.unwrap_or(0.0),
+        temperature: super::search::temperature(args),
         limits: Default::default(),
         defaults,
         prefix_cache_bytes: (data.prefix_cache as usize) << 20,
         cancel: cancel.clone(),
+        search: args.search.mode().map(|m| (m, args.search.length_penalty)),
     };
     let bar = progress_bar(total.map(|t| t.saturating_sub(skip.len() as u64)), args.quiet);
     let started = Instant::now();

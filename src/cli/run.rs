@@ -184,7 +184,7 @@ pub fn run(args: &RunArgs) -> i32 {
         }
     };
     let cancel = cancel_on_ctrl_c();
-    let opts = args.input.run_options(vars, cancel.clone());
+    let opts = RunOptions { temperature: super::search::temperature(args), ..args.input.run_options(vars, cancel.clone()) };
     if let Some(mode) = args.search.mode() {
         return super::search::run(args, &program, &ws.sources, &model, opts, mode);
     }
@@ -231,7 +231,7 @@ pub fn run(args: &RunArgs) -> i32 {
             let error = outcome.error.as_ref().map(|e| EventStream::error(e, &ws.sources));
             error.iter().chain(&done_event).try_for_each(|o| write_line(&mut out, o))
         } else {
-            let doc = if args.json { serde_json::to_string_pretty(&super::search::one_run(render::json(state))).unwrap_or_default() } else { String::new() };
+            let doc = if args.json { serde_json::to_string_pretty(&render::one_run(render::json(state))).unwrap_or_default() } else { String::new() };
             writeln!(out, "{doc}").and_then(|()| out.flush())
         };
         if let Err(e) = written {

@@ -4,8 +4,6 @@
 
 use std::io::Write;
 
-use serde_json::json;
-
 use super::run::{RunArgs, EXIT_CANCELLED, EXIT_OUTPUT_ERROR};
 use super::EXIT_USAGE;
 use crate::interp::RunOptions;
@@ -56,6 +54,13 @@ impl SearchArgs {
     }
 }
 
+/// The default temperature of `gen`: `--temperature`, else 1 for samples
+/// (N greedy runs would be one run N times) and 0 (greedy) otherwise.
+pub fn temperature(args: &RunArgs) -> f32 {
+    let sampling = matches!(args.search.mode(), Some(Mode::Samples { .. }));
+    args.input.temperature.unwrap_or(if sampling { 1.0 } else { 0.0 })
+}
+
 /// Refuses what a search cannot do yet, before the model loads.
 pub fn check_usage(args: &RunArgs) -> Result<(), String> {
     if args.search.mode().is_none() {
@@ -64,9 +69,6 @@ pub fn check_usage(args: &RunArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    if args.dataset.inputs.is_some() {
-        return Err("`--samples`, `--best-of` and `--beam` search one run's inputs; with `--inputs` they are not supported yet".into());
-    }
     if args.events {
         return Err("`--events` streams one run; a search reports its runs at the end (use `--json`)".into());
     }
@@ -74,10 +76,7 @@ pub fn check_usage(args: &RunArgs) -> Result<(), String> {
 }
 
 /// Runs the search and prints it; returns the exit code.
-pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model, mut opts: RunOptions, mode: Mode) -> i32 {
-    if matches!(mode, Mode::Samples { .. }) && args.input.temperature.is_none() {
-        opts.temperature = 1.0;
-    }
+pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model, opts: RunOptions, mode: Mode) -> i32 {
     let search = SearchOptions {
         mode,
         length_penalty: args.search.length_penalty,
@@ -90,7 +89,7 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model
     };
     let state = &best.outcome.state;
     let written = if args.json {
-        let doc = document(&found, mode);
+        let doc = render::search_json(&found, mode);
         writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&doc).unwrap_or_default())
     } else {
         writeln!(std::io::stdout().lock(), "{}", state.text())
@@ -122,50 +121,6 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model
         return EXIT_CANCELLED;
     }
     code
-}
-
-/// The `--json` document of a search: the best run's fields at the top
-/// (the shape of a single run), every run ranked under `runs`, and the
-/// search's cost under `search`.
-pub fn document(found: &Found, mode: Mode) -> serde_json::Value {
-    let mut doc = found.runs.first().map(|r| render::json(&r.outcome.state)).unwrap_or_else(|| json!({}));
-    doc["runs"] = found
-        .runs
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let mut o = render::json(&r.outcome.state);
-            o["rank"] = json!(i + 1);
-            o["score"] = json!(r.score);
-            o
-        })
-        .collect();
-    let u = &found.usage;
-    let (kind, size) = match mode {
-        Mode::Samples { n, best_of: false } => ("samples", n),
-        Mode::Samples { n, best_of: true } => ("best_of", n),
-        Mode::Beam { width } => ("beam", width),
-    };
-    doc["search"] = json!({
-        "kind": kind,
-        "size": size,
-        "runs_started": u.runs,
-        "forward_tokens": u.forward_tokens,
-        "shared_tokens": u.shared_tokens,
-        "batches": u.batches,
-        "greedy_logprob": u.greedy_logprob,
-    });
-    doc
-}
-
-/// A single run's `--json` document with its `runs` list of one (the
-/// shape a search's document has).
-pub fn one_run(mut doc: serde_json::Value) -> serde_json::Value {
-    let mut run = doc.clone();
-    run["rank"] = json!(1);
-    run["score"] = doc["logprob"].clone();
-    doc["runs"] = json!([run]);
-    doc
 }
 
 /// The summary on standard error: the runs, best first, and the cost.

@@ -25,6 +25,7 @@ use crate::interp::value::Value;
 use crate::interp::{self, RunError, RunOptions};
 use crate::ir::Program;
 use crate::model::{BatchStats, Batcher, Model};
+use crate::search::{self, Mode};
 use crate::span::SourceMap;
 use crate::state::{FinishReason, Record, Usage};
 
@@ -46,6 +47,9 @@ pub struct DatasetOptions {
     /// Set to stop: rows in flight end cancelled (and are not recorded),
     /// no new row starts.
     pub cancel: Arc<AtomicBool>,
+    /// A search over whole runs for each row (`--samples`, `--beam`), with
+    /// its length penalty.
+    pub search: Option<(Mode, f64)>,
 }
 
 /// What became of one row.
@@ -198,6 +202,9 @@ fn run_row(
         limits: opts.limits.clone(),
         cancel: Some(opts.cancel.clone()),
     };
+    if let Some((mode, alpha)) = opts.search {
+        return search_row(program, sources, model, batcher, row, inputs_json(values), &run_opts, mode, alpha);
+    }
     let member = batcher.join();
     let outcome = interp::run_on(program, sources, model, &member, &run_opts, &mut |_| {});
     drop(member);
@@ -209,6 +216,44 @@ fn run_row(
         cancelled: state.finish_reason == FinishReason::Cancelled,
         usage: state.usage.clone(),
     }
+}
+
+/// A row searched over whole runs: the best run's record, with `runs`
+/// (every run kept, best first, without token lists) and `search`; its
+/// usage counts the forward work of every run the search started.
+#[allow(clippy::too_many_arguments)]
+fn search_row(
+    program: &Program,
+    sources: &SourceMap,
+    model: &Model,
+    batcher: &Batcher<'_>,
+    row: &Row,
+    inputs: J,
+    run_opts: &RunOptions,
+    mode: Mode,
+    alpha: f64,
+) -> RowResult {
+    let found = search::run_in(program, sources, model, batcher, run_opts, mode, alpha);
+    let cancelled = run_opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst));
+    let Some(best) = found.runs.first() else {
+        let record = json!({"id": row.id, "line": row.line, "inputs": inputs, "error": {"kind": "search", "message": "the search found no run"}});
+        return RowResult { record, failed: true, cancelled, usage: Usage::default() };
+    };
+    let state = &best.outcome.state;
+    let mut record = record_json(row, inputs, state, best.outcome.error.as_ref(), sources);
+    let doc = crate::render::search_json(&found, mode);
+    let mut runs = doc["runs"].clone();
+    for r in runs.as_array_mut().into_iter().flatten() {
+        if let J::Object(o) = r {
+            o.remove("tokens");
+        }
+    }
+    record["runs"] = runs;
+    record["search"] = doc["search"].clone();
+    let mut usage = state.usage.clone();
+    usage.forward_tokens = found.usage.forward_tokens;
+    usage.prefix_cached_tokens = found.usage.shared_tokens;
+    RowResult { record, failed: best.outcome.error.is_some(), cancelled: cancelled || state.finish_reason == FinishReason::Cancelled, usage }
 }
 
 /// A row's record: the `--json` document's fields less the token list,

@@ -4,9 +4,11 @@
 
 mod events;
 mod html;
+mod runs;
 
 pub use events::EventStream;
 pub use html::{html, html_runs};
+pub use runs::{one_run, search_json};
 
 use serde_json::{json, Map, Value as J};
 

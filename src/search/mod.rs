@@ -92,17 +92,35 @@ pub struct Found {
 /// so far come back, best first.
 pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOptions, search: &SearchOptions) -> Found {
     let batcher = Batcher::new(&model.decoder, search.prefix_cache_bytes);
-    let mut found = match search.mode {
+    let mut found = run_in(program, sources, model, &batcher, opts, search.mode, search.length_penalty);
+    let stats = batcher.stats();
+    found.usage.forward_tokens += stats.shared_tokens;
+    found.usage.batches = stats.batches;
+    found
+}
+
+/// [`run`] through `batcher`, which other work may share (a dataset's rows):
+/// its counters are not in the usage.
+pub fn run_in(
+    program: &Program,
+    sources: &SourceMap,
+    model: &Model,
+    batcher: &Batcher<'_>,
+    opts: &RunOptions,
+    mode: Mode,
+    length_penalty: f64,
+) -> Found {
+    let mut found = match mode {
         Mode::Samples { n, best_of } => {
-            let mut f = samples(program, sources, model, &batcher, opts, n, search.length_penalty);
+            let mut f = samples(program, sources, model, batcher, opts, n, length_penalty);
             if best_of {
                 f.runs.truncate(1);
             }
             f
         }
-        Mode::Beam { width } => beam::search(program, sources, model, &batcher, opts, width, search.length_penalty),
+        Mode::Beam { width } => beam::search(program, sources, model, batcher, opts, width, length_penalty),
     };
-    if let Mode::Beam { .. } = search.mode {
+    if let Mode::Beam { .. } = mode {
         if !cancelled(opts) {
             // The greedy run, to say what the search gained over it.
             let greedy = RunOptions { temperature: 0.0, ..opts.clone() };
@@ -113,9 +131,6 @@ pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOpti
             found.usage.greedy_logprob = (o.error.is_none()).then_some(o.state.logprob);
         }
     }
-    let stats = batcher.stats();
-    found.usage.forward_tokens += stats.shared_tokens;
-    found.usage.batches = stats.batches;
     found
 }
 
