@@ -211,6 +211,11 @@ fn samples_are_reproducible_shared_and_constrained() {
     let forward = doc["search"]["forward_tokens"].as_u64().unwrap();
     assert!(forward <= prefix + own, "forward {forward} > prefix {prefix} + own {own}");
     assert!(doc["search"]["shared_tokens"].as_u64().unwrap() >= 7 * (prefix - 16), "{}", doc["search"]);
+    // Sample i is the plain run with the seed `--seed` + i·φ64.
+    let seed3 = lmt::search::sample_seed(7, 3).to_string();
+    let (_, plain, _) = common::lmt(&["run", template.to_str().unwrap(), "--model", model.to_str().unwrap(), "--temperature", "1", "--seed", &seed3, "--json"]);
+    let plain: serde_json::Value = serde_json::from_str(&plain).unwrap();
+    assert!(runs.iter().any(|r| r["text"] == plain["text"] && r["logprob"] == plain["logprob"]), "sample 3 is the run of its seed");
     // A different seed, different runs (8 samples at temperature 1).
     let mut other_seed = args.to_vec();
     other_seed[7] = "8";

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{cancelled, normalised, run_flag, Found, Ranked, SearchUsage};
+use super::{cancelled, normalised, rank_score, Found, Ranked, SearchUsage};
 use crate::engine::TokenMask;
 use crate::interp::decide::{Decider, Decision};
 use crate::interp::lm::TOP_ALTERNATIVES;
@@ -158,11 +158,20 @@ impl Decider for BeamDecider<'_, '_, '_> {
 struct Beam {
     history: Vec<Decision>,
     score: f64,
-    /// Stopped by the search (its outcome is dropped), or cancelled by the user.
+    /// Stopped by the search: its outcome and history are dropped.
     stopped: bool,
     /// Its finished run.
     outcome: Option<Outcome>,
     flag: Arc<AtomicBool>,
+}
+
+impl Beam {
+    /// The search stops this beam: nothing of it is kept.
+    fn stop(&mut self) {
+        self.stopped = true;
+        self.outcome = None;
+        self.history = Vec::new();
+    }
 }
 
 /// Beam search of width `width` (see the module's documentation).
@@ -178,10 +187,11 @@ pub(super) fn search(
     let width = width.clamp(1, MAX_WIDTH);
     let shared = Shared { board: Mutex::new(Board { slots: Vec::new() }), changed: Condvar::new(), batcher, width };
     let mut beams: Vec<Beam> = Vec::new();
+    let mut usage = SearchUsage::default();
     std::thread::scope(|scope| {
         let spawn = |beams: &mut Vec<Beam>, history: Vec<Decision>, score: f64| {
             let id = beams.len();
-            let flag = run_flag();
+            let flag = Arc::new(AtomicBool::new(false));
             shared.lock().slots.push(Slot::Running);
             beams.push(Beam { history: history.clone(), score, stopped: false, outcome: None, flag: flag.clone() });
             let shared = &shared;
@@ -201,7 +211,7 @@ pub(super) fn search(
         };
         spawn(&mut beams, Vec::new(), 0.0);
         loop {
-            let candidates = wait_for_decisions(&shared, &mut beams, opts);
+            let candidates = wait_for_decisions(&shared, &mut beams, &mut usage, opts);
             if cancelled(opts) {
                 stop_all(&shared, &beams);
                 break;
@@ -210,8 +220,7 @@ pub(super) fn search(
             let mut pool: Vec<(f64, usize, Option<usize>)> = Vec::new(); // (rank score, beam, candidate)
             for (id, beam) in beams.iter().enumerate() {
                 if let (Some(o), false) = (&beam.outcome, beam.stopped) {
-                    let score = if o.error.is_some() { f64::NEG_INFINITY } else { normalised(beam.score, beam.history.len(), alpha) };
-                    pool.push((score, id, None));
+                    pool.push((rank_score(o, beam.history.len(), alpha), id, None));
                 }
             }
             for (id, cands) in &candidates {
@@ -225,7 +234,7 @@ pub(super) fn search(
             // Finished runs that fell out of the best are dropped.
             for (id, beam) in beams.iter_mut().enumerate() {
                 if beam.outcome.is_some() && !pool.iter().any(|&(_, b, c)| b == id && c.is_none()) {
-                    beam.stopped = true;
+                    beam.stop();
                 }
             }
             if candidates.is_empty() {
@@ -238,7 +247,7 @@ pub(super) fn search(
                     let kept: Vec<usize> = pool.iter().filter(|&&(_, bid, c)| bid == *id && c.is_some()).filter_map(|&(_, _, c)| c).collect();
                     let Some((&first, rest)) = kept.split_first() else {
                         b.slots[*id] = Slot::Answered(Verdict::Stop);
-                        beams[*id].stopped = true;
+                        beams[*id].stop();
                         continue;
                     };
                     b.slots[*id] = Slot::Answered(Verdict::Take { index: first, keep: !rest.is_empty() });
@@ -260,26 +269,23 @@ pub(super) fn search(
         }
         // Stopped beams end their runs; the scope joins every thread.
     });
-    // Outcomes of beams that finished after the loop (stopped or cancelled).
+    // Outcomes of beams that finished after the loop (cancelled by Ctrl-C).
     for (id, slot) in shared.board.into_inner().unwrap_or_else(|e| e.into_inner()).slots.into_iter().enumerate() {
         if let Slot::Finished(Some(o)) = slot {
-            beams[id].outcome = Some(*o);
+            count(&mut usage, &o);
+            if !beams[id].stopped {
+                beams[id].outcome = Some(*o);
+            }
         }
     }
-    let mut usage = SearchUsage { runs: beams.len(), ..SearchUsage::default() };
+    usage.runs = beams.len();
     let mut runs = Vec::new();
     for beam in beams {
+        // Runs the search stopped are gone; those Ctrl-C stopped are the
+        // best partial runs so far and come back.
         let Some(o) = beam.outcome else { continue };
-        usage.forward_tokens += o.state.usage.forward_tokens;
-        usage.shared_tokens += o.state.usage.prefix_cached_tokens;
-        // Runs the search stopped are dropped; those Ctrl-C stopped are
-        // the best partial runs so far and come back.
-        if beam.stopped {
-            continue;
-        }
         let decisions = beam.history.len();
-        let score = if o.error.is_some() { f64::NEG_INFINITY } else { normalised(beam.score, decisions, alpha) };
-        runs.push(Ranked { outcome: o, score, decisions });
+        runs.push(Ranked { score: rank_score(&o, decisions, alpha), outcome: o, decisions });
     }
     runs.sort_by(|a, b| b.score.total_cmp(&a.score));
     runs.truncate(width);
@@ -288,7 +294,12 @@ pub(super) fn search(
 
 /// Waits until no beam is running; takes the outcomes of beams that
 /// finished, and returns the candidates of those waiting (by beam).
-fn wait_for_decisions(shared: &Shared<'_>, beams: &mut [Beam], opts: &RunOptions) -> Vec<(usize, Vec<(Decision, f64)>)> {
+fn wait_for_decisions(
+    shared: &Shared<'_>,
+    beams: &mut [Beam],
+    usage: &mut SearchUsage,
+    opts: &RunOptions,
+) -> Vec<(usize, Vec<(Decision, f64)>)> {
     let mut b = shared.lock();
     loop {
         let busy = b.slots.iter().any(|s| matches!(s, Slot::Running | Slot::Answered(_)));
@@ -301,12 +312,28 @@ fn wait_for_decisions(shared: &Shared<'_>, beams: &mut [Beam], opts: &RunOptions
     let mut waiting = Vec::new();
     for (id, slot) in b.slots.iter_mut().enumerate() {
         match slot {
-            Slot::Finished(o @ Some(_)) => beams[id].outcome = o.take().map(|o| *o),
+            // What a stopped beam made is dropped at once: a long search
+            // starts many beams.
+            Slot::Finished(o @ Some(_)) => {
+                let o = o.take().map(|o| *o);
+                if let Some(o) = &o {
+                    count(usage, o);
+                }
+                if !beams[id].stopped {
+                    beams[id].outcome = o;
+                }
+            }
             Slot::Waiting(c) => waiting.push((id, c.clone())),
             _ => {}
         }
     }
     waiting
+}
+
+/// Adds a finished run's forward work to the search's.
+fn count(usage: &mut SearchUsage, o: &Outcome) {
+    usage.forward_tokens += o.state.usage.forward_tokens;
+    usage.shared_tokens += o.state.usage.prefix_cached_tokens;
 }
 
 /// Waits until `done` holds of the board.

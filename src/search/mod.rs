@@ -13,14 +13,13 @@
 
 mod beam;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use crate::interp::{self, Outcome, RunOptions};
 use crate::ir::Program;
 use crate::model::{Batcher, Model};
 use crate::span::SourceMap;
-use crate::state::Record;
 
 /// What to search for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -157,8 +156,13 @@ fn samples(program: &Program, sources: &SourceMap, model: &Model, batcher: &Batc
                         return;
                     }
                     let o = RunOptions { seed: sample_seed(opts.seed, i), ..opts.clone() };
-                    let outcome = interp::run_on(program, sources, model, &member, &o, &mut |_| {});
-                    done.lock().unwrap_or_else(|e| e.into_inner()).push((i, outcome));
+                    // A panic is a bug: that sample is missing, the others go on.
+                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        interp::run_on(program, sources, model, &member, &o, &mut |_| {})
+                    }));
+                    if let Ok(outcome) = ran {
+                        done.lock().unwrap_or_else(|e| e.into_inner()).push((i, outcome));
+                    }
                 }
             });
         }
@@ -171,21 +175,16 @@ fn samples(program: &Program, sources: &SourceMap, model: &Model, batcher: &Batc
         .map(|(_, outcome)| {
             usage.forward_tokens += outcome.state.usage.forward_tokens;
             usage.shared_tokens += outcome.state.usage.prefix_cached_tokens;
-            let decisions = decisions(&outcome.state);
+            let decisions = outcome.state.usage.decisions as usize;
             Ranked { score: rank_score(&outcome, decisions, alpha), outcome, decisions }
         })
         .collect();
     Found { runs: ranked(runs), usage }
 }
 
-/// The decisions a run took.
-fn decisions(r: &Record) -> usize {
-    r.usage.decisions as usize
-}
-
 /// A run's ranking score: its log-prob over `decisions^α`; a run that
 /// failed ranks below every run that did not.
-fn rank_score(o: &Outcome, decisions: usize, alpha: f64) -> f64 {
+pub(crate) fn rank_score(o: &Outcome, decisions: usize, alpha: f64) -> f64 {
     if o.error.is_some() {
         return f64::NEG_INFINITY;
     }
@@ -205,9 +204,4 @@ pub fn normalised(logprob: f64, decisions: usize, alpha: f64) -> f64 {
 fn ranked(mut runs: Vec<Ranked>) -> Vec<Ranked> {
     runs.sort_by(|a, b| b.score.total_cmp(&a.score));
     runs
-}
-
-/// A fresh cancel flag for one run, set too when the search's is.
-fn run_flag() -> Arc<AtomicBool> {
-    Arc::new(AtomicBool::new(false))
 }
