@@ -358,8 +358,13 @@ pub struct Record {
     pub captures: Vec<CaptureRecord>,
     /// The chat turns, with their content.
     pub messages: Vec<Message>,
-    /// Sum of the log-probabilities of every sampled token: the run's joint likelihood.
+    /// The run's score: the log-probabilities of its decisions summed
+    /// (sampled tokens, the ones ending a value included, and options
+    /// selects chose).
     pub logprob: f64,
+    /// The log-probability of every token after the first, template text
+    /// included (when asked for: `RunOptions::score_all`).
+    pub logprob_all: Option<f64>,
     /// What it cost.
     pub usage: Usage,
     /// Why the run ended.
@@ -376,6 +381,7 @@ impl Default for Record {
             captures: Vec::new(),
             messages: Vec::new(),
             logprob: 0.0,
+            logprob_all: None,
             usage: Usage::default(),
             finish_reason: FinishReason::Done,
             error: None,

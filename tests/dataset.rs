@@ -257,6 +257,7 @@ fn the_shared_prefix_is_computed_once() {
             prefix_cache_bytes: 64 << 20,
             cancel: Arc::new(AtomicBool::new(false)),
             search: None,
+            score_all: false,
         };
         let mut texts = Vec::new();
         let summary = lmt::dataset::run(&program, &ws.sources, &model, rows(), &opts, &mut |r| texts.push(r.record["text"].clone())).unwrap();

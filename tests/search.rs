@@ -223,6 +223,58 @@ fn samples_are_reproducible_shared_and_constrained() {
     assert_ne!(values(&serde_json::from_str(&third).unwrap()), values(&doc));
 }
 
+/// `score_all` (`--score all`): `logprob_all` is every token's log-prob
+/// after the first, template text included — as a token-by-token walk of
+/// the decoder computes it — and each sampled token's own log-prob is its
+/// term there.
+#[test]
+fn logprob_all_scores_every_token() {
+    let text = "Q: Name two colours.\nA: {% gen a max_tokens=6 stop=\"\\n\" %} and{% select b in [\" red\", \" blue\"] %}.";
+    for (name, path) in models() {
+        let model = Model::load_path(&path, &LoadOptions::default()).unwrap();
+        let (p, ws) = program(text);
+        let opts = RunOptions { score_all: true, ..RunOptions::default() };
+        let o = interp::run(&p, &ws.sources, &model, &opts, &mut |_| {});
+        assert!(o.error.is_none(), "{name}: {:?}", o.error);
+        let ids: Vec<u32> = o.state.tokens.iter().map(|t| t.id).collect();
+        let mut st = model.decoder.new_state();
+        let mut logits = model.decoder.append(&mut st, &ids[..1]).unwrap();
+        let mut walk = 0.0;
+        for (i, t) in o.state.tokens.iter().enumerate().skip(1) {
+            let lp = log_softmax(&logits)[t.id as usize];
+            if let Some(own) = t.logprob {
+                assert!((own - lp).abs() < 1e-4, "{name}: token {i}: {own} vs {lp}");
+            }
+            walk += f64::from(lp);
+            logits = model.decoder.append(&mut st, &ids[i..=i]).unwrap();
+        }
+        let all = o.state.logprob_all.unwrap();
+        assert!((all - walk).abs() < 1e-3, "{name}: {all} vs {walk}");
+        assert!(all < o.state.logprob, "{name}: template text costs too");
+        // Without it, no `logprob_all`.
+        assert!(run(&model, text).state.logprob_all.is_none());
+    }
+}
+
+/// `--samples --score all` ranks the runs by `logprob_all`.
+#[test]
+fn samples_rank_by_every_token_when_asked() {
+    let dir = common::tiny::temp_dir("search-score-all");
+    let model = common::cli_model(&dir);
+    let template = dir.join("t.lmt");
+    std::fs::write(&template, "Once{% gen a max_tokens=4 %}, then{% gen b max_tokens=3 %}.").unwrap();
+    let (code, out, err) =
+        common::lmt(&["run", template.to_str().unwrap(), "--model", model.to_str().unwrap(), "--samples", "5", "--score", "all", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let all: Vec<f64> = doc["runs"].as_array().unwrap().iter().map(|r| r["logprob_all"].as_f64().unwrap()).collect();
+    assert_eq!(all.len(), 5);
+    assert!(all.windows(2).all(|w| w[0] >= w[1]), "{all:?}");
+    for r in doc["runs"].as_array().unwrap() {
+        assert_eq!(r["score"], r["logprob_all"]);
+    }
+}
+
 /// A plain `--json` run has the same shape: a `runs` list of one.
 #[test]
 fn a_plain_run_is_a_list_of_one() {
@@ -311,6 +363,8 @@ fn search_flags_are_checked() {
         (vec!["--samples", "2", "--events"], "--events"),
         (vec!["--length-penalty", "1"], "search"),
         (vec!["--beam", "2", "--length-penalty=-1"], "length penalty"),
+        (vec!["--beam", "2", "--score", "all"], "--score all"),
+        (vec!["--score", "most"], "most"),
     ] {
         let mut a = vec!["run", e, "--model", "/nonexistent"];
         a.extend(args.iter());

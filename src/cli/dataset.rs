@@ -111,6 +111,7 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap) -> i32 {
         prefix_cache_bytes: (data.prefix_cache as usize) << 20,
         cancel: cancel.clone(),
         search: args.search.mode().map(|m| (m, args.search.length_penalty)),
+        score_all: args.input.score == super::run::Score::All,
     };
     let bar = progress_bar(total.map(|t| t.saturating_sub(skip.len() as u64)), args.quiet);
     let started = Instant::now();

@@ -117,6 +117,20 @@ pub struct InputArgs {
     /// Default sampling temperature for `gen` (default 0: greedy; 1 for `--samples`).
     #[arg(long, value_parser = temperature)]
     pub temperature: Option<f32>,
+    /// What a run's score counts: the tokens the model chose (`logprob`),
+    /// or `all` tokens, template text included (adds `logprob_all`, from one
+    /// more pass over the run's tokens; samples are ranked by it).
+    #[arg(long, value_enum, default_value_t = Score::Chosen)]
+    pub score: Score,
+}
+
+/// What a run's score counts (`--score`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Score {
+    /// The tokens the model chose: sampled tokens and select choices.
+    Chosen,
+    /// Every token, template text included.
+    All,
 }
 
 /// Runs `lmt run` and returns the exit code.
@@ -313,7 +327,14 @@ fn print_line(o: &serde_json::Value) {
 impl InputArgs {
     /// How to run, with the input values `vars` and the cancel flag.
     pub(super) fn run_options(&self, vars: IndexMap<String, Value>, cancel: Arc<AtomicBool>) -> RunOptions {
-        RunOptions { vars, seed: self.seed, temperature: self.temperature.unwrap_or(0.0), limits: Default::default(), cancel: Some(cancel) }
+        RunOptions {
+            vars,
+            seed: self.seed,
+            temperature: self.temperature.unwrap_or(0.0),
+            limits: Default::default(),
+            cancel: Some(cancel),
+            score_all: self.score == Score::All,
+        }
     }
 }
 

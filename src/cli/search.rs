@@ -72,6 +72,9 @@ pub fn check_usage(args: &RunArgs) -> Result<(), String> {
     if args.events {
         return Err("`--events` streams one run; a search reports its runs at the end (use `--json`)".into());
     }
+    if args.input.score == super::run::Score::All && matches!(args.search.mode(), Some(Mode::Beam { .. })) {
+        return Err("`--score all` with `--beam`: a beam ranks partial runs as they go, before their template text is scored; rank samples with it (`--samples`, `--best-of`), or leave it out".into());
+    }
     Ok(())
 }
 

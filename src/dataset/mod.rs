@@ -50,6 +50,8 @@ pub struct DatasetOptions {
     /// A search over whole runs for each row (`--samples`, `--beam`), with
     /// its length penalty.
     pub search: Option<(Mode, f64)>,
+    /// Score every token of each row's run (`logprob_all`).
+    pub score_all: bool,
 }
 
 /// What became of one row.
@@ -201,6 +203,7 @@ fn run_row(
         temperature: opts.temperature,
         limits: opts.limits.clone(),
         cancel: Some(opts.cancel.clone()),
+        score_all: opts.score_all,
     };
     if let Some((mode, alpha)) = opts.search {
         return search_row(program, sources, model, batcher, row, inputs_json(values), &run_opts, mode, alpha);

@@ -46,6 +46,9 @@ pub struct RunOptions {
     pub limits: Limits,
     /// Set to stop the run at the next token.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Score every token of the finished run, template text included
+    /// ([`Record::logprob_all`]): one more pass over its tokens.
+    pub score_all: bool,
 }
 
 /// Something that happened during a run, as it happens.
@@ -182,6 +185,17 @@ pub fn run_with<'m>(
         Err(e) => Some(e),
     };
     let cancelled = vm.cancelled();
+    let mut error = error;
+    if opts.score_all && !cancelled {
+        match core.lm.score_sequence() {
+            Ok(lp) => core.state.logprob_all = Some(lp),
+            Err(fail) if error.is_none() => {
+                let m = &program.modules[program.entry];
+                error = Some(RunError { kind: fail.kind, message: fail.message, file: m.file, span: Span::default() });
+            }
+            Err(_) => {}
+        }
+    }
     core.end(error.as_ref(), cancelled);
     on_event(Event::Done(&core.state));
     Outcome { state: core.state, error }

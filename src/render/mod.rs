@@ -15,7 +15,8 @@ use serde_json::{json, Map, Value as J};
 use crate::state::{CaptureRecord, Record};
 
 /// The JSON document of a run: `text`, `messages`, `captures`, `tokens`,
-/// `usage`, `finish_reason` (and `logprob`, and `error` when one stopped it).
+/// `usage`, `finish_reason` (and `logprob`, `logprob_all` when scored, and
+/// `error` when one stopped it).
 ///
 /// A capture assigned once is an object; one appended to (`gen xs[]`) is a
 /// list of them, in order.
@@ -47,6 +48,9 @@ pub fn json(state: &Record) -> J {
         "logprob": state.logprob,
         "finish_reason": state.finish_reason.as_str(),
     });
+    if let Some(lp) = state.logprob_all {
+        doc["logprob_all"] = json!(lp);
+    }
     if let Some(e) = &state.error {
         doc["error"] = e.to_json();
     }

@@ -182,13 +182,18 @@ fn samples(program: &Program, sources: &SourceMap, model: &Model, batcher: &Batc
     Found { runs: ranked(runs), usage }
 }
 
-/// A run's ranking score: its log-prob over `decisions^α`; a run that
-/// failed ranks below every run that did not.
+/// A run's ranking score: its log-prob over `decisions^α` (its
+/// `logprob_all` over its tokens', when scored); a run that failed ranks
+/// below every run that did not.
 pub(crate) fn rank_score(o: &Outcome, decisions: usize, alpha: f64) -> f64 {
     if o.error.is_some() {
         return f64::NEG_INFINITY;
     }
-    normalised(o.state.logprob, decisions, alpha)
+    match o.state.logprob_all {
+        // Every token scored: normalised by the tokens scored.
+        Some(all) => normalised(all, o.state.tokens.len().saturating_sub(1), alpha),
+        None => normalised(o.state.logprob, decisions, alpha),
+    }
 }
 
 /// `logprob / max(decisions, 1)^α`.

@@ -35,6 +35,22 @@ impl Lm<'_> {
         Ok(lps.iter().map(|l| (l.iter().map(|&x| f64::from(x)).sum(), l.len())).collect())
     }
 
+    /// The log-probability of every token of the sequence after the first,
+    /// template text included, scored in one pass on a fresh state (the
+    /// run's `logprob_all`; the first token has nothing before it).
+    pub fn score_sequence(&mut self) -> LmResult<f64> {
+        self.decide()?;
+        let ids: Vec<u32> = self.seq.iter().map(|t| t.id).collect();
+        if ids.len() < 2 {
+            return Ok(0.0);
+        }
+        let mut st = self.model.decoder.new_state();
+        self.forward.append(&mut st, &ids[..1])?;
+        let lps = self.forward.score(&mut st, &[ids[1..].to_vec()])?;
+        self.usage.scored_tokens += ids.len() as u64 - 1;
+        Ok(lps.iter().flatten().map(|&x| f64::from(x)).sum())
+    }
+
     /// The probability that the next token does not begin any of `literals`
     /// (how likely the model is to leave the literal options of a select).
     pub fn off_literals_logprob(&mut self, literals: &[String]) -> LmResult<f64> {
