@@ -2,10 +2,9 @@
 //! whole runs of the template (`crate::search`), printed as the best run
 //! and a summary of the others, or as `--json` with every run ranked.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use super::run::{RunArgs, EXIT_CANCELLED, EXIT_OUTPUT_ERROR};
-use super::EXIT_USAGE;
 use crate::interp::RunOptions;
 use crate::ir::Program;
 use crate::model::Model;
@@ -87,8 +86,10 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model
     };
     let found = search::run(program, sources, model, &opts, &search);
     let Some(best) = found.runs.first() else {
+        // Only when Ctrl-C came before any run got going, or every run failed inside lmt.
         eprintln!("error: the search found no run");
-        return if opts.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) { EXIT_CANCELLED } else { EXIT_USAGE };
+        let cancelled = opts.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst));
+        return if cancelled { EXIT_CANCELLED } else { super::complete::EXIT_MODEL_ERROR };
     };
     let state = &best.outcome.state;
     let written = if args.json {
@@ -116,7 +117,8 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model
         eprint!("{}", summary(&found, mode));
     }
     if let Some(e) = &best.outcome.error {
-        eprint!("{}", super::report::render(&e.to_diagnostic(), sources, super::report::use_color(false), super::terminal_width()));
+        let color = super::report::use_color(std::io::stderr().is_terminal());
+        eprint!("{}", super::report::render(&e.to_diagnostic(), sources, color, super::terminal_width()));
         return if code == 0 { super::complete::EXIT_MODEL_ERROR } else { code };
     }
     if code == 0 && state.finish_reason == FinishReason::Cancelled {

@@ -16,16 +16,6 @@ pub enum Decision {
     Option(usize),
 }
 
-impl Decision {
-    /// What the decision adds to the run's score (its log-probability).
-    pub fn logprob(&self, scores: &[f64]) -> f64 {
-        match self {
-            Decision::Token(s) => f64::from(s.logprob),
-            Decision::Option(k) => scores.get(*k).copied().unwrap_or(0.0),
-        }
-    }
-}
-
 /// Takes a run's decisions in place of its samplers.
 ///
 /// Calls come in the run's order. `kv` is the model state the decision is

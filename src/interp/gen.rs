@@ -404,7 +404,7 @@ impl Vm<'_, '_> {
     fn pick(&mut self, o: &SelectOptions, scores: &[f64]) -> Result<usize, Failure> {
         // The scores are the options' logits: the token sampler picks among them.
         let p = self.sampling(o.temperature, 0, 1.0, 0.0, o.seed)?;
-        let k = match self.core.lm.decide_option(scores) {
+        let k = match self.core.lm.decide_option(scores)? {
             // Stopped by the search: the run ends at the next instruction.
             Some(k) => k.unwrap_or(0).min(scores.len().saturating_sub(1)),
             None => {

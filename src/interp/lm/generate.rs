@@ -261,7 +261,7 @@ impl Lm<'_> {
     fn next_token(&mut self, g: &mut Gen<'_>) -> LmResult<Option<Sampled>> {
         match self.decider.map(|d| d.replayed()) {
             Some(Some(Decision::Token(s))) => return Ok(Some(s)),
-            Some(Some(Decision::Option(_))) => return Ok(None),
+            Some(Some(Decision::Option(_))) => return Err(out_of_step()),
             _ => {}
         }
         let logits = self.feed()?;

@@ -145,14 +145,13 @@ impl<'m> Lm<'m> {
     /// The option a select takes when a decider decides (`None`: the
     /// select samples by its own options). A replayed option needs no
     /// state; `Some(None)`: the decider stopped the run.
-    pub fn decide_option(&mut self, scores: &[f64]) -> Option<Option<usize>> {
-        let d = self.decider?;
-        Some(match d.replayed() {
+    pub fn decide_option(&mut self, scores: &[f64]) -> LmResult<Option<Option<usize>>> {
+        let Some(d) = self.decider else { return Ok(None) };
+        Ok(Some(match d.replayed() {
             Some(Decision::Option(k)) => Some(k),
-            // Replays are deterministic: out of step means a bug; the run stops.
-            Some(Decision::Token(_)) => None,
+            Some(Decision::Token(_)) => return Err(out_of_step()),
             None => d.option(&self.kv, scores),
-        })
+        }))
     }
 
     /// Queues plain text (it can never become a special token).
@@ -443,6 +442,12 @@ impl<'m> Lm<'m> {
 
 
 /// A token after which text starts a new stretch: BOS, special and added tokens.
+/// A replayed run met another kind of decision than its parent took there
+/// (replays are deterministic: a bug).
+fn out_of_step() -> Failure {
+    Failure::internal("a run replaying the decisions of the run it was forked from went out of step")
+}
+
 fn is_boundary(t: &Token, vocab: &crate::engine::Vocab) -> bool {
     t.origin == Origin::Bos || vocab.is_special_or_added(t.id)
 }
