@@ -460,13 +460,24 @@ struct Pass<'a> {
 
 /// `log(softmax(x))`, computed stably in f64 for the sum.
 pub fn log_softmax(x: &[f32]) -> Vec<f32> {
-    let lse = log_sum_exp(x);
-    x.iter().map(|&v| v - lse).collect()
+    let mut out = Vec::new();
+    let lse = log_sum_exp_into(x, &mut out);
+    out.iter_mut().zip(x).for_each(|(o, &v)| *o = v - lse);
+    out
 }
 
 /// `log(Σ exp(x))`, stably.
 fn log_sum_exp(x: &[f32]) -> f32 {
+    log_sum_exp_into(x, &mut Vec::new())
+}
+
+/// `log(Σ exp(x))`, stably: the terms relative to the largest (in `terms`,
+/// a buffer), exponentiated together and summed in f64.
+fn log_sum_exp_into(x: &[f32], terms: &mut Vec<f32>) -> f32 {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = x.iter().map(|&v| ((v - max) as f64).exp()).sum();
+    terms.clear();
+    terms.extend(x.iter().map(|&v| v - max));
+    super::kernels::exps(terms);
+    let sum: f64 = terms.iter().map(|&e| f64::from(e)).sum();
     max + sum.ln() as f32
 }

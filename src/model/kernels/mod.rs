@@ -245,14 +245,25 @@ impl Kernel {
     }
 }
 
-/// f32 vector operations of attention over rows `j·stride..j·stride + d`
-/// of a cache slice (one KV head's keys or values).
+/// f32 vector operations: attention's over rows `j·stride..j·stride + d`
+/// of a cache slice (one KV head's keys or values), and `exp`.
 #[derive(Clone, Copy)]
 pub struct VecOps {
     /// `out[j] = q · keys[row j]` for `j < out.len()`.
     pub dots: fn(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]),
     /// `y += Σ_j p[j] · vals[row j]` (rows whose `p` is 0 are skipped).
     pub axpys: fn(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize),
+    /// `x[i] = exp(x[i])` for each value alone (the same result wherever
+    /// it sits in `x`); `exp(-∞) = 0`.
+    pub exps: fn(x: &mut [f32]),
+}
+
+/// `x[i] = exp(x[i])` with the fastest [`VecOps::exps`] this CPU runs
+/// (the log-probabilities of a vocabulary's logits, for every sampled token
+/// and scored option).
+pub fn exps(x: &mut [f32]) {
+    static BEST: std::sync::OnceLock<fn(&mut [f32])> = std::sync::OnceLock::new();
+    (BEST.get_or_init(|| VecOps::best().exps))(x)
 }
 
 /// Panics unless `n` rows of `d` values at `stride` fit in `len` values.
@@ -278,7 +289,7 @@ impl VecOps {
 
     /// Plain loops (eight independent lanes, which compilers vectorize).
     pub fn portable() -> VecOps {
-        VecOps { dots: scalar::dots, axpys: scalar::axpys }
+        VecOps { dots: scalar::dots, axpys: scalar::axpys, exps: scalar::exps }
     }
 }
 

@@ -202,6 +202,34 @@ fn a_keys_dot_does_not_depend_on_the_number_of_keys() {
     }
 }
 
+/// `exps` against f64 `exp`: within 3e-7 relative where the result is a
+/// normal float, 0 for -∞ and below, and a value's result is the same
+/// wherever it sits in the slice.
+#[test]
+fn exps_match_f64_and_do_not_depend_on_position() {
+    let mut xs: Vec<f32> = (0..20_000).map(|i| -88.0 + i as f32 * 0.0088).collect();
+    xs.extend([f32::NEG_INFINITY, -1e30, -100.0, -87.0, -1e-8, 0.0, 1e-8, 1.0, 88.0]);
+    for ops in [VecOps::best(), VecOps::portable()] {
+        let mut ys = xs.clone();
+        (ops.exps)(&mut ys);
+        for (&x, &y) in xs.iter().zip(&ys) {
+            let want = (x as f64).exp();
+            if want < 1.2e-38 {
+                assert!(y.abs() < 1.2e-38, "exp({x}) = {y}");
+            } else {
+                assert!(((y as f64 - want) / want).abs() < 3e-7, "exp({x}) = {y}, not {want}");
+            }
+        }
+        for (start, len) in [(0, 13), (5, 3), (19_990, 10)] {
+            for k in 0..len {
+                let mut alone = [xs[start + k]];
+                (ops.exps)(&mut alone);
+                assert_eq!(alone[0].to_bits(), ys[start + k].to_bits(), "exp({}) alone", xs[start + k]);
+            }
+        }
+    }
+}
+
 #[test]
 fn magic_rounding_is_round_half_to_even() {
     for i in -1300..=1300 {

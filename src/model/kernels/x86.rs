@@ -37,7 +37,57 @@ pub(super) fn vec_ops() -> Option<super::VecOps> {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
         return None;
     }
-    Some(super::VecOps { dots: vdots, axpys: vaxpys })
+    Some(super::VecOps { dots: vdots, axpys: vaxpys, exps })
+}
+
+fn exps(x: &mut [f32]) {
+    // SAFETY: `vec_ops` hands this out only after detecting AVX2 and FMA;
+    // the body reads and writes `x` through whole chunks of eight and a
+    // stack copy of the rest.
+    unsafe { exps_avx2(x) }
+}
+
+// SAFETY (callers): The CPU has AVX2 and FMA (`vec_ops` checked).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exps_avx2(x: &mut [f32]) {
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in chunks.by_ref() {
+        _mm256_storeu_ps(c.as_mut_ptr(), exp8(_mm256_loadu_ps(c.as_ptr())));
+    }
+    // The rest goes through the same lanes beside zeros: a value's exp
+    // does not depend on where it sits.
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let mut buf = [0f32; 8];
+        buf[..rest.len()].copy_from_slice(rest);
+        _mm256_storeu_ps(buf.as_mut_ptr(), exp8(_mm256_loadu_ps(buf.as_ptr())));
+        rest.copy_from_slice(&buf[..rest.len()]);
+    }
+}
+
+/// `exp` of eight values (Cephes' `expf`: a degree-6 polynomial on
+/// `x - n·ln 2`, then `2ⁿ` through the exponent bits; within 2 ulp on
+/// [-87.3, 88.3]). Below -87.3 (and -∞) the result is 0; above 88.3 it
+/// stays at exp(88.3).
+// SAFETY (callers): The CPU has AVX2 and FMA.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp8(x: __m256) -> __m256 {
+    let zero_below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.336_55));
+    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.336_55)), _mm256_set1_ps(88.376_26));
+    let n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E), _mm256_set1_ps(0.5)));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.987_569_1e-4);
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0)));
+    // 2ⁿ: n + 127 in the exponent bits (n ≤ 128; 2¹²⁸ as 2·2¹²⁷).
+    let half = _mm256_floor_ps(_mm256_mul_ps(n, _mm256_set1_ps(0.5)));
+    let pow = |k: __m256| _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127))));
+    let y = _mm256_mul_ps(_mm256_mul_ps(y, pow(half)), pow(_mm256_sub_ps(n, half)));
+    _mm256_andnot_ps(zero_below, y)
 }
 
 fn vdots(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
