@@ -3,8 +3,8 @@
 //! ([`Record`]) beside it. Streams [`Event`]s as it goes.
 //!
 //! Its own state is a value stack, frames (module, pc, locals, loops) and
-//! the open captures, roles and hidden sections: all plain data, so a run
-//! can be forked as a whole once program-level sampling needs it.
+//! the open captures, roles and hidden sections. A search forks a run by
+//! replaying its decisions in a new one (see [`decide`]).
 
 pub mod decide;
 mod error;
@@ -159,10 +159,9 @@ pub fn run_with<'m>(
             core
         }
         Err(fail) => {
-            let m = &program.modules[program.entry];
             let state = Record { finish_reason: FinishReason::Error, error: Some(fail.clone()), ..Record::default() };
             on_event(Event::Done(&state));
-            return Outcome { state, error: Some(RunError { kind: fail.kind, message: fail.message, file: m.file, span: Span::default() }) };
+            return Outcome { state, error: Some(at_entry(program, fail)) };
         }
     };
     let mut vm = Vm::new(program, sources, opts, &mut core, program.entry, on_event);
@@ -189,16 +188,20 @@ pub fn run_with<'m>(
     if opts.score_all && !cancelled {
         match core.lm.score_sequence() {
             Ok(lp) => core.state.logprob_all = Some(lp),
-            Err(fail) if error.is_none() => {
-                let m = &program.modules[program.entry];
-                error = Some(RunError { kind: fail.kind, message: fail.message, file: m.file, span: Span::default() });
-            }
+            Err(fail) if error.is_none() => error = Some(at_entry(program, fail)),
             Err(_) => {}
         }
     }
     core.end(error.as_ref(), cancelled);
     on_event(Event::Done(&core.state));
     Outcome { state: core.state, error }
+}
+
+/// A failure of the run as a whole (no instruction to point at): placed at
+/// the start of the entry module.
+fn at_entry(program: &Program, fail: Failure) -> RunError {
+    let m = &program.modules[program.entry];
+    RunError { kind: fail.kind, message: fail.message, file: m.file, span: Span::default() }
 }
 
 /// Deepest call nesting (a `def` calling itself is bounded).

@@ -27,7 +27,7 @@ pub fn html_runs(runs: &[(&Record, f64)], title: &str) -> String {
 }
 
 /// One run: its finish and log-prob, the text, captures and usage.
-fn run_section(state: &Record, n: usize, shown: bool) -> String {
+fn run_section(state: &Record, rank: usize, shown: bool) -> String {
     let mut body = String::new();
     for n in &state.nodes {
         match n {
@@ -115,8 +115,8 @@ fn run_section(state: &Record, n: usize, shown: bool) -> String {
     }
     let error = state.error.as_ref().map(|e| format!("<p class=\"error\">error {}: {}</p>", e.kind.code().as_str(), esc(&e.message))).unwrap_or_default();
     format!(
-        r#"<section class="run" id="run-{n}"{hide}>
-<p>run #{n} · finish: <b>{finish}</b> · joint log-probability {logprob:.3} · <span class="summary"></span></p>
+        r#"<section class="run" id="run-{rank}"{hide}>
+<p>run #{rank} · finish: <b>{finish}</b> · joint log-probability {logprob:.3}{all} · <span class="summary"></span></p>
 {error}<div class="text">{body}</div>
 <h2>Captures</h2>
 <table><tr><th>name</th><th>value</th><th>logprob</th><th>tokens</th><th>finish</th><th>stop</th><th>choices</th></tr>{caps}</table>
@@ -125,6 +125,7 @@ fn run_section(state: &Record, n: usize, shown: bool) -> String {
 </section>
 "#,
         hide = if shown { "" } else { " hidden" },
+        all = state.logprob_all.map(|a| format!(" (every token: {a:.3})")).unwrap_or_default(),
         finish = state.finish_reason.as_str(),
         logprob = state.logprob,
     )
