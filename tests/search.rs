@@ -251,6 +251,10 @@ fn logprob_all_scores_every_token() {
         let all = o.state.logprob_all.unwrap();
         assert!((all - walk).abs() < 1e-3, "{name}: {all} vs {walk}");
         assert!(all < o.state.logprob, "{name}: template text costs too");
+        // The scoring pass is counted as the run's work, as scoring.
+        let u = &o.state.usage;
+        assert_eq!(u.forward_tokens, u.sequence_tokens + u.rewound_tokens + u.scored_tokens, "{name}: {u:?}");
+        assert!(u.scored_tokens >= ids.len() as u64 - 1, "{name}: {u:?}");
         // Without it, no `logprob_all`.
         assert!(run(&model, text).state.logprob_all.is_none());
     }

@@ -47,7 +47,10 @@ impl Lm<'_> {
         let mut st = self.model.decoder.new_state();
         self.forward.append(&mut st, &ids[..1])?;
         let lps = self.forward.score(&mut st, &[ids[1..].to_vec()])?;
-        self.usage.scored_tokens += ids.len() as u64 - 1;
+        // The pass is the run's work, all of it scoring.
+        self.kv.stats.passes += st.stats.passes;
+        self.kv.stats.tokens += st.stats.tokens;
+        self.usage.scored_tokens += st.stats.tokens;
         Ok(lps.iter().flatten().map(|&x| f64::from(x)).sum())
     }
 
