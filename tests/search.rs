@@ -393,5 +393,9 @@ fn ctrl_c_keeps_the_best_runs_so_far() {
     let runs = doc["runs"].as_array().unwrap();
     assert!(!runs.is_empty() && runs.len() <= 3);
     assert!(runs.iter().all(|r| r["finish_reason"] == "cancelled"));
-    assert!(runs[0]["usage"]["generated_tokens"].as_u64().unwrap() > 0);
+    // Each is a partial run with its own decisions (a fork stopped while
+    // it replayed its parent is not one), ranked.
+    assert!(runs.iter().all(|r| r["usage"]["decisions"].as_u64().unwrap() > 0 && r["usage"]["generated_tokens"].as_u64().unwrap() > 0));
+    let scores: Vec<f64> = runs.iter().map(|r| r["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
 }

@@ -282,9 +282,13 @@ pub(super) fn search(
     let mut runs = Vec::new();
     for beam in beams {
         // Runs the search stopped are gone; those Ctrl-C stopped are the
-        // best partial runs so far and come back.
+        // best partial runs so far and come back, but not a fork stopped
+        // while it replayed its parent (its record lacks decisions it took).
         let Some(o) = beam.outcome else { continue };
         let decisions = beam.history.len();
+        if (o.state.usage.decisions as usize) < decisions {
+            continue;
+        }
         runs.push(Ranked { score: rank_score(&o, decisions, alpha), outcome: o, decisions });
     }
     runs.sort_by(|a, b| b.score.total_cmp(&a.score));
