@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{cancelled, normalised, rank_score, Found, Ranked, SearchUsage};
+use super::{cancelled, normalised, rank_score, ranked, Found, Ranked, SearchUsage};
 use crate::engine::TokenMask;
 use crate::interp::decide::{Decider, Decision};
 use crate::interp::lm::TOP_ALTERNATIVES;
@@ -291,7 +291,7 @@ pub(super) fn search(
         }
         runs.push(Ranked { score: rank_score(&o, decisions, alpha), outcome: o, decisions });
     }
-    runs.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let mut runs = ranked(runs);
     runs.truncate(width);
     Found { runs, usage }
 }

@@ -20,6 +20,7 @@ use crate::interp::{self, Outcome, RunOptions};
 use crate::ir::Program;
 use crate::model::{Batcher, Model};
 use crate::span::SourceMap;
+use crate::state::FinishReason;
 
 /// What to search for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -205,8 +206,35 @@ pub fn normalised(logprob: f64, decisions: usize, alpha: f64) -> f64 {
     }
 }
 
-/// Best first (stable: equal scores keep their order).
+/// Best first: complete runs before those Ctrl-C cut short (a partial
+/// run has fewer terms in its log-prob), each by score (stable: equal
+/// scores keep their order).
 fn ranked(mut runs: Vec<Ranked>) -> Vec<Ranked> {
-    runs.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let cut = |r: &Ranked| r.outcome.state.finish_reason == FinishReason::Cancelled;
+    runs.sort_by(|a, b| cut(a).cmp(&cut(b)).then(b.score.total_cmp(&a.score)));
     runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Record;
+
+    fn run(score: f64, finish: FinishReason) -> Ranked {
+        let state = Record { logprob: score, finish_reason: finish, ..Record::default() };
+        Ranked { outcome: Outcome { state, error: None }, score, decisions: 1 }
+    }
+
+    /// Complete runs come before runs Ctrl-C cut short, each by score.
+    #[test]
+    fn complete_runs_rank_before_partial_ones() {
+        let runs = vec![
+            run(-1.0, FinishReason::Cancelled),
+            run(-5.0, FinishReason::Done),
+            run(-0.5, FinishReason::Cancelled),
+            run(-3.0, FinishReason::Done),
+        ];
+        let order: Vec<f64> = ranked(runs).iter().map(|r| r.score).collect();
+        assert_eq!(order, [-3.0, -5.0, -0.5, -1.0]);
+    }
 }
