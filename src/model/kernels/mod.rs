@@ -531,8 +531,10 @@ pub(crate) struct Disjoint<'a, T = f32> {
     _borrow: std::marker::PhantomData<&'a mut [T]>,
 }
 
-// SAFETY: writes through `set` go to indices that one thread alone writes
-// during the borrow, and nothing reads the slice until the borrow ends.
+// SAFETY: sharing it lets threads write `T`s they own into the slice
+// (`T: Send`) through `slice`, each range by one thread alone, and read it
+// through `shared` only once no thread writes (both `unsafe`, their callers
+// uphold it); nothing else reads the slice until the borrow ends.
 unsafe impl<T: Send> Sync for Disjoint<'_, T> {}
 
 impl<'a, T> Disjoint<'a, T> {
