@@ -466,9 +466,13 @@ pub fn log_softmax(x: &[f32]) -> Vec<f32> {
     out
 }
 
-/// `log(Σ exp(x))`, stably.
+/// `log(Σ exp(x))`, stably (a row of scores at a time: the terms go in a
+/// buffer kept per thread, not one allocated per row).
 fn log_sum_exp(x: &[f32]) -> f32 {
-    log_sum_exp_into(x, &mut Vec::new())
+    thread_local! {
+        static TERMS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    TERMS.with(|t| log_sum_exp_into(x, &mut t.borrow_mut()))
 }
 
 /// `log(Σ exp(x))`, stably: the terms relative to the largest (in `terms`,

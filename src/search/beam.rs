@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{cancelled, normalised, rank_score, ranked, Found, Ranked, SearchUsage};
+use super::{cancelled, count, normalised, rank_score, ranked, Found, Ranked, SearchUsage};
 use crate::engine::TokenMask;
 use crate::interp::decide::{Decider, Decision};
 use crate::interp::lm::TOP_ALTERNATIVES;
@@ -332,12 +332,6 @@ fn wait_for_decisions(
         }
     }
     waiting
-}
-
-/// Adds a finished run's forward work to the search's.
-fn count(usage: &mut SearchUsage, o: &Outcome) {
-    usage.forward_tokens += o.state.usage.forward_tokens;
-    usage.shared_tokens += o.state.usage.prefix_cached_tokens;
 }
 
 /// Waits until `done` holds of the board.

@@ -126,12 +126,17 @@ pub fn run_in(
             let greedy = RunOptions { temperature: 0.0, ..opts.clone() };
             let member = batcher.join();
             let o = interp::run_on(program, sources, model, &member, &greedy, &mut |_| {});
-            found.usage.forward_tokens += o.state.usage.forward_tokens;
-            found.usage.shared_tokens += o.state.usage.prefix_cached_tokens;
+            count(&mut found.usage, &o);
             found.usage.greedy_logprob = (o.error.is_none()).then_some(o.state.logprob);
         }
     }
     found
+}
+
+/// Adds a finished run's forward work to the search's.
+fn count(usage: &mut SearchUsage, o: &Outcome) {
+    usage.forward_tokens += o.state.usage.forward_tokens;
+    usage.shared_tokens += o.state.usage.prefix_cached_tokens;
 }
 
 fn cancelled(opts: &RunOptions) -> bool {
@@ -174,8 +179,7 @@ fn samples(program: &Program, sources: &SourceMap, model: &Model, batcher: &Batc
     let runs = outcomes
         .into_iter()
         .map(|(_, outcome)| {
-            usage.forward_tokens += outcome.state.usage.forward_tokens;
-            usage.shared_tokens += outcome.state.usage.prefix_cached_tokens;
+            count(&mut usage, &outcome);
             let decisions = outcome.state.usage.decisions as usize;
             Ranked { score: rank_score(&outcome, decisions, alpha), outcome, decisions }
         })
