@@ -204,6 +204,9 @@ codes! {
     RunFile = "E0808", "run-file", Error, "A file the template names at run time cannot be read or parsed.";
     ModelFailed = "E0809", "model-failed", Error, "The model, its tokenizer or its chat template failed while running.";
     Internal = "E0810", "internal", Error, "A fault of lmt itself: please report it.";
+    // Remote engines.
+    EngineLacks = "E0901", "engine-lacks", Error, "The remote engine cannot do what this construct needs (the model's logits at every token, server-side constraints).";
+    SelectByGeneration = "W0902", "select-by-generation", Warning, "On a remote engine without prompt log-probs, a `select` is chosen by generation constrained to its options, not by scoring each option in full.";
 }
 
 /// Sorts diagnostics by file and position so output is stable.

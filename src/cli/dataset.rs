@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::run::{cancel_on_ctrl_c, load_model, read_vars, RunArgs, EXIT_CANCELLED};
+use super::remote::{load_any, refuse_unsupported, unsupported_flags};
+use super::run::{cancel_on_ctrl_c, read_vars, RunArgs, EXIT_CANCELLED};
 use super::EXIT_USAGE;
 use crate::dataset::{self, CsvRows, DatasetOptions, JsonlRows, RowKey};
 use crate::interp;
@@ -82,7 +83,7 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap) -> i32 {
             }
         }
     };
-    let model = match load_model(&args.model, args.quiet) {
+    let loaded = match load_any(&args.model, args.quiet) {
         Ok(m) => m,
         Err(msg) => {
             eprintln!("error: {msg}");
@@ -90,6 +91,15 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap) -> i32 {
             return EXIT_RUN_ERROR;
         }
     };
+    if refuse_unsupported(program, sources, &loaded, args.quiet) {
+        out.discard_new();
+        return super::EXIT_TEMPLATE_ERROR;
+    }
+    if let Some(msg) = unsupported_flags(args, &loaded) {
+        eprintln!("error: {msg}");
+        out.discard_new();
+        return EXIT_USAGE;
+    }
     let skip = out.recorded.clone();
     let skipped = std::sync::atomic::AtomicU64::new(0);
     let rows: Box<dyn Iterator<Item = std::io::Result<dataset::Row>> + Send> =
@@ -117,7 +127,7 @@ pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap) -> i32 {
     let started = Instant::now();
     let mut generated = 0u64;
     let mut write_error = None;
-    let result = dataset::run(program, sources, &model, rows, &opts, &mut |r| {
+    let result = dataset::run(program, sources, loaded.backend(), rows, &opts, &mut |r| {
         if r.cancelled {
             return;
         }

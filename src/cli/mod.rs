@@ -6,6 +6,7 @@ pub mod complete;
 pub mod dataset;
 pub mod matching;
 pub mod model;
+pub mod remote;
 pub mod repl;
 pub mod report;
 pub mod run;

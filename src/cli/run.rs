@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 
 use super::complete::{model_spec, EXIT_MODEL_ERROR};
+use super::remote::{load_any, refuse_unsupported, unsupported_flags, Loaded};
 use super::{report, terminal_width, EXIT_TEMPLATE_ERROR, EXIT_USAGE};
 use crate::diagnostic::{Code, Diagnostic, JsonDiagnostic, Severity};
 use crate::interp::value::Value;
@@ -78,6 +79,20 @@ pub struct ModelArgs {
     /// Threads the CPU runtime computes on (default: the physical cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub threads: Option<u16>,
+    /// With `--model http(s)://…`: the engine (default: detected).
+    #[arg(long, value_name = "ENGINE", value_parser = ["llama-server", "vllm", "sglang", "openai"])]
+    pub engine: Option<String>,
+    /// With `--model http(s)://…`: seconds to wait for one response (default 120).
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub timeout: Option<f64>,
+}
+
+/// Parses a timeout: a finite number of seconds > 0.
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 && t < 1e9 => Ok(t),
+        _ => Err(format!("`{s}` is not a timeout: give a number of seconds > 0")),
+    }
 }
 
 impl ModelArgs {
@@ -189,7 +204,7 @@ pub fn run(args: &RunArgs) -> i32 {
         args.events_end_early("missing-input", &d.message);
         return EXIT_MODEL_ERROR;
     }
-    let model = match load_model(&args.model, args.quiet) {
+    let loaded = match load_any(&args.model, args.quiet) {
         Ok(m) => m,
         Err(msg) => {
             eprintln!("error: {msg}");
@@ -197,10 +212,19 @@ pub fn run(args: &RunArgs) -> i32 {
             return EXIT_MODEL_ERROR;
         }
     };
+    if refuse_unsupported(&program, &ws.sources, &loaded, args.quiet) {
+        args.events_end_early("template", "the template needs what the remote engine lacks");
+        return EXIT_TEMPLATE_ERROR;
+    }
     let cancel = cancel_on_ctrl_c();
     let opts = RunOptions { temperature: super::search::temperature(args), ..args.input.run_options(vars, cancel.clone()) };
-    if let Some(mode) = args.search.mode() {
-        return super::search::run(args, &program, &ws.sources, &model, opts, mode);
+    if let Some(msg) = unsupported_flags(args, &loaded) {
+        eprintln!("error: {msg}");
+        args.events_end_early("usage", &msg);
+        return EXIT_USAGE;
+    }
+    if let (Some(mode), Loaded::Local(model)) = (args.search.mode(), &loaded) {
+        return super::search::run(args, &program, &ws.sources, model, opts, mode);
     }
     let stream = !args.json && !args.events;
     let styles = Styles::new(stream && std::io::stdout().is_terminal() && report::use_color(true));
@@ -237,7 +261,7 @@ pub fn run(args: &RunArgs) -> i32 {
             write_error = Some(e);
         }
     };
-    let outcome = interp::run(&program, &ws.sources, &model, &opts, &mut on_event);
+    let outcome = interp::run_with(&program, &ws.sources, loaded.backend(), None, &opts, &mut on_event);
     let state = &outcome.state;
     let mut out = stdout.lock();
     if write_error.is_none() {

@@ -21,6 +21,7 @@ pub use rows::{check_inputs, recorded, JsonlRows, Row, RowKey, MAX_LINE};
 
 use crate::diagnostic::JsonDiagnostic;
 use crate::engine::Limits;
+use crate::interp::Backend;
 use crate::interp::value::Value;
 use crate::interp::{self, RunError, RunOptions};
 use crate::ir::Program;
@@ -103,7 +104,7 @@ pub fn row_seed(seed: u64, id: &J) -> u64 {
 pub fn run<I>(
     program: &Program,
     sources: &SourceMap,
-    model: &Model,
+    backend: Backend<'_>,
     rows: I,
     opts: &DatasetOptions,
     on_row: &mut dyn FnMut(&RowResult),
@@ -111,7 +112,11 @@ pub fn run<I>(
 where
     I: Iterator<Item = std::io::Result<Row>> + Send,
 {
-    let batcher = Batcher::new(&model.decoder, opts.prefix_cache_bytes);
+    // Local rows batch their passes; a remote engine batches its requests itself.
+    let batcher = match backend {
+        Backend::Local { model, .. } => Some(Batcher::new(&model.decoder, opts.prefix_cache_bytes)),
+        Backend::Remote(_) => None,
+    };
     let declared = interp::inputs(program);
     let rows = Mutex::new(rows);
     let read_error: Mutex<Option<std::io::Error>> = Mutex::new(None);
@@ -120,7 +125,7 @@ where
     std::thread::scope(|scope| {
         for _ in 0..opts.parallel.max(1) {
             let send = send.clone();
-            let (rows, read_error, batcher, declared) = (&rows, &read_error, &batcher, &declared);
+            let (rows, read_error, batcher, declared) = (&rows, &read_error, batcher.as_ref(), &declared);
             scope.spawn(move || loop {
                 if opts.cancel.load(Ordering::SeqCst) {
                     return;
@@ -137,7 +142,7 @@ where
                 };
                 // A fault of lmt in one row is that row's error, not the run's end.
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_row(program, sources, model, batcher, declared, &row, opts)
+                    run_row(program, sources, backend, batcher, declared, &row, opts)
                 }));
                 let result = ran.unwrap_or_else(|_| RowResult {
                     record: json!({"id": row.id, "line": row.line, "error": {"kind": "internal", "message": "lmt failed on this row (a bug: please report it)"}}),
@@ -162,7 +167,7 @@ where
             on_row(&result);
         }
     });
-    summary.batches = batcher.stats();
+    summary.batches = batcher.map(|b| b.stats()).unwrap_or_default();
     match read_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(e) => Err(e),
         None => Ok(summary),
@@ -173,8 +178,8 @@ where
 fn run_row(
     program: &Program,
     sources: &SourceMap,
-    model: &Model,
-    batcher: &Batcher<'_>,
+    backend: Backend<'_>,
+    batcher: Option<&Batcher<'_>>,
     declared: &[interp::InputDecl],
     row: &Row,
     opts: &DatasetOptions,
@@ -205,12 +210,16 @@ fn run_row(
         cancel: Some(opts.cancel.clone()),
         score_all: opts.score_all,
     };
-    if let Some((mode, alpha)) = opts.search {
-        return search_row(program, sources, model, batcher, row, inputs_json(values), &run_opts, mode, alpha);
-    }
-    let member = batcher.join();
-    let outcome = interp::run_on(program, sources, model, &member, &run_opts, &mut |_| {});
-    drop(member);
+    let outcome = match (backend, batcher) {
+        (Backend::Local { model, .. }, Some(batcher)) => {
+            if let Some((mode, alpha)) = opts.search {
+                return search_row(program, sources, model, batcher, row, inputs_json(values), &run_opts, mode, alpha);
+            }
+            let member = batcher.join();
+            interp::run_on(program, sources, model, &member, &run_opts, &mut |_| {})
+        }
+        _ => interp::run_with(program, sources, backend, None, &run_opts, &mut |_| {}),
+    };
     let state = &outcome.state;
     let record = record_json(row, inputs_json(values), state, outcome.error.as_ref(), sources);
     RowResult {

@@ -8,6 +8,7 @@ use super::lm::{GenSpec, Lm};
 use crate::state::{Choice, Meta};
 use super::*;
 use crate::engine::{Bias, Constraint, Semantics};
+use crate::model::remote::Wire;
 use crate::model::{Sampler, SamplingParams};
 use crate::options::{self, Opt, OptValue, SchemaArg, ScoreMode};
 
@@ -180,9 +181,12 @@ impl Vm<'_, '_> {
 
     fn gen_spec(&mut self, o: GenOptions) -> Result<GenSpec, Failure> {
         let limits = self.opts.limits.clone();
+        let remote = self.core.lm.remote().is_some();
         let mut constraint = None;
+        let mut wire = None;
         if let Some(p) = &o.regex {
             constraint = Some(self.core.cache.get(format!("regex:{p}"), || Constraint::regex(p, &limits))?);
+            wire = remote.then(|| Wire::Regex(p.clone()));
         }
         if let Some(Value::Grammar { module, id, rule }) = &o.grammar {
             let program = self.program;
@@ -192,6 +196,9 @@ impl Vm<'_, '_> {
             // Lowered to the engine's IR only when not cached yet.
             let make = || Constraint::grammar(&crate::engine::Grammar::from(&g.grammar), &start, &limits);
             constraint = Some(self.core.cache.get(key, make)?);
+            if remote {
+                wire = Some(Wire::Gbnf(crate::engine::grammar_gbnf(&g.grammar, &start)?));
+            }
         }
         if let Some(json) = &o.json {
             let schema = match json {
@@ -200,12 +207,14 @@ impl Vm<'_, '_> {
             };
             let semantics = if o.json_open { Semantics::Validation } else { Semantics::Generation };
             let key = format!("json:{semantics:?}:{schema}");
+            wire = remote.then(|| Wire::JsonSchema(schema.clone()));
             constraint = Some(
                 self.core.cache.get(key, || Constraint::json_schema(&schema, options::JSON_WHITESPACE, semantics, &limits))?,
             );
         }
         let bias = match o.bias.is_empty() {
             true => None,
+            false if remote => return Err(Failure::model("`bias` needs the model's logits at every token, which a remote engine does not give")),
             false => {
                 let pairs: Vec<(&str, f32)> = o.bias.iter().map(|(k, w)| (k.as_str(), *w as f32)).collect();
                 Some(Bias::new(&pairs, &limits).map_err(Failure::constraint)?)
@@ -221,6 +230,7 @@ impl Vm<'_, '_> {
             max_tokens: o.max_tokens,
             heal: o.heal,
             partial: o.partial,
+            wire,
         })
     }
 
@@ -264,6 +274,9 @@ impl Vm<'_, '_> {
                 MAX_SELECT_BYTES >> 10
             )));
         }
+        if !self.core.lm.can_score() {
+            return self.select_greedy(target, &options, &o, Vec::new()).map(drop);
+        }
         let pc = self.frame().pc;
         let follow = self.follow_text(pc);
         let (choices, scores) = self.score_literals(&options, &follow, o.score)?;
@@ -286,27 +299,18 @@ impl Vm<'_, '_> {
         let o = SelectOptions::read(self.pop_options(set))?;
         let m = self.module();
         let entries = m.branch_tables[table as usize].clone();
-        // Each branch's literal start, how many Text instructions it spans, and whether that is all of it.
-        let mut branches: Vec<(String, usize, bool)> = Vec::new();
-        let mut end = 0;
-        for &e in &entries {
-            let (mut text, mut pc) = (String::new(), e as usize);
-            while let Some(Instr::Text(c)) = m.code.get(pc) {
-                if let crate::syntax::ast::Const::Str(s) = &m.consts[*c as usize] {
-                    text.push_str(s);
-                }
-                pc += 1;
-            }
-            let literal =
-                matches!(m.code.get(pc), Some(Instr::Jump(to)) if matches!(m.code.get(*to as usize), Some(Instr::SelectEnd { .. })));
-            if let Some(Instr::Jump(to)) = m.code.get(pc) {
-                end = *to as usize;
-            }
-            branches.push((text, pc - e as usize, literal));
-        }
+        let (branches, end) = m.select_branches(table);
         let options: Vec<String> = branches.iter().map(|b| b.0.clone()).collect();
         let literal = branches.iter().all(|b| b.2);
-        let (choices, scores) = if literal {
+        // Without scores (a remote engine lacking prompt log-probs) the
+        // option is generated under a constraint to the options.
+        let by_generation = literal && (o.score == ScoreMode::Greedy || !self.core.lm.can_score());
+        let (choices, scores) = if !self.core.lm.can_score() {
+            if !literal {
+                return Err(Failure::model("a select whose branches generate needs the model's logits, which a remote engine does not give"));
+            }
+            (Vec::new(), Vec::new())
+        } else if literal {
             let follow = self.follow_text(end + 1);
             self.score_literals(&options, &follow, o.score)?
         } else {
@@ -316,7 +320,7 @@ impl Vm<'_, '_> {
             self.score_mixed(&branches, mode)?
         };
         let node = self.core.state.nodes.len();
-        let k = if literal && o.score == ScoreMode::Greedy {
+        let k = if by_generation {
             // The chosen text is generated; the capture (opened by
             // `SelectEnd`'s caller) holds it, with the scores as metadata.
             self.captures.push(CaptureFrame { text: String::new(), node, choices: None });
@@ -350,7 +354,9 @@ impl Vm<'_, '_> {
     /// scores stay as metadata. Returns the chosen text and its metadata.
     fn select_greedy(&mut self, target: Option<Store>, options: &[String], o: &SelectOptions, choices: Vec<Choice>) -> Result<(String, Meta), Failure> {
         let c = Constraint::choices(options, &self.opts.limits).map_err(Failure::constraint)?;
+        let wire = self.core.lm.remote().map(|_| Wire::Choices(options.to_vec()));
         let spec = GenSpec {
+            wire,
             constraint: Some(c),
             stop: Vec::new(),
             stop_regex: Vec::new(),

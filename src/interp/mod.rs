@@ -25,7 +25,10 @@ use crate::ir::{CodeModule, Instr, Program, Store, Sym};
 use crate::model::{Forward, Model};
 use crate::span::{FileId, SourceMap, Span};
 use crate::state::{CaptureRecord, Node, Origin, Record, Token};
+mod needs;
 use lm::{Lm, Sink};
+pub use needs::engine_needs;
+pub use lm::Backend;
 use ops::Args;
 use crate::state::{Captured, FinishReason, Meta};
 use value::Value;
@@ -138,20 +141,20 @@ pub fn run_on(
     opts: &RunOptions,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Outcome {
-    run_with(program, sources, model, forward, None, opts, on_event)
+    run_with(program, sources, Backend::Local { model, forward }, None, opts, on_event)
 }
 
-/// [`run_on`] with its decisions taken by `decider` (a run of a search).
+/// Runs `program` on `backend` (lmt's runtime or a remote engine), its
+/// decisions taken by `decider` when given (a run of a search).
 pub fn run_with<'m>(
     program: &Program,
     sources: &SourceMap,
-    model: &'m Model,
-    forward: &'m dyn Forward,
+    backend: Backend<'m>,
     decider: Option<&'m dyn decide::Decider>,
     opts: &RunOptions,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Outcome {
-    let mut core = match Core::new(model, forward, opts, program.modules.len()) {
+    let mut core = match Core::new(backend, opts, program.modules.len()) {
         Ok(mut core) => {
             if let Some(d) = decider {
                 core.lm.set_decider(d);
@@ -263,9 +266,9 @@ struct Core<'m> {
 }
 
 impl<'m> Core<'m> {
-    fn new(model: &'m Model, forward: &'m dyn Forward, opts: &RunOptions, modules: usize) -> Result<Core<'m>, Failure> {
+    fn new(backend: Backend<'m>, opts: &RunOptions, modules: usize) -> Result<Core<'m>, Failure> {
         let mut core = Core {
-            lm: Lm::new(model, forward, opts.limits.clone())?,
+            lm: Lm::new(backend, opts.limits.clone())?,
             state: Record::default(),
             globals: Vec::new(),
             imported: Vec::new(),

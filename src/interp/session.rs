@@ -61,7 +61,7 @@ struct Snapshot {
 impl<'m> Session<'m> {
     /// A fresh session on `model`.
     pub fn new(model: &'m Model, opts: RunOptions) -> Result<Session<'m>, Failure> {
-        let mut core = Core::new(model, &model.decoder, &opts, 0)?;
+        let mut core = Core::new(super::Backend::local(model), &opts, 0)?;
         // Inputs are the session's variables from the start (`{% input %}` reads them too).
         core.shared.extend(opts.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(Session {

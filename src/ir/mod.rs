@@ -233,3 +233,29 @@ pub enum Instr {
     /// End of the module.
     Halt,
 }
+
+impl CodeModule {
+    /// The branches of branch table `table` (a `{% select %}…{% or %}…`):
+    /// each one's leading template text, how many `Text` instructions that
+    /// spans, and whether the text is all of it; and the pc of the
+    /// [`Instr::SelectEnd`] they jump to.
+    pub fn select_branches(&self, table: u32) -> (Vec<(String, usize, bool)>, usize) {
+        let mut branches = Vec::new();
+        let mut end = 0;
+        for &e in &self.branch_tables[table as usize] {
+            let (mut text, mut pc) = (String::new(), e as usize);
+            while let Some(Instr::Text(c)) = self.code.get(pc) {
+                if let Const::Str(s) = &self.consts[*c as usize] {
+                    text.push_str(s);
+                }
+                pc += 1;
+            }
+            let literal = matches!(self.code.get(pc), Some(Instr::Jump(to)) if matches!(self.code.get(*to as usize), Some(Instr::SelectEnd { .. })));
+            if let Some(Instr::Jump(to)) = self.code.get(pc) {
+                end = *to as usize;
+            }
+            branches.push((text, pc - e as usize, literal));
+        }
+        (branches, end)
+    }
+}

@@ -19,7 +19,7 @@ use super::ModelError;
 
 /// What runs a sequence's forward passes: the decoder itself, or a
 /// [`Member`] of a batch.
-pub trait Forward {
+pub trait Forward: Sync {
     /// Feeds `tokens` to `st` and returns the logits after the last one
     /// (the current logits when `tokens` is empty).
     fn append(&self, st: &mut KvState, tokens: &[u32]) -> Result<Vec<f32>, ModelError>;

@@ -69,6 +69,12 @@ enum Cache {
 }
 
 impl KvState {
+    /// A state no decoder computes into (a remote engine's run): it holds
+    /// nothing, so truncating and forking it are free.
+    pub fn detached() -> KvState {
+        KvState { tokens: Vec::new(), cache: Cache::Cpu(cpu::Cache::new(0), 0), last: None, stats: ForwardStats::default() }
+    }
+
     /// The tokens in the cache, in order.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

@@ -14,6 +14,7 @@ mod cpu;
 mod decoder;
 pub mod hub;
 mod info;
+pub mod remote;
 pub mod kernels;
 pub mod tokenizer;
 mod sample;

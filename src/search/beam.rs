@@ -200,7 +200,7 @@ pub(super) fn search(
                 let member = shared.batcher.join();
                 let decider = BeamDecider { id, shared, member: &member, replay: Mutex::new(history.into()), cancel: flag };
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    interp::run_with(program, sources, model, &member, Some(&decider), &run_opts, &mut |_| {})
+                    interp::run_with(program, sources, interp::Backend::Local { model, forward: &member }, Some(&decider), &run_opts, &mut |_| {})
                 }));
                 drop(member);
                 let mut b = shared.lock();

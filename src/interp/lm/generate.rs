@@ -3,6 +3,7 @@
 //! with its metadata.
 
 use super::*;
+use crate::model::remote::Wire;
 
 /// What a generation needs besides the model.
 pub struct GenSpec {
@@ -22,6 +23,8 @@ pub struct GenSpec {
     pub heal: bool,
     /// Keep a constrained value that a limit cut short instead of failing.
     pub partial: bool,
+    /// The constraint as a remote engine takes it (remote runs only).
+    pub wire: Option<Wire>,
 }
 
 /// A finished generation.
@@ -97,6 +100,9 @@ impl Lm<'_> {
     /// error is in [`Generated::error`].
     pub fn generate(&mut self, spec: &GenSpec, sink: &mut dyn Sink) -> LmResult<Generated> {
         self.decide()?;
+        if let Some(r) = self.remote() {
+            return self.generate_remote(r, spec, sink);
+        }
         let heal: Vec<u8> = if spec.heal { self.heal_back() } else { Vec::new() };
         let regexes: Vec<&str> = spec.stop_regex.iter().map(String::as_str).collect();
         let mut g = Gen {
@@ -108,7 +114,7 @@ impl Lm<'_> {
             stops: StopMatcher::new(&spec.stop, &regexes, &self.limits)?,
             bias_state: spec.bias.as_ref().map(Bias::start),
             sampler: Sampler::new(spec.sampling.clone())?,
-            stop_ids: stop_ids(self.model).collect(),
+            stop_ids: stop_ids(self.tok).collect(),
             mask: TokenMask::new(self.free_mask.len()),
             value: Vec::new(),
             toks: Vec::new(),
@@ -154,13 +160,13 @@ impl Lm<'_> {
         if forced.is_empty() {
             return Ok(Next::Continue);
         }
-        let ids = self.model.tokenizer.encoder.encode(&forced).map_err(Failure::model)?;
+        let ids = self.tok.encoder.encode(&forced).map_err(Failure::model)?;
         let here = m.position();
         let complete = m.feed(forced.as_bytes())? && m.is_complete();
         m.rewind(here);
         let keep = if complete { ids.len() } else { ids.len() - 1 };
-        let model = self.model;
-        let vocab = &model.tokenizer.vocab;
+        let tok = self.tok;
+        let vocab = &tok.vocab;
         let mut at = 0;
         for &id in &ids[..keep] {
             let b = vocab.bytes(id);
@@ -189,8 +195,8 @@ impl Lm<'_> {
     /// Masks, biases and samples one token, and takes it into the value
     /// (streaming what no stop can take back).
     fn sampled_step(&mut self, g: &mut Gen<'_>, sink: &mut dyn Sink) -> LmResult<Next> {
-        let model = self.model;
-        let vocab = &model.tokenizer.vocab;
+        let tok = self.tok;
+        let vocab = &tok.vocab;
         let Some(s) = self.next_token(g)? else {
             g.finish = FinishReason::Cancelled;
             return Ok(Next::Done);
@@ -279,7 +285,7 @@ impl Lm<'_> {
         }
         let mut bias = Vec::new();
         if let (Some(b), Some(st)) = (&g.spec.bias, &g.bias_state) {
-            b.apply(&self.model.tokenizer.vocab, st, |t, off| bias.push((t, off)));
+            b.apply(&self.tok.vocab, st, |t, off| bias.push((t, off)));
         }
         let constrained = g.matcher.is_some();
         let s = g.sampler.sample(&logits, Some(&g.mask), &bias).map_err(|e| match constrained {
@@ -336,7 +342,7 @@ impl Lm<'_> {
     /// The tokens allowed next: the constraint's (or any generable token),
     /// restricted to those starting with the healed or forced bytes.
     fn next_mask(&self, matcher: Option<&mut crate::engine::Matcher>, heal: &[u8], lead: &[u8], mask: &mut TokenMask) -> LmResult<()> {
-        let vocab = &self.model.tokenizer.vocab;
+        let vocab = &self.tok.vocab;
         match matcher {
             Some(m) if !heal.is_empty() => return m.mask_after_prefix(vocab, heal, mask).map_err(Failure::from),
             Some(m) => m.mask(vocab, mask)?,
@@ -358,8 +364,8 @@ impl Lm<'_> {
     /// and queues their kept bytes as text, so the state holds exactly the
     /// kept text.
     fn cut_at_stop(&mut self, value: &mut Vec<u8>, toks: &mut Vec<(Token, i64)>, gen_start: usize, value_len: usize, healed: &[u8]) {
-        let model = self.model;
-        let vocab = &model.tokenizer.vocab;
+        let tok = self.tok;
+        let vocab = &tok.vocab;
         let ends: Vec<i64> = toks.iter().map(|(t, s)| s + vocab.bytes(t.id).len() as i64).collect();
         // Tokens in the sequence from this generation (the last sampled one was never pushed).
         let in_seq = self.seq.len() - gen_start;
@@ -376,7 +382,6 @@ impl Lm<'_> {
 }
 
 /// End-of-sequence and end-of-turn ids: generation ends at them.
-pub(super) fn stop_ids(model: &Model) -> impl Iterator<Item = u32> + '_ {
-    let t = &model.tokenizer;
+pub(super) fn stop_ids(t: &ModelTokenizer) -> impl Iterator<Item = u32> + '_ {
     t.eos.iter().chain(t.eot.iter()).copied()
 }

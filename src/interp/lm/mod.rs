@@ -12,6 +12,7 @@
 use std::time::Instant;
 
 mod generate;
+mod remote;
 mod score;
 mod turns;
 
@@ -23,6 +24,8 @@ use super::decide::{Decider, Decision};
 use crate::chat::{ChatTemplate, Message, Rendered};
 use crate::engine::{Bias, Constraint, Limits, StopEvent, StopMatcher, TokenMask};
 use crate::state::{Choice, FinishReason, Meta};
+use crate::model::remote::RemoteModel;
+use crate::model::tokenizer::ModelTokenizer;
 use crate::model::{log_softmax, Forward, KvState, Model, ModelError, Sampled, Sampler, SamplingParams};
 use crate::state::{Alternative, Origin, Token, TokenKind, Usage};
 use crate::state::{Failure, RunErrorKind};
@@ -45,11 +48,43 @@ enum Piece {
     Marker(String),
 }
 
+/// What runs a run's model work.
+#[derive(Clone, Copy)]
+pub enum Backend<'m> {
+    /// lmt's own runtime: the model, and what runs its forward passes (its
+    /// decoder, or a batch member).
+    Local {
+        /// The model.
+        model: &'m Model,
+        /// The forward passes.
+        forward: &'m dyn Forward,
+    },
+    /// A serving engine: whole generations per request.
+    Remote(&'m RemoteModel),
+}
+
+impl<'m> Backend<'m> {
+    /// The model's own runtime, its passes through its decoder.
+    pub fn local(model: &'m Model) -> Backend<'m> {
+        Backend::Local { model, forward: &model.decoder }
+    }
+
+    /// The tokenizer prompts are made with.
+    pub fn tokenizer(&self) -> &'m ModelTokenizer {
+        match *self {
+            Backend::Local { model, .. } => &model.tokenizer,
+            Backend::Remote(r) => &r.tokenizer,
+        }
+    }
+}
+
 /// The model side of a run.
 pub struct Lm<'m> {
-    model: &'m Model,
-    /// What runs the forward passes (the decoder, or a batch member).
-    forward: &'m dyn Forward,
+    backend: Backend<'m>,
+    tok: &'m ModelTokenizer,
+    /// The model's context length, in tokens.
+    context_length: usize,
+    /// The cache of a local backend (a remote one keeps only the ids).
     kv: KvState,
     /// Decided tokens; `kv` holds a prefix of them.
     seq: Vec<Token>,
@@ -98,16 +133,22 @@ pub type LmResult<T> = Result<T, Failure>;
 
 impl<'m> Lm<'m> {
     /// A fresh state on `model`.
-    pub fn new(model: &'m Model, forward: &'m dyn Forward, limits: Limits) -> LmResult<Lm<'m>> {
-        let tok = &model.tokenizer;
-        let dim = model.decoder.config.vocab_size.max(tok.vocab.len());
+    pub fn new(backend: Backend<'m>, limits: Limits) -> LmResult<Lm<'m>> {
+        let tok = backend.tokenizer();
+        let (dim, context_length, kv) = match backend {
+            Backend::Local { model, .. } => {
+                let cfg = &model.decoder.config;
+                (cfg.vocab_size.max(tok.vocab.len()), cfg.max_position_embeddings, model.decoder.new_state())
+            }
+            Backend::Remote(r) => (tok.vocab.len(), r.context_length, KvState::detached()),
+        };
         let mut free_mask = TokenMask::new(dim);
         for id in 0..tok.vocab.len() as u32 {
             if tok.vocab.is_generable(id) {
                 free_mask.set(id);
             }
         }
-        stop_ids(model).for_each(|id| free_mask.set(id));
+        stop_ids(tok).for_each(|id| free_mask.set(id));
         let template = match &tok.chat_template {
             Some(src) => {
                 let name = |id: Option<u32>| id.map(|i| String::from_utf8_lossy(tok.vocab.bytes(i)).into_owned()).unwrap_or_default();
@@ -118,13 +159,14 @@ impl<'m> Lm<'m> {
             None => None,
         };
         Ok(Lm {
-            model,
-            forward,
-            kv: model.decoder.new_state(),
+            backend,
+            tok,
+            context_length,
+            kv,
             seq: Vec::new(),
             pending: Vec::new(),
             pending_bytes: 0,
-            max_token_bytes: (0..model.tokenizer.vocab.len() as u32).map(|t| model.tokenizer.vocab.bytes(t).len()).max().unwrap_or(1),
+            max_token_bytes: (0..tok.vocab.len() as u32).map(|t| tok.vocab.bytes(t).len()).max().unwrap_or(1),
             logits: None,
             free_mask,
             chat: Conversation { template, transcript: String::new(), messages: Vec::new() },
@@ -135,6 +177,36 @@ impl<'m> Lm<'m> {
             gen_time: 0.0,
             decider: None,
         })
+    }
+
+    /// The forward passes of a local backend.
+    fn forward(&self) -> LmResult<&'m dyn Forward> {
+        match self.backend {
+            Backend::Local { forward, .. } => Ok(forward),
+            Backend::Remote(r) => Err(Failure::internal(format!("a forward pass was asked of {}", r.remote.describe()))),
+        }
+    }
+
+    /// A fresh cache on the local backend's model.
+    fn new_state(&self) -> LmResult<KvState> {
+        match self.backend {
+            Backend::Local { model, .. } => Ok(model.decoder.new_state()),
+            Backend::Remote(r) => Err(Failure::internal(format!("a model state was asked of {}", r.remote.describe()))),
+        }
+    }
+
+    /// The remote engine, when the run has one.
+    pub fn remote(&self) -> Option<&'m RemoteModel> {
+        match self.backend {
+            Backend::Remote(r) => Some(r),
+            Backend::Local { .. } => None,
+        }
+    }
+
+    /// Whether options can be scored (log-probs of given text): always
+    /// locally, remotely where the engine gives prompt log-probs.
+    pub fn can_score(&self) -> bool {
+        self.remote().is_none_or(|r| r.remote.kind.capabilities().prompt_scoring)
     }
 
     /// Lets `decider` take this run's decisions.
@@ -179,7 +251,7 @@ impl<'m> Lm<'m> {
         if self.turn_content_at.is_none() {
             self.decide()?;
         }
-        let max = self.model.decoder.config.max_position_embeddings;
+        let max = self.context_length;
         // No token covers more bytes than the longest one in the vocabulary.
         let least_tokens = self.pending_bytes / self.max_token_bytes.max(1);
         if self.seq.len() + least_tokens > max {
@@ -245,7 +317,7 @@ impl<'m> Lm<'m> {
         }
         self.chat.transcript = cp.transcript.clone();
         self.chat.messages.truncate(cp.messages);
-        if self.kv.len() < self.seq.len() {
+        if self.remote().is_none() && self.kv.len() < self.seq.len() {
             self.feed()?;
         }
         Ok(())
@@ -266,7 +338,7 @@ impl<'m> Lm<'m> {
     /// what is left).
     pub fn finish(&mut self, feed: bool) -> LmResult<()> {
         self.decide()?;
-        if feed && self.kv.len() < self.seq.len() {
+        if feed && self.remote().is_none() && self.kv.len() < self.seq.len() {
             self.feed()?;
         }
         self.sync_usage();
@@ -293,7 +365,7 @@ impl<'m> Lm<'m> {
     /// Backs the last token out when it is prompt text that generation may
     /// continue (token healing); returns its bytes (empty when none).
     fn heal_back(&mut self) -> Vec<u8> {
-        let vocab = &self.model.tokenizer.vocab;
+        let vocab = &self.tok.vocab;
         let n = self.seq.len();
         let healable = n >= 2
             && self.seq[n - 1].kind == TokenKind::Prompt
@@ -338,7 +410,7 @@ impl<'m> Lm<'m> {
         }
         let ids: Vec<u32> = self.seq[self.kv.len()..].iter().map(|t| t.id).collect();
         let cached = self.kv.stats.cached;
-        let l = self.forward.append(&mut self.kv, &ids)?;
+        let l = self.forward()?.append(&mut self.kv, &ids)?;
         // Tokens a shared prefix cache supplied were in the cache too.
         self.usage.reused_tokens += (self.kv.len() - ids.len()) as u64;
         self.usage.prefix_cached_tokens += self.kv.stats.cached - cached;
@@ -352,7 +424,7 @@ impl<'m> Lm<'m> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let tok = &self.model.tokenizer;
+        let tok = &self.tok;
         let vocab = tok.vocab.clone();
         let pieces = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
@@ -433,7 +505,7 @@ impl<'m> Lm<'m> {
     }
 
     fn token(&self, id: u32, origin: Origin, kind: TokenKind, logprob: Option<f32>, top: Vec<Alternative>) -> Token {
-        let text = String::from_utf8_lossy(self.model.tokenizer.vocab.bytes(id)).into_owned();
+        let text = String::from_utf8_lossy(self.tok.vocab.bytes(id)).into_owned();
         Token { id, text, origin, kind, logprob, top }
     }
 

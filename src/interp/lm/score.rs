@@ -19,14 +19,14 @@ impl Lm<'_> {
             }
         };
         self.feed()?;
-        let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.model.tokenizer.vocab));
+        let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.tok.vocab));
         let mut ids = Vec::new();
         for o in options {
             let text = format!("{prefix}{o}{follow}");
             let r = Rendered { content_spans: vec![(0, text.len())], text };
-            ids.push(crate::chat::encode_in(&self.model.tokenizer, &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
+            ids.push(crate::chat::encode_in(&self.tok, &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
         }
-        let lps = self.forward.score(&mut self.kv, &ids)?;
+        let lps = self.forward()?.score(&mut self.kv, &ids)?;
         self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
         // Healing's token goes back as pending text, to be decided with the choice.
         if !prefix.is_empty() {
@@ -44,9 +44,9 @@ impl Lm<'_> {
         if ids.len() < 2 {
             return Ok(0.0);
         }
-        let mut st = self.model.decoder.new_state();
-        self.forward.append(&mut st, &ids[..1])?;
-        let lps = self.forward.score(&mut st, &[ids[1..].to_vec()])?;
+        let mut st = self.new_state()?;
+        self.forward()?.append(&mut st, &ids[..1])?;
+        let lps = self.forward()?.score(&mut st, &[ids[1..].to_vec()])?;
         // The pass is the run's work, all of it scoring.
         self.kv.stats.passes += st.stats.passes;
         self.kv.stats.tokens += st.stats.tokens;
@@ -62,7 +62,7 @@ impl Lm<'_> {
         let lp = log_softmax(&logits);
         let c = Constraint::choices(literals, &self.limits)?;
         let mut mask = TokenMask::new(self.free_mask.len());
-        c.matcher(&self.limits).mask(&self.model.tokenizer.vocab, &mut mask)?;
+        c.matcher(&self.limits).mask(&self.tok.vocab, &mut mask)?;
         let on: f64 = mask.ones().filter(|&t| (t as usize) < lp.len()).map(|t| f64::from(lp[t as usize]).exp()).sum();
         Ok((1.0 - on).max(1e-12).ln())
     }

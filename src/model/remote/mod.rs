@@ -1,0 +1,255 @@
+//! Remote engines: a serving engine (llama.cpp's `llama-server`; vLLM,
+//! SGLang and OpenAI-compatible servers are detected and refused until
+//! their adapters land) runs the model; lmt sends prompts as token ids of
+//! its own tokenization, constraints in the engine's dialect, and reads
+//! back text, token ids, log-probs and why generation stopped.
+//!
+//! What each engine can do is a table ([`EngineKind::capabilities`]): the
+//! interpreter refuses, before any request, a template that needs more.
+
+mod http;
+pub mod llama_server;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::tokenizer::ModelTokenizer;
+use super::SamplingParams;
+pub use http::Client;
+
+/// The serving engines lmt knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// llama.cpp's `llama-server` (`/completion`, GBNF grammars).
+    LlamaServer,
+    /// vLLM's OpenAI-compatible server.
+    Vllm,
+    /// SGLang's server.
+    Sglang,
+    /// Another OpenAI-compatible completions server.
+    Openai,
+}
+
+/// What an engine can do for a template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Generation from a prompt of token ids.
+    pub generate: bool,
+    /// Per-token logits or masks lmt applies itself (bias, selects with
+    /// generating branches, beam search). No remote engine has them.
+    pub token_logits: bool,
+    /// Regex, grammar, JSON Schema and choice constraints enforced by the
+    /// server.
+    pub constraints: bool,
+    /// Log-probabilities of given text (prompt log-probs): select scoring.
+    pub prompt_scoring: bool,
+}
+
+impl EngineKind {
+    /// Every kind, in the order `--engine` lists them.
+    pub const ALL: [EngineKind; 4] = [EngineKind::LlamaServer, EngineKind::Vllm, EngineKind::Sglang, EngineKind::Openai];
+
+    /// The name `--engine` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::LlamaServer => "llama-server",
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+            EngineKind::Openai => "openai",
+        }
+    }
+
+    /// The kind named `s`.
+    pub fn parse(s: &str) -> Option<EngineKind> {
+        EngineKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// What lmt can do through this engine today.
+    pub fn capabilities(self) -> Capabilities {
+        match self {
+            EngineKind::LlamaServer => Capabilities { generate: true, token_logits: false, constraints: true, prompt_scoring: false },
+            // Detected, but their adapters are not written yet.
+            EngineKind::Vllm | EngineKind::Sglang | EngineKind::Openai => {
+                Capabilities { generate: false, token_logits: false, constraints: false, prompt_scoring: false }
+            }
+        }
+    }
+}
+
+/// How to reach an engine.
+#[derive(Debug, Clone)]
+pub struct RemoteOptions {
+    /// `http(s)://host:port`.
+    pub url: String,
+    /// The engine, when not detected.
+    pub engine: Option<EngineKind>,
+    /// Sent as `Authorization: Bearer …`.
+    pub api_key: Option<String>,
+    /// Longest wait for one response.
+    pub timeout: Duration,
+    /// Retries of a request that got 429, a 5xx status or no connection.
+    pub retries: u32,
+}
+
+impl RemoteOptions {
+    /// Options for `url` with the defaults: detected engine, the key from
+    /// `LMT_API_KEY`, 120 s per response, 2 retries.
+    pub fn new(url: &str) -> RemoteOptions {
+        RemoteOptions {
+            url: url.trim_end_matches('/').to_string(),
+            engine: None,
+            api_key: std::env::var("LMT_API_KEY").ok().filter(|k| !k.is_empty()),
+            timeout: Duration::from_secs(120),
+            retries: 2,
+        }
+    }
+}
+
+/// Why a request to an engine failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteError(pub String);
+
+impl std::fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A constraint in a form engines take.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wire {
+    /// A regex matched whole (Rust syntax).
+    Regex(String),
+    /// A GBNF grammar with a `root` rule, in llama.cpp's notation.
+    Gbnf(String),
+    /// A JSON Schema.
+    JsonSchema(Value),
+    /// One of these literal texts.
+    Choices(Vec<String>),
+}
+
+/// One generation request, engine-neutral.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// The prompt, as lmt tokenized it.
+    pub prompt: &'a [u32],
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Temperature, top-k/p, min-p and the seed.
+    pub sampling: &'a SamplingParams,
+    /// Stop strings (the engine ends before them).
+    pub stop: &'a [String],
+    /// The constraint, if any.
+    pub constraint: Option<&'a Wire>,
+    /// Alternatives to report per token.
+    pub top_alternatives: usize,
+}
+
+/// Why a remote generation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RemoteFinish {
+    /// The model ended it (EOS, or the grammar allowed nothing more).
+    Eos,
+    /// `max_tokens` ran out.
+    Length,
+    /// A stop string matched (it is not in the text).
+    Stop(String),
+}
+
+/// What an engine generated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The text (without a stop string that ended it).
+    pub text: String,
+    /// Token ids generated, as the engine reports them.
+    pub tokens: Vec<u32>,
+    /// Each token's log-probability under the model.
+    pub logprobs: Vec<f32>,
+    /// The most likely alternatives at each token.
+    pub top: Vec<Vec<(u32, f32)>>,
+    /// Why it ended.
+    pub finish: RemoteFinish,
+    /// Prompt tokens the engine computed for this request.
+    pub prompt_computed: u64,
+    /// Prompt tokens it took from its cache.
+    pub prompt_cached: u64,
+}
+
+/// A connection to an engine, with what it serves.
+#[derive(Debug)]
+pub struct Remote {
+    /// Which engine.
+    pub kind: EngineKind,
+    /// The HTTP client (base URL, key, timeout, retries).
+    pub client: Client,
+    /// The model's context length, when the engine says.
+    pub context_length: Option<usize>,
+    /// The model file the engine loaded, when it says and it is readable
+    /// here (a server on this machine): its tokenizer is the one to use.
+    pub model_file: Option<PathBuf>,
+}
+
+impl Remote {
+    /// Connects and finds out what the engine is (or checks it is the
+    /// one `opts` names).
+    pub fn connect(opts: &RemoteOptions) -> Result<Remote, RemoteError> {
+        let client = Client::new(opts);
+        if let Some(props) = client.get_json("/props").ok().filter(|p| p.get("default_generation_settings").is_some()) {
+            let remote = llama_server::from_props(client, &props);
+            return match opts.engine {
+                Some(k) if k != EngineKind::LlamaServer => {
+                    Err(RemoteError(format!("{} is llama-server (its /props says so), not {}", opts.url, k.name())))
+                }
+                _ => Ok(remote),
+            };
+        }
+        let kind = match opts.engine {
+            Some(k) => k,
+            None => detect_other(&client)?,
+        };
+        match kind {
+            EngineKind::LlamaServer => Err(RemoteError(format!("{} does not answer /props as llama-server does", opts.url))),
+            other => Err(RemoteError(format!(
+                "{} is {}: lmt's adapter for it is not written yet (llama-server is supported)",
+                opts.url,
+                other.name()
+            ))),
+        }
+    }
+
+    /// Generates once.
+    pub fn complete(&self, req: &Request<'_>) -> Result<Completion, RemoteError> {
+        match self.kind {
+            EngineKind::LlamaServer => llama_server::complete(&self.client, req),
+            other => Err(RemoteError(format!("generation through {} is not written yet", other.name()))),
+        }
+    }
+
+    /// `llama-server at http://…`, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} at {}", self.kind.name(), self.client.base())
+    }
+}
+
+/// Tells vLLM, SGLang and other OpenAI-compatible servers apart.
+fn detect_other(client: &Client) -> Result<EngineKind, RemoteError> {
+    if client.get_json("/get_model_info").is_ok() {
+        return Ok(EngineKind::Sglang);
+    }
+    let models = client.get_json("/v1/models")?;
+    let owner = models["data"][0]["owned_by"].as_str().unwrap_or("");
+    Ok(if owner == "vllm" { EngineKind::Vllm } else { EngineKind::Openai })
+}
+
+/// A remote engine with the tokenizer lmt tokenizes its prompts with.
+#[derive(Debug)]
+pub struct RemoteModel {
+    /// The connection.
+    pub remote: Remote,
+    /// The model's tokenizer (and chat template).
+    pub tokenizer: ModelTokenizer,
+    /// The context length: the engine's, else the tokenizer's model config's.
+    pub context_length: usize,
+}

@@ -1,0 +1,330 @@
+//! Templates through a real llama.cpp `llama-server` (built by
+//! `../shared/scripts/llama-cpp/build-server.sh`, serving the SmolLM2 GGUF
+//! on 127.0.0.1): constraints hold, captures equal what the server
+//! generates for the same prompt, selects run with their warning, datasets
+//! hit the server's prefix cache; and failures (server down, HTTP 500, no
+//! answer, a wrong key) end with exit 3, a clear message and the partial
+//! record kept. Failures the real server cannot be made to show on demand
+//! come from a scripted stand-in that answers as llama-server does.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A llama-server child process, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The llama-server binary: `$LMT_LLAMA_SERVER`, else where build-server.sh puts it.
+fn server_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("LMT_LLAMA_SERVER")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/lmt-llama-server/build/bin/llama-server")))
+        .filter(|p| p.is_file());
+    if path.is_none() {
+        common::skip("llama-server is not built (run ../shared/scripts/llama-cpp/build-server.sh)");
+    }
+    path
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts llama-server on the SmolLM2 GGUF with `extra` arguments and waits
+/// until it answers `/health` (a hang guard of 120 s, not a timing).
+fn start_server(extra: &[&str]) -> Option<Server> {
+    let (bin, model) = (server_binary()?, common::smollm2_gguf()?);
+    let port = free_port();
+    let child = Command::new(bin)
+        .args(["-m", model.to_str().unwrap(), "--host", "127.0.0.1", "--port", &port.to_string(), "-t", "2", "-c", "8192", "--parallel", "4"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server { child, url: format!("http://127.0.0.1:{port}") };
+    let started = Instant::now();
+    while ureq::get(&format!("{}/health", server.url)).call().is_err() {
+        assert!(started.elapsed() < Duration::from_secs(120), "llama-server did not start");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Some(server)
+}
+
+/// One server for the tests that need no special flags.
+fn shared_server() -> Option<&'static str> {
+    static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+    SERVER.get_or_init(|| start_server(&[])).as_ref().map(|s| s.url.as_str())
+}
+
+fn example(name: &str) -> String {
+    format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn write_template(dir: &Path, text: &str) -> String {
+    let p = dir.join("t.lmt");
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+fn run_json(args: &[&str]) -> (i32, Value, String) {
+    let (code, out, err) = common::lmt(args);
+    let doc = serde_json::from_str(&out).unwrap_or(Value::Null);
+    (code, doc, err)
+}
+
+#[test]
+fn examples_run_with_their_constraints() {
+    let Some(url) = shared_server() else { return };
+    for name in ["hello", "capture", "grammar", "json", "dialogue", "trip", "usage", "vehicles", "agent", "chess", "article"] {
+        let (code, doc, err) = run_json(&["run", &example(&format!("{name}.lmt")), "--model", url, "--json", "-q"]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert_eq!(doc["finish_reason"], "done", "{name}");
+        assert!(doc["usage"]["generated_tokens"].as_u64().unwrap() > 0, "{name}");
+    }
+    // Values checked here, independently of lmt's own re-check.
+    let (_, doc, _) = run_json(&["run", &example("json.lmt"), "--model", url, "--json", "-q"]);
+    let p: Value = serde_json::from_str(doc["captures"]["p"]["value"].as_str().unwrap()).unwrap();
+    for k in ["x", "y"] {
+        let v = p[k].as_i64().unwrap();
+        assert!((-100..=100).contains(&v), "{p}");
+    }
+    assert_eq!(p.as_object().unwrap().len(), 2);
+    let person: Value = serde_json::from_str(doc["captures"]["person"]["value"].as_str().unwrap()).unwrap();
+    assert!(person["name"].is_string(), "{person}");
+    let (_, doc, _) = run_json(&["run", &example("grammar.lmt"), "--model", url, "--json", "-q"]);
+    let arith = regex_automata::meta::Regex::new(r"^[0-9]+(\.[0-9]+)?( ?[-+*/] ?([0-9]+(\.[0-9]+)?|\(.*\)))*$").unwrap();
+    for k in ["e", "n"] {
+        let v = doc["captures"][k]["value"].as_str().unwrap();
+        assert!(arith.is_match(v) || v.contains('('), "{k} = {v:?}");
+    }
+    assert!(doc["captures"]["n"]["value"].as_str().unwrap().bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+}
+
+#[test]
+fn regexes_choices_and_captures_equal_the_servers_text() {
+    let Some(url) = shared_server() else { return };
+    let dir = std::env::temp_dir().join(format!("lmt-remote-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = write_template(
+        &dir,
+        "Q: What is the capital of France?\nA:{% gen answer max_tokens=12 stop=\"\\n\" %}\n\
+         A year: {% gen year regex=\"1[0-9]{3}|20[0-9]{2}\" %}\n\
+         A colour: {% select colour in [\"red\", \"green\", \"blue\"] %}\n",
+    );
+    let (code, doc, err) = run_json(&["run", &t, "--model", url, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("W0902"), "the select's warning: {err}");
+    let year = doc["captures"]["year"]["value"].as_str().unwrap();
+    assert!(regex_automata::meta::Regex::new(r"^(1[0-9]{3}|20[0-9]{2})$").unwrap().is_match(year), "{year:?}");
+    assert!(["red", "green", "blue"].contains(&doc["captures"]["colour"]["value"].as_str().unwrap()));
+    // The same prompt (lmt's token ids up to the value) sent by hand.
+    let tokens = doc["tokens"].as_array().unwrap();
+    let prompt: Vec<u64> = tokens.iter().take_while(|t| t["origin"] != "generated").map(|t| t["id"].as_u64().unwrap()).collect();
+    let body = json!({"prompt": prompt, "n_predict": 12, "temperature": 0.0, "stop": ["\n"], "repeat_penalty": 1.0});
+    let resp: Value = ureq::post(&format!("{url}/completion")).send_json(body).unwrap().into_json().unwrap();
+    assert_eq!(doc["captures"]["answer"]["value"], resp["content"]);
+    assert!(!resp["content"].as_str().unwrap().is_empty());
+    // Every generated token has the model's log-prob.
+    assert!(tokens.iter().filter(|t| t["kind"] == "sampled").all(|t| t["logprob"].as_f64().is_some_and(|l| l <= 0.0)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn what_the_engine_lacks_is_refused_before_any_request() {
+    let Some(url) = shared_server() else { return };
+    // A bias needs per-token logits; a select with a generating branch too.
+    for (name, construct) in [("extract.lmt", "`bias`"), ("select.lmt", "branches generate")] {
+        let (code, out, err) = common::lmt(&["run", &example(name), "--model", url]);
+        assert_eq!(code, 1, "{name}: {err}");
+        assert!(err.contains("E0901") && err.contains(construct) && err.contains("llama-server"), "{name}: {err}");
+        assert!(out.is_empty());
+    }
+    let (code, _, err) = common::lmt(&["run", &example("hello.lmt"), "--model", url, "--beam", "2"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = common::lmt(&["run", &example("hello.lmt"), "--model", url, "--score", "all"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--score all"), "{err}");
+}
+
+#[test]
+fn a_dataset_shares_the_servers_prefix_cache() {
+    let Some(url) = shared_server() else { return };
+    let dir = std::env::temp_dir().join(format!("lmt-remote-rows-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let reviews: Vec<String> = std::fs::read_to_string(format!("{}/benches/data/reviews64.jsonl", env!("CARGO_MANIFEST_DIR")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["review"].as_str().unwrap().to_string())
+        .collect();
+    let rows: String = (0..200).map(|i| format!("{}\n", json!({"id": format!("row{i}"), "review": reviews[i % reviews.len()]}))).collect();
+    let (inp, out) = (dir.join("rows.jsonl"), dir.join("out.jsonl"));
+    std::fs::write(&inp, rows).unwrap();
+    let (code, _, err) = common::lmt(&[
+        "run", &example("reviews.lmt"), "--model", url, "--inputs", inp.to_str().unwrap(), "--out", out.to_str().unwrap(), "--parallel", "4", "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let records: Vec<Value> = std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ids: std::collections::BTreeSet<&str> = records.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!((records.len(), ids.len()), (200, 200));
+    let schema_fields = ["product", "sentiment", "problem"];
+    for r in &records {
+        assert!(r.get("error").is_none_or(Value::is_null), "{r}");
+        let v: Value = serde_json::from_str(r["captures"]["info"]["value"].as_str().unwrap()).unwrap();
+        assert!(schema_fields.iter().all(|k| v.get(k).is_some()), "{v}");
+        assert!(["positive", "negative", "mixed"].contains(&v["sentiment"].as_str().unwrap()), "{v}");
+    }
+    // The instructions and examples (about 150 tokens) come from the
+    // server's cache for every row but those that started together.
+    let cached: u64 = records.iter().map(|r| r["usage"]["prefix_cached_tokens"].as_u64().unwrap()).sum();
+    assert!(cached >= 190 * 100, "prompt tokens the server took from its cache: {cached}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wrong_key_is_exit_3_and_the_right_one_runs() {
+    let Some(server) = start_server(&["--api-key", "sesame"]) else { return };
+    let run = |key: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lmt"))
+            .args(["run", &example("hello.lmt"), "--model", &server.url, "--tokenizer"])
+            .arg(common::smollm2_gguf().unwrap())
+            .env("LMT_API_KEY", key)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run("wrong");
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("API key"), "{err}");
+    let (code, err) = run("sesame");
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn a_server_that_is_down_is_exit_3() {
+    let Some(gguf) = common::smollm2_gguf() else { return };
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let (code, _, err) = common::lmt(&["run", &example("hello.lmt"), "--model", &url, "--tokenizer", gguf.to_str().unwrap()]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("cannot connect") && err.contains(&url), "{err}");
+}
+
+/// What the stand-in answers to `/completion` requests, in turn.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// A llama-server completion of " Paris" and EOS.
+    Paris,
+    /// HTTP 500 with llama-server's error shape.
+    Status500,
+    /// Nothing, ever.
+    Silence,
+}
+
+/// A stand-in that answers `/props` as llama-server does (serving the
+/// SmolLM2 GGUF at `model`) and each `/completion` with the next answer
+/// (the last repeats).
+fn stand_in(model: &Path, answers: Vec<Answer>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let props = json!({"default_generation_settings": {"n_ctx": 2048}, "model_path": model, "total_slots": 1}).to_string();
+    std::thread::spawn(move || {
+        let mut turn = 0;
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let Some(path) = read_request(&mut stream) else { continue };
+            let answer = if path == "/props" { None } else { Some(answers[turn.min(answers.len() - 1)]) };
+            if answer.is_some() {
+                turn += 1;
+            }
+            let (status, body) = match answer {
+                None => ("200 OK", props.clone()),
+                Some(Answer::Paris) => (
+                    "200 OK",
+                    json!({"content": " Paris", "tokens": [7042], "stop_type": "eos", "stopping_word": "",
+                           "completion_probabilities": [{"id": 7042, "logprob": -0.25, "top_logprobs": []}],
+                           "timings": {"prompt_n": 5, "cache_n": 0}})
+                    .to_string(),
+                ),
+                Some(Answer::Status500) => ("500 Internal Server Error", json!({"error": {"code": 500, "message": "the slot crashed"}}).to_string()),
+                Some(Answer::Silence) => {
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_secs(30));
+                        drop(stream);
+                    });
+                    continue;
+                }
+            };
+            let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    url
+}
+
+/// Reads one request; returns its path.
+fn read_request(stream: &mut TcpStream) -> Option<String> {
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let path = line.split_whitespace().nth(1)?.to_string();
+    let mut length = 0;
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        if h.trim().is_empty() {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(path)
+}
+
+#[test]
+fn a_failing_server_is_exit_3_and_the_record_keeps_what_came_before() {
+    let Some(gguf) = common::smollm2_gguf() else { return };
+    let dir = std::env::temp_dir().join(format!("lmt-remote-fail-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = write_template(&dir, "The capital of France is{% gen city max_tokens=4 %}. And of Italy:{% gen other max_tokens=4 %}");
+    // The first value comes back; the second request gets 500 (retried, then given up).
+    let url = stand_in(&gguf, vec![Answer::Paris, Answer::Status500]);
+    let (code, doc, err) = run_json(&["run", &t, "--model", &url, "--json", "-q"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("HTTP 500") && err.contains("the slot crashed") && err.contains("after 3 attempts"), "{err}");
+    assert_eq!(doc["captures"]["city"]["value"], " Paris");
+    assert_eq!(doc["finish_reason"], "error");
+    assert_eq!(doc["error"]["kind"], "model-failed");
+    // No answer within the timeout.
+    let url = stand_in(&gguf, vec![Answer::Silence]);
+    let (code, _, err) = run_json(&["run", &t, "--model", &url, "--json", "-q", "--timeout", "1"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("no response within"), "{err}");
+    // A value that breaks its constraint is the engine's error, never a capture.
+    let t = write_template(&dir, "The capital of France is{% gen city regex=\"[0-9]+\" %}");
+    let url = stand_in(&gguf, vec![Answer::Paris]);
+    let (code, doc, err) = run_json(&["run", &t, "--model", &url, "--json", "-q"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("does not match") && err.contains("llama-server"), "{err}");
+    assert!(doc["captures"].get("city").is_none(), "{doc}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
