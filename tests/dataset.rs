@@ -260,7 +260,7 @@ fn the_shared_prefix_is_computed_once() {
             score_all: false,
         };
         let mut texts = Vec::new();
-        let summary = lmt::dataset::run(&program, &ws.sources, &model, rows(), &opts, &mut |r| texts.push(r.record["text"].clone())).unwrap();
+        let summary = lmt::dataset::run(&program, &ws.sources, lmt::interp::Backend::local(&model), rows(), &opts, &mut |r| texts.push(r.record["text"].clone())).unwrap();
         assert_eq!((summary.done, summary.failed), (n_rows, 0));
         let forward = summary.usage.forward_tokens + summary.batches.shared_tokens;
         assert!(forward <= own + prefix, "--parallel {parallel}: {forward} forward tokens > {own} own + {prefix} prefix");

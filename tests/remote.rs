@@ -238,48 +238,56 @@ enum Answer {
     Silence,
 }
 
-/// A stand-in that answers `/props` as llama-server does (serving the
-/// SmolLM2 GGUF at `model`) and each `/completion` with the next answer
+/// A stand-in llama-server: `/props` as llama-server answers it (serving
+/// the SmolLM2 GGUF at `model`), each `/completion` with the next answer
 /// (the last repeats).
 fn stand_in(model: &Path, answers: Vec<Answer>) -> String {
+    let props = json!({"default_generation_settings": {"n_ctx": 2048}, "model_path": model, "total_slots": 1});
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    serve(move |path, _| {
+        if path == "/props" {
+            return Some((200, props.clone()));
+        }
+        let t = turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match answers[t.min(answers.len() - 1)] {
+            Answer::Paris => Some((
+                200,
+                json!({"content": " Paris", "tokens": [7042], "stop_type": "eos", "stopping_word": "",
+                       "completion_probabilities": [{"id": 7042, "logprob": -0.25, "top_logprobs": []}],
+                       "timings": {"prompt_n": 5, "cache_n": 0}}),
+            )),
+            Answer::Status500 => Some((500, json!({"error": {"code": 500, "message": "the slot crashed"}}))),
+            Answer::Silence => None,
+        }
+    })
+}
+
+/// An HTTP server on a free port answering each request with `answer(path,
+/// body)`: a status and JSON, or (`None`) never. Returns its URL.
+fn serve(answer: impl Fn(&str, &Value) -> Option<(u16, Value)> + Send + 'static) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let props = json!({"default_generation_settings": {"n_ctx": 2048}, "model_path": model, "total_slots": 1}).to_string();
     std::thread::spawn(move || {
-        let mut turn = 0;
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let Some(path) = read_request(&mut stream) else { continue };
-            let answer = if path == "/props" { None } else { Some(answers[turn.min(answers.len() - 1)]) };
-            if answer.is_some() {
-                turn += 1;
-            }
-            let (status, body) = match answer {
-                None => ("200 OK", props.clone()),
-                Some(Answer::Paris) => (
-                    "200 OK",
-                    json!({"content": " Paris", "tokens": [7042], "stop_type": "eos", "stopping_word": "",
-                           "completion_probabilities": [{"id": 7042, "logprob": -0.25, "top_logprobs": []}],
-                           "timings": {"prompt_n": 5, "cache_n": 0}})
-                    .to_string(),
-                ),
-                Some(Answer::Status500) => ("500 Internal Server Error", json!({"error": {"code": 500, "message": "the slot crashed"}}).to_string()),
-                Some(Answer::Silence) => {
-                    std::thread::spawn(move || {
-                        std::thread::sleep(Duration::from_secs(30));
-                        drop(stream);
-                    });
-                    continue;
-                }
+            let Some((path, body)) = read_request(&mut stream) else { continue };
+            let Some((status, reply)) = answer(&path, &body) else {
+                // Held open, unanswered, past any timeout a test gives.
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_secs(30));
+                    drop(stream);
+                });
+                continue;
             };
-            let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            let reply = reply.to_string();
+            let _ = write!(stream, "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}", reply.len());
         }
     });
     url
 }
 
-/// Reads one request; returns its path.
-fn read_request(stream: &mut TcpStream) -> Option<String> {
+/// Reads one request: its path and JSON body (`null` when none).
+fn read_request(stream: &mut TcpStream) -> Option<(String, Value)> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
@@ -297,7 +305,7 @@ fn read_request(stream: &mut TcpStream) -> Option<String> {
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    Some(path)
+    Some((path, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }
 
 #[test]
@@ -327,4 +335,116 @@ fn a_failing_server_is_exit_3_and_the_record_keeps_what_came_before() {
     assert!(err.contains("does not match") && err.contains("llama-server"), "{err}");
     assert!(doc["captures"].get("city").is_none(), "{doc}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn fixture(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(format!("{}/tests/data/remote/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()).unwrap()
+}
+
+/// The requests a stand-in received, in order.
+type Log = std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>;
+
+/// Runs a generation and a scored select through a stand-in of `engine`
+/// whose answers come from `answer`; returns the record and the requests.
+fn through_stand_in(engine: Option<&str>, answer: impl Fn(&str, &Value) -> Option<(u16, Value)> + Send + 'static) -> Option<(Value, String, Vec<(String, Value)>)> {
+    let gguf = common::smollm2_gguf()?;
+    let log: Log = Default::default();
+    let seen = log.clone();
+    let url = serve(move |path, body| {
+        seen.lock().unwrap().push((path.to_string(), body.clone()));
+        answer(path, body)
+    });
+    let dir = std::env::temp_dir().join(format!("lmt-remote-{}-{}", engine.unwrap_or("detected"), std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = write_template(&dir, "The capital of France is{% gen city max_tokens=4 %}. Colour: {% select c in [\"red\", \"blue\"] %}");
+    let mut args = vec!["run", &t, "--model", &url, "--tokenizer", gguf.to_str().unwrap(), "--json"];
+    if let Some(e) = engine {
+        args.extend(["--engine", e]);
+    }
+    let (code, doc, err) = run_json(&args);
+    assert_eq!(code, 0, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let requests = log.lock().unwrap().clone();
+    Some((doc, err, requests))
+}
+
+/// The log-prob the stand-ins give each option token: option 1 ("blue") is likelier.
+fn option_logprob(option: usize) -> f64 {
+    if option == 1 { -1.0 } else { -5.0 }
+}
+
+/// Checks a run through a stand-in: the value, the select scored by the
+/// engine's log-probs (no W0902), and the prompts as lmt's token ids.
+fn check_scored_run(doc: &Value, err: &str, generation: &Value, scoring: &Value, prompts: impl Fn(&Value) -> Vec<Vec<u64>>) {
+    assert_eq!(doc["captures"]["city"]["value"], " Paris");
+    assert_eq!(doc["captures"]["c"]["value"], "blue", "{doc}");
+    assert!(!err.contains("W0902"), "{err}");
+    let choices = doc["captures"]["c"]["choices"].as_array().unwrap();
+    assert_eq!(choices[0]["text"], "blue");
+    assert!(choices[0]["logprob"].as_f64().unwrap() < 0.0 && choices[1]["logprob"].as_f64().unwrap() < choices[0]["logprob"].as_f64().unwrap());
+    assert!(doc["usage"]["scored_tokens"].as_u64().unwrap() >= 2);
+    let gen_prompt = &prompts(generation)[0];
+    let ids: Vec<u64> = doc["tokens"].as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()).collect();
+    assert_eq!(gen_prompt[..], ids[..gen_prompt.len()], "the generation's prompt is the record's tokens");
+    let scored = prompts(scoring);
+    assert_eq!(scored.len(), 2);
+    // Both options after one prefix: the record's tokens before the choice.
+    let shared = scored[0].iter().zip(&scored[1]).take_while(|(a, b)| a == b).count();
+    assert!(shared >= gen_prompt.len(), "the options share the prompt: {scored:?}");
+    assert_eq!(scored[0][..shared], ids[..shared]);
+}
+
+#[test]
+fn vllm_adapter_runs_a_template_against_a_stand_in() {
+    let Some((doc, err, requests)) = through_stand_in(None, |path, body| match path {
+        "/v1/models" => Some((200, fixture("vllm_models.json"))),
+        "/v1/completions" if body["prompt"][0].is_array() => {
+            let choices: Vec<Value> = body["prompt"].as_array().unwrap().iter().enumerate().map(|(i, p)| {
+                let mut lps = vec![Value::Null];
+                lps.extend(p.as_array().unwrap()[1..].iter().map(|id| json!({id.to_string(): {"logprob": option_logprob(i), "rank": 1, "decoded_token": ""}})));
+                json!({"index": i, "text": ",", "token_ids": [28], "logprobs": null, "finish_reason": "length", "stop_reason": null, "prompt_logprobs": lps})
+            }).collect();
+            Some((200, json!({"id": "cmpl-1", "object": "text_completion", "choices": choices, "usage": {"prompt_tokens": 9, "completion_tokens": 2}})))
+        }
+        "/v1/completions" => Some((200, fixture("vllm_completion_response.json"))),
+        _ => Some((404, json!({"error": {"message": "Not Found", "type": "NotFoundError", "code": 404}}))),
+    }) else { return };
+    let posts: Vec<&Value> = requests.iter().filter(|(p, _)| p == "/v1/completions").map(|(_, b)| b).collect();
+    assert_eq!(posts.len(), 2, "one generation, one request scoring both options");
+    assert_eq!(posts[0]["model"], "HuggingFaceTB/SmolLM2-135M-Instruct");
+    assert_eq!(posts[0]["return_token_ids"], true);
+    let ids = |b: &Value| -> Vec<Vec<u64>> {
+        match b["prompt"][0].is_array() {
+            true => b["prompt"].as_array().unwrap().iter().map(|p| p.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()).collect(),
+            false => vec![b["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()],
+        }
+    };
+    check_scored_run(&doc, &err, posts[0], posts[1], ids);
+}
+
+#[test]
+fn sglang_adapter_runs_a_template_against_a_stand_in() {
+    let Some((doc, err, requests)) = through_stand_in(Some("sglang"), |path, body| match path {
+        "/get_model_info" => Some((200, fixture("sglang_model_info.json"))),
+        "/generate" if body["input_ids"][0].is_array() => {
+            let from = body["logprob_start_len"].as_u64().unwrap() as usize;
+            let items: Vec<Value> = body["input_ids"].as_array().unwrap().iter().enumerate().map(|(i, p)| {
+                let lps: Vec<Value> = p.as_array().unwrap()[from..].iter().map(|id| json!([option_logprob(i), id, null])).collect();
+                json!({"text": "", "meta_info": {"finish_reason": {"type": "length", "length": 0}, "prompt_tokens": p.as_array().unwrap().len(), "cached_tokens": from, "input_token_logprobs": lps, "output_token_logprobs": []}})
+            }).collect();
+            Some((200, Value::Array(items)))
+        }
+        "/generate" => Some((200, fixture("sglang_generate_response.json"))),
+        _ => Some((404, json!({"detail": "Not Found"}))),
+    }) else { return };
+    let posts: Vec<&Value> = requests.iter().filter(|(p, _)| p == "/generate").map(|(_, b)| b).collect();
+    assert_eq!(posts.len(), 2, "one generation, one request scoring both options");
+    assert_eq!(posts[0]["return_logprob"], true);
+    let ids = |b: &Value| -> Vec<Vec<u64>> {
+        match b["input_ids"][0].is_array() {
+            true => b["input_ids"].as_array().unwrap().iter().map(|p| p.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()).collect(),
+            false => vec![b["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()],
+        }
+    };
+    check_scored_run(&doc, &err, posts[0], posts[1], ids);
 }

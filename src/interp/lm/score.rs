@@ -8,6 +8,7 @@ impl Lm<'_> {
     /// total log-probabilities, in one batched pass.
     pub fn score(&mut self, options: &[String], follow: &str) -> LmResult<Vec<(f64, usize)>> {
         self.decide()?;
+        let remote = self.remote();
         let healed = self.heal_back();
         let prefix = match String::from_utf8(healed) {
             Ok(p) => p,
@@ -18,7 +19,9 @@ impl Lm<'_> {
                 String::new()
             }
         };
-        self.feed()?;
+        if remote.is_none() {
+            self.feed()?;
+        }
         let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.tok.vocab));
         let mut ids = Vec::new();
         for o in options {
@@ -26,7 +29,16 @@ impl Lm<'_> {
             let r = Rendered { content_spans: vec![(0, text.len())], text };
             ids.push(crate::chat::encode_in(&self.tok, &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
         }
-        let lps = self.forward()?.score(&mut self.kv, &ids)?;
+        let lps = match remote {
+            Some(r) => {
+                let prefix: Vec<u32> = self.seq.iter().map(|t| t.id).collect();
+                let lps = r.remote.score(&prefix, &ids).map_err(|e| Failure::model(format!("{}: {e}", r.remote.kind.name())))?;
+                self.kv.stats.passes += 1;
+                self.kv.stats.tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
+                lps
+            }
+            None => self.forward()?.score(&mut self.kv, &ids)?,
+        };
         self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
         // Healing's token goes back as pending text, to be decided with the choice.
         if !prefix.is_empty() {
@@ -43,6 +55,13 @@ impl Lm<'_> {
         let ids: Vec<u32> = self.seq.iter().map(|t| t.id).collect();
         if ids.len() < 2 {
             return Ok(0.0);
+        }
+        if let Some(r) = self.remote() {
+            let lps = r.remote.score(&ids[..1], &[ids[1..].to_vec()]).map_err(|e| Failure::model(format!("{}: {e}", r.remote.kind.name())))?;
+            self.kv.stats.passes += 1;
+            self.kv.stats.tokens += ids.len() as u64;
+            self.usage.scored_tokens += ids.len() as u64;
+            return Ok(lps.iter().flatten().map(|&x| f64::from(x)).sum());
         }
         let mut st = self.new_state()?;
         self.forward()?.append(&mut st, &ids[..1])?;

@@ -13,7 +13,7 @@ pub fn from_props(client: Client, props: &Value) -> Remote {
     let settings = &props["default_generation_settings"];
     let context_length = settings["n_ctx"].as_u64().or(props["n_ctx"].as_u64()).map(|n| n as usize);
     let model_file = props["model_path"].as_str().map(std::path::PathBuf::from).filter(|p| p.is_file());
-    Remote { kind: EngineKind::LlamaServer, client, context_length, model_file }
+    Remote { kind: EngineKind::LlamaServer, client, context_length, model_file, model_id: None }
 }
 
 /// Sends `req` to `/completion`.

@@ -1,14 +1,17 @@
-//! Remote engines: a serving engine (llama.cpp's `llama-server`; vLLM,
-//! SGLang and OpenAI-compatible servers are detected and refused until
-//! their adapters land) runs the model; lmt sends prompts as token ids of
-//! its own tokenization, constraints in the engine's dialect, and reads
-//! back text, token ids, log-probs and why generation stopped.
+//! Remote engines: a serving engine (llama.cpp's `llama-server`, vLLM,
+//! SGLang; other OpenAI-compatible servers are detected and refused) runs
+//! the model; lmt sends prompts as token ids of its own tokenization,
+//! constraints in the engine's dialect, and reads back text, token ids,
+//! log-probs and why generation stopped; where the engine gives log-probs
+//! of given text, select options are scored by them.
 //!
 //! What each engine can do is a table ([`EngineKind::capabilities`]): the
 //! interpreter refuses, before any request, a template that needs more.
 
 mod http;
 pub mod llama_server;
+pub mod sglang;
+pub mod vllm;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -70,10 +73,9 @@ impl EngineKind {
     pub fn capabilities(self) -> Capabilities {
         match self {
             EngineKind::LlamaServer => Capabilities { generate: true, token_logits: false, constraints: true, prompt_scoring: false },
-            // Detected, but their adapters are not written yet.
-            EngineKind::Vllm | EngineKind::Sglang | EngineKind::Openai => {
-                Capabilities { generate: false, token_logits: false, constraints: false, prompt_scoring: false }
-            }
+            EngineKind::Vllm | EngineKind::Sglang => Capabilities { generate: true, token_logits: false, constraints: true, prompt_scoring: true },
+            // Detected; no adapter (token-id prompts and ids back are not standard).
+            EngineKind::Openai => Capabilities { generate: false, token_logits: false, constraints: false, prompt_scoring: false },
         }
     }
 }
@@ -189,6 +191,8 @@ pub struct Remote {
     /// The model file the engine loaded, when it says and it is readable
     /// here (a server on this machine): its tokenizer is the one to use.
     pub model_file: Option<PathBuf>,
+    /// The model's name in requests (OpenAI-style APIs).
+    pub model_id: Option<String>,
 }
 
 impl Remote {
@@ -211,10 +215,17 @@ impl Remote {
         };
         match kind {
             EngineKind::LlamaServer => Err(RemoteError(format!("{} does not answer /props as llama-server does", opts.url))),
-            other => Err(RemoteError(format!(
-                "{} is {}: lmt's adapter for it is not written yet (llama-server is supported)",
-                opts.url,
-                other.name()
+            EngineKind::Vllm => {
+                let models = client.get_json("/v1/models")?;
+                Ok(vllm::from_models(client, &models))
+            }
+            EngineKind::Sglang => {
+                let info = client.get_json("/get_model_info")?;
+                Ok(sglang::from_model_info(client, &info))
+            }
+            EngineKind::Openai => Err(RemoteError(format!(
+                "{} is an OpenAI-compatible server of no kind lmt knows: lmt needs prompts as token ids and the ids it generated (llama-server, vLLM or SGLang; name one with --engine)",
+                opts.url
             ))),
         }
     }
@@ -223,7 +234,19 @@ impl Remote {
     pub fn complete(&self, req: &Request<'_>) -> Result<Completion, RemoteError> {
         match self.kind {
             EngineKind::LlamaServer => llama_server::complete(&self.client, req),
-            other => Err(RemoteError(format!("generation through {} is not written yet", other.name()))),
+            EngineKind::Vllm => vllm::complete(self, req),
+            EngineKind::Sglang => sglang::complete(self, req),
+            EngineKind::Openai => Err(RemoteError("generation through a plain OpenAI-compatible server is not supported".into())),
+        }
+    }
+
+    /// Log-probabilities of each option's tokens after `prefix`, in one
+    /// request (engines with prompt log-probs).
+    pub fn score(&self, prefix: &[u32], options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, RemoteError> {
+        match self.kind {
+            EngineKind::Vllm => vllm::score(self, prefix, options),
+            EngineKind::Sglang => sglang::score(self, prefix, options),
+            other => Err(RemoteError(format!("{} gives no log-probs of given text", other.name()))),
         }
     }
 
