@@ -448,3 +448,56 @@ fn sglang_adapter_runs_a_template_against_a_stand_in() {
     };
     check_scored_run(&doc, &err, posts[0], posts[1], ids);
 }
+
+#[test]
+fn samples_run_through_the_engine() {
+    let Some(url) = shared_server() else { return };
+    let dir = std::env::temp_dir().join(format!("lmt-remote-samples-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = write_template(&dir, "A number between 10 and 99: {% gen n regex=\"[1-9][0-9]\" %}");
+    let (code, doc, err) = run_json(&["run", &t, "--model", url, "--samples", "4", "--seed", "7", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    let two_digits = regex_automata::meta::Regex::new(r"^[1-9][0-9]$").unwrap();
+    let scores: Vec<f64> = runs.iter().map(|r| r["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "ranked best first: {scores:?}");
+    for r in runs {
+        let v = r["captures"]["n"]["value"].as_str().unwrap();
+        assert!(two_digits.is_match(v), "{v:?}");
+        // The run's score is its decisions' log-probs, from the engine.
+        assert!(r["logprob"].as_f64().unwrap() < 0.0);
+    }
+    // Dataset rows searched through the engine.
+    let rows = dir.join("rows.jsonl");
+    std::fs::write(&rows, "{\"id\": \"a\"}\n{\"id\": \"b\"}\n").unwrap();
+    let (code, out, err) = common::lmt(&["run", &t, "--model", url, "--inputs", rows.to_str().unwrap(), "--best-of", "3", "-q"]);
+    assert_eq!(code, 0, "{err}");
+    let records: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert_eq!((r["runs"].as_array().unwrap().len(), r["search"]["runs_started"].as_u64()), (1, Some(3)), "{r}");
+        assert!(two_digits.is_match(r["captures"]["n"]["value"].as_str().unwrap()), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_says_what_an_engine_lacks_without_running() {
+    // Named engines need no connection.
+    let (code, _, err) = common::lmt(&["check", &example("select.lmt"), "--engine", "llama-server"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("E0901"), "{err}");
+    let (code, _, err) = common::lmt(&["check", &example("article.lmt"), "--engine", "llama-server"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("W0902"), "{err}");
+    let (code, _, err) = common::lmt(&["check", &example("article.lmt"), "--engine", "vllm"]);
+    assert_eq!((code, err.contains("W0902")), (0, false), "{err}");
+    let (code, _, err) = common::lmt(&["check", &example("hello.lmt")]);
+    assert_eq!((code, err.contains("W09")), (0, false), "{err}");
+    // Detected at a URL.
+    let Some(url) = shared_server() else { return };
+    let (code, out, err) = common::lmt(&["check", &example("extract.lmt"), "--model", url, "--format", "json"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains("\"E0901\""), "{out}");
+}

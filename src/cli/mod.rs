@@ -74,6 +74,26 @@ pub struct CheckArgs {
     /// The folder imports and schema files must stay under (default: each template's folder).
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
+    /// Also check what the templates need of the engine at this URL (E0901, W0902).
+    #[arg(long, value_name = "URL")]
+    pub model: Option<String>,
+    /// Also check what the templates need of this engine (no connection).
+    #[arg(long, value_name = "ENGINE", value_parser = ["llama-server", "vllm", "sglang", "openai"])]
+    pub engine: Option<String>,
+}
+
+/// The engine `lmt check` checks templates against: named, or detected at
+/// `--model`'s URL; `Err` with a message when that fails.
+fn check_engine(args: &CheckArgs) -> Result<Option<crate::model::remote::EngineKind>, String> {
+    use crate::model::remote::{EngineKind, Remote, RemoteOptions};
+    if let Some(name) = &args.engine {
+        return EngineKind::parse(name).map(Some).ok_or_else(|| format!("`--engine {name}`: not an engine lmt knows"));
+    }
+    match args.model.as_deref() {
+        None => Ok(None),
+        Some(url) if remote::is_url(url) => Remote::connect(&RemoteOptions::new(url)).map(|r| Some(r.kind)).map_err(|e| e.to_string()),
+        Some(m) => Err(format!("`--model {m}`: `lmt check` checks against a remote engine's URL (a local model can run any template)")),
+    }
 }
 
 /// Diagnostic output formats.
@@ -135,6 +155,13 @@ pub fn check(args: &CheckArgs) -> i32 {
     let color = report::use_color(std::io::stderr().is_terminal());
     let width = terminal_width();
     let (mut errors, mut warnings, mut unreadable) = (0, 0, 0);
+    let engine = match check_engine(args) {
+        Ok(e) => e,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return EXIT_USAGE;
+        }
+    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for path in &args.files {
@@ -146,7 +173,11 @@ pub fn check(args: &CheckArgs) -> i32 {
                 continue;
             }
         };
-        for d in &ws.diagnostics {
+        let mut diags = ws.diagnostics.clone();
+        if let (Some(kind), false) = (engine, ws.has_errors()) {
+            diags.extend(crate::interp::engine_needs(&crate::ir::compile(&ws), kind));
+        }
+        for d in &diags {
             match d.severity {
                 Severity::Error => errors += 1,
                 Severity::Warning => warnings += 1,

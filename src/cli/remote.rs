@@ -85,8 +85,8 @@ fn read_tokenizer(path: &Path, args: &ModelArgs) -> Result<ModelInfo, String> {
 pub fn unsupported_flags(args: &super::run::RunArgs, loaded: &Loaded) -> Option<String> {
     let Loaded::Remote(r) = loaded else { return None };
     let caps = r.remote.kind.capabilities();
-    if args.search.mode().is_some() {
-        return Some("searches (--samples, --best-of, --beam) through a remote engine are not written yet".into());
+    if let Some(crate::search::Mode::Beam { .. }) = args.search.mode() {
+        return Some(format!("`--beam` needs the model's next-token log-probs at every step, which {} does not give (`--samples` and `--best-of` work)", r.remote.describe()));
     }
     if args.input.score == super::run::Score::All && !caps.prompt_scoring {
         return Some(format!("`--score all` needs log-probs of given text, which {} does not give", r.remote.describe()));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 
 use super::complete::{model_spec, EXIT_MODEL_ERROR};
-use super::remote::{load_any, refuse_unsupported, unsupported_flags, Loaded};
+use super::remote::{load_any, refuse_unsupported, unsupported_flags};
 use super::{report, terminal_width, EXIT_TEMPLATE_ERROR, EXIT_USAGE};
 use crate::diagnostic::{Code, Diagnostic, JsonDiagnostic, Severity};
 use crate::interp::value::Value;
@@ -223,8 +223,8 @@ pub fn run(args: &RunArgs) -> i32 {
         args.events_end_early("usage", &msg);
         return EXIT_USAGE;
     }
-    if let (Some(mode), Loaded::Local(model)) = (args.search.mode(), &loaded) {
-        return super::search::run(args, &program, &ws.sources, model, opts, mode);
+    if let Some(mode) = args.search.mode() {
+        return super::search::run(args, &program, &ws.sources, &loaded, opts, mode);
     }
     let stream = !args.json && !args.events;
     let styles = Styles::new(stream && std::io::stdout().is_terminal() && report::use_color(true));

@@ -7,7 +7,8 @@ use std::io::{IsTerminal, Write};
 use super::run::{RunArgs, EXIT_CANCELLED, EXIT_OUTPUT_ERROR};
 use crate::interp::RunOptions;
 use crate::ir::Program;
-use crate::model::Model;
+use super::remote::Loaded;
+use super::EXIT_USAGE;
 use crate::render;
 use crate::search::{self, Found, Mode, SearchOptions};
 use crate::span::SourceMap;
@@ -78,13 +79,22 @@ pub fn check_usage(args: &RunArgs) -> Result<(), String> {
 }
 
 /// Runs the search and prints it; returns the exit code.
-pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, model: &Model, opts: RunOptions, mode: Mode) -> i32 {
+pub fn run(args: &RunArgs, program: &Program, sources: &SourceMap, loaded: &Loaded, opts: RunOptions, mode: Mode) -> i32 {
     let search = SearchOptions {
         mode,
         length_penalty: args.search.length_penalty,
         prefix_cache_bytes: (args.dataset.prefix_cache as usize) << 20,
     };
-    let found = search::run(program, sources, model, &opts, &search);
+    let found = match loaded {
+        Loaded::Local(model) => search::run(program, sources, model, &opts, &search),
+        Loaded::Remote(r) => match search::run_remote(program, sources, r, &opts, &search) {
+            Some(found) => found,
+            None => {
+                eprintln!("error: a beam needs the model's next-token log-probs at every step, which {} does not give", r.remote.describe());
+                return EXIT_USAGE;
+            }
+        },
+    };
     let Some(best) = found.runs.first() else {
         // Only when Ctrl-C came before any run got going, or every run failed inside lmt.
         eprintln!("error: the search found no run");

@@ -25,7 +25,7 @@ use crate::interp::Backend;
 use crate::interp::value::Value;
 use crate::interp::{self, RunError, RunOptions};
 use crate::ir::Program;
-use crate::model::{BatchStats, Batcher, Model};
+use crate::model::{BatchStats, Batcher};
 use crate::search::{self, Mode};
 use crate::span::SourceMap;
 use crate::state::{FinishReason, Record, Usage};
@@ -210,11 +210,11 @@ fn run_row(
         cancel: Some(opts.cancel.clone()),
         score_all: opts.score_all,
     };
+    if let Some((mode, alpha)) = opts.search {
+        return search_row(program, sources, backend, batcher, row, inputs_json(values), &run_opts, mode, alpha);
+    }
     let outcome = match (backend, batcher) {
         (Backend::Local { model, .. }, Some(batcher)) => {
-            if let Some((mode, alpha)) = opts.search {
-                return search_row(program, sources, model, batcher, row, inputs_json(values), &run_opts, mode, alpha);
-            }
             let member = batcher.join();
             interp::run_on(program, sources, model, &member, &run_opts, &mut |_| {})
         }
@@ -237,15 +237,26 @@ fn run_row(
 fn search_row(
     program: &Program,
     sources: &SourceMap,
-    model: &Model,
-    batcher: &Batcher<'_>,
+    backend: Backend<'_>,
+    batcher: Option<&Batcher<'_>>,
     row: &Row,
     inputs: J,
     run_opts: &RunOptions,
     mode: Mode,
     alpha: f64,
 ) -> RowResult {
-    let found = search::run_in(program, sources, model, batcher, run_opts, mode, alpha);
+    let found = match (backend, batcher) {
+        (Backend::Local { model, .. }, Some(batcher)) => Some(search::run_in(program, sources, model, batcher, run_opts, mode, alpha)),
+        (Backend::Remote(r), _) => {
+            let search = search::SearchOptions { mode, length_penalty: alpha, prefix_cache_bytes: 0 };
+            search::run_remote(program, sources, r, run_opts, &search)
+        }
+        (Backend::Local { .. }, None) => None,
+    };
+    let Some(found) = found else {
+        let record = json!({"id": row.id, "line": row.line, "inputs": inputs, "error": {"kind": "search", "message": "this search cannot run on this model"}});
+        return RowResult { record, failed: true, cancelled: false, usage: Usage::default() };
+    };
     let cancelled = run_opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst));
     let Some(best) = found.runs.first() else {
         let record = json!({"id": row.id, "line": row.line, "inputs": inputs, "error": {"kind": "search", "message": "the search found no run"}});

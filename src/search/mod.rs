@@ -16,8 +16,9 @@ mod beam;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::interp::{self, Outcome, RunOptions};
+use crate::interp::{self, Backend, Outcome, RunOptions};
 use crate::ir::Program;
+use crate::model::remote::RemoteModel;
 use crate::model::{Batcher, Model};
 use crate::span::SourceMap;
 use crate::state::FinishReason;
@@ -99,6 +100,27 @@ pub fn run(program: &Program, sources: &SourceMap, model: &Model, opts: &RunOpti
     found
 }
 
+/// Samples of `program` on a remote engine: runs on threads, each its own
+/// requests (the engine batches and caches their shared prompt). A beam
+/// needs the model's next-token log-probs at every step: `None`.
+pub fn run_remote(program: &Program, sources: &SourceMap, remote: &RemoteModel, opts: &RunOptions, search: &SearchOptions) -> Option<Found> {
+    let Mode::Samples { n, best_of } = search.mode else { return None };
+    let mut f = samples(program, sources, Runner::Remote(remote), opts, n, search.length_penalty);
+    if best_of {
+        f.runs.truncate(1);
+    }
+    Some(f)
+}
+
+/// What a search's runs run on.
+#[derive(Clone, Copy)]
+enum Runner<'a> {
+    /// lmt's runtime, passes batched.
+    Local(&'a Model, &'a Batcher<'a>),
+    /// A remote engine.
+    Remote(&'a RemoteModel),
+}
+
 /// [`run`] through `batcher`, which other work may share (a dataset's rows):
 /// its counters are not in the usage.
 pub fn run_in(
@@ -112,7 +134,7 @@ pub fn run_in(
 ) -> Found {
     let mut found = match mode {
         Mode::Samples { n, best_of } => {
-            let mut f = samples(program, sources, model, batcher, opts, n, length_penalty);
+            let mut f = samples(program, sources, Runner::Local(model, batcher), opts, n, length_penalty);
             if best_of {
                 f.runs.truncate(1);
             }
@@ -149,13 +171,21 @@ pub fn sample_seed(base: u64, i: usize) -> u64 {
 }
 
 /// `n` runs with seeds [`sample_seed`], on up to [`MAX_RUNS`] threads.
-fn samples(program: &Program, sources: &SourceMap, model: &Model, batcher: &Batcher<'_>, opts: &RunOptions, n: usize, alpha: f64) -> Found {
+fn samples(program: &Program, sources: &SourceMap, runner: Runner<'_>, opts: &RunOptions, n: usize, alpha: f64) -> Found {
     let next = AtomicUsize::new(0);
     let done: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..n.clamp(1, MAX_RUNS) {
             scope.spawn(|| {
-                let member = batcher.join();
+                // A local sample's thread is a member of the batch while it lives.
+                let member;
+                let backend = match runner {
+                    Runner::Local(model, batcher) => {
+                        member = batcher.join();
+                        Backend::Local { model, forward: &member }
+                    }
+                    Runner::Remote(r) => Backend::Remote(r),
+                };
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     if i >= n || cancelled(opts) {
@@ -164,7 +194,7 @@ fn samples(program: &Program, sources: &SourceMap, model: &Model, batcher: &Batc
                     let o = RunOptions { seed: sample_seed(opts.seed, i), ..opts.clone() };
                     // A panic is a bug: that sample is missing, the others go on.
                     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        interp::run_on(program, sources, model, &member, &o, &mut |_| {})
+                        interp::run_with(program, sources, backend, None, &o, &mut |_| {})
                     }));
                     if let Ok(outcome) = ran {
                         done.lock().unwrap_or_else(|e| e.into_inner()).push((i, outcome));
