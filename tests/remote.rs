@@ -135,13 +135,21 @@ fn regexes_choices_and_captures_equal_the_servers_text() {
     let year = doc["captures"]["year"]["value"].as_str().unwrap();
     assert!(regex_automata::meta::Regex::new(r"^(1[0-9]{3}|20[0-9]{2})$").unwrap().is_match(year), "{year:?}");
     assert!(["red", "green", "blue"].contains(&doc["captures"]["colour"]["value"].as_str().unwrap()));
-    // The same prompt (lmt's token ids up to the value) sent by hand.
+    // Healed as locally: "A:" was backed out, the first token the engine
+    // chose spells ":" and more.
     let tokens = doc["tokens"].as_array().unwrap();
+    let first = tokens.iter().find(|t| t["origin"] == "generated").unwrap();
+    assert_eq!(first["kind"], "healed", "{first}");
+    assert!(first["text"].as_str().unwrap().starts_with(':'), "{first}");
+    // The same request sent by hand: lmt's token ids before the value, and
+    // a grammar for ":" then anything.
     let prompt: Vec<u64> = tokens.iter().take_while(|t| t["origin"] != "generated").map(|t| t["id"].as_u64().unwrap()).collect();
-    let body = json!({"prompt": prompt, "n_predict": 12, "temperature": 0.0, "stop": ["\n"], "repeat_penalty": 1.0});
+    let body = json!({"prompt": prompt, "n_predict": 12, "temperature": 0.0, "stop": ["\n"], "repeat_penalty": 1.0,
+                      "grammar": "root ::= \":\" [\\x00-\\U0010FFFF]*"});
     let resp: Value = ureq::post(&format!("{url}/completion")).send_json(body).unwrap().into_json().unwrap();
-    assert_eq!(doc["captures"]["answer"]["value"], resp["content"]);
-    assert!(!resp["content"].as_str().unwrap().is_empty());
+    let content = resp["content"].as_str().unwrap();
+    assert_eq!(doc["captures"]["answer"]["value"].as_str(), content.strip_prefix(':'), "{content:?}");
+    assert!(content.len() > 1);
     // Every generated token has the model's log-prob.
     assert!(tokens.iter().filter(|t| t["kind"] == "sampled").all(|t| t["logprob"].as_f64().is_some_and(|l| l <= 0.0)));
     let _ = std::fs::remove_dir_all(&dir);
@@ -313,7 +321,8 @@ fn a_failing_server_is_exit_3_and_the_record_keeps_what_came_before() {
     let Some(gguf) = common::smollm2_gguf() else { return };
     let dir = std::env::temp_dir().join(format!("lmt-remote-fail-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let t = write_template(&dir, "The capital of France is{% gen city max_tokens=4 %}. And of Italy:{% gen other max_tokens=4 %}");
+    // (No healing: the stand-in's canned answers do not begin with the healed text.)
+    let t = write_template(&dir, "The capital of France is{% gen city max_tokens=4 heal=false %}. And of Italy:{% gen other max_tokens=4 heal=false %}");
     // The first value comes back; the second request gets 500 (retried, then given up).
     let url = stand_in(&gguf, vec![Answer::Paris, Answer::Status500]);
     let (code, doc, err) = run_json(&["run", &t, "--model", &url, "--json", "-q"]);
@@ -328,7 +337,7 @@ fn a_failing_server_is_exit_3_and_the_record_keeps_what_came_before() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("no response within"), "{err}");
     // A value that breaks its constraint is the engine's error, never a capture.
-    let t = write_template(&dir, "The capital of France is{% gen city regex=\"[0-9]+\" %}");
+    let t = write_template(&dir, "The capital of France is{% gen city regex=\"[0-9]+\" heal=false %}");
     let url = stand_in(&gguf, vec![Answer::Paris]);
     let (code, doc, err) = run_json(&["run", &t, "--model", &url, "--json", "-q"]);
     assert_eq!(code, 3, "{err}");
@@ -356,7 +365,7 @@ fn through_stand_in(engine: Option<&str>, answer: impl Fn(&str, &Value) -> Optio
     });
     let dir = std::env::temp_dir().join(format!("lmt-remote-{}-{}", engine.unwrap_or("detected"), std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let t = write_template(&dir, "The capital of France is{% gen city max_tokens=4 %}. Colour: {% select c in [\"red\", \"blue\"] %}");
+    let t = write_template(&dir, "The capital of France is{% gen city max_tokens=4 heal=false %}. Colour: {% select c in [\"red\", \"blue\"] %}");
     let mut args = vec!["run", &t, "--model", &url, "--tokenizer", gguf.to_str().unwrap(), "--json"];
     if let Some(e) = engine {
         args.extend(["--engine", e]);

@@ -49,6 +49,13 @@ pub fn grammar_gbnf(g: &Grammar, start: &str) -> Result<String, EngineError> {
     Ok(out)
 }
 
+/// A grammar lmt wrote (its `root` defined on its first line) preceded by
+/// the text `prefix`: its root renamed, and a new root of the two.
+pub fn gbnf_after(prefix: &str, gbnf: &str) -> String {
+    let body = gbnf.strip_prefix("root ::=").map_or_else(|| gbnf.to_string(), |rest| format!("lmt-value ::={rest}"));
+    format!("root ::= {} lmt-value\n{body}", literal(prefix))
+}
+
 fn write_gexpr(e: &GExpr, index: &dyn Fn(&str) -> Option<usize>, out: &mut String) -> Result<(), EngineError> {
     match &e.kind {
         GKind::Alt(v) => group(out, v, " | ", |x, out| write_gexpr(x, index, out))?,
@@ -229,6 +236,11 @@ mod tests {
         assert_eq!(regex_gbnf("[\\]\\-^]").unwrap(), "root ::= [\\-\\]-\\x5E]\n");
         assert_eq!(regex_gbnf("[^\"]").unwrap(), "root ::= [^\"]\n");
         assert!(regex_gbnf("\\bx").is_err());
+    }
+
+    #[test]
+    fn a_grammar_after_text() {
+        assert_eq!(gbnf_after("a\"", "root ::= r0\nr0 ::= \"x\"\n"), "root ::= \"a\\\"\" lmt-value\nlmt-value ::= r0\nr0 ::= \"x\"\n");
     }
 
     #[test]

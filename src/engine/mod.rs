@@ -28,7 +28,7 @@ mod vocab;
 pub use bias::{Bias, BiasState};
 pub use context_free::{Cfg, Perm, Production, Sym};
 pub use earley::{Parser, Tables};
-pub use gbnf_out::{choices_gbnf, grammar_gbnf, regex_gbnf};
+pub use gbnf_out::{choices_gbnf, gbnf_after, grammar_gbnf, regex_gbnf};
 pub use grammar::{Expr, Grammar, Rule};
 pub use json_schema::{schema_grammar, Semantics, SchemaGrammar, Whitespace, UNSUPPORTED as UNSUPPORTED_KEYWORDS, VALIDATION as VALIDATION_KEYWORDS};
 pub use matcher::{Constraint, Matcher};

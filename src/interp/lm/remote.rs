@@ -2,9 +2,14 @@
 //! the prompt and the constraint in the engine's dialect; the answer is cut
 //! at lmt's own stops, re-checked by lmt's engine, and its tokens join the
 //! sequence with their log-probs, as a local generation's would.
+//!
+//! Token healing works as locally: the last prompt token is backed out and
+//! the constraint sent is "its text, then the value's constraint", so the
+//! engine's first token may cross the boundary; its text is taken off the
+//! value that comes back.
 
 use super::*;
-use crate::model::remote::{Completion, RemoteFinish, Request};
+use crate::model::remote::{Completion, RemoteFinish, Request, Wire};
 
 impl Lm<'_> {
     /// Generates one value through `r` (pending text already decided).
@@ -12,6 +17,21 @@ impl Lm<'_> {
         if sink.cancelled() {
             return Ok(Generated::empty(FinishReason::Cancelled));
         }
+        // A JSON Schema cannot be prefixed with text: no healing before one.
+        let heal = if spec.heal && !matches!(spec.wire, Some(Wire::JsonSchema(_))) { self.heal_back() } else { Vec::new() };
+        let healed = match String::from_utf8(heal) {
+            Ok(h) => h,
+            Err(e) => {
+                // Not text on its own: it goes back, unhealed.
+                self.push_text(&String::from_utf8_lossy(e.as_bytes()), Origin::Template);
+                self.decide()?;
+                String::new()
+            }
+        };
+        let wire = match healed.as_str() {
+            "" => spec.wire.clone(),
+            h => Some(healed_wire(h, spec.wire.as_ref())),
+        };
         let prompt: Vec<u32> = self.seq.iter().map(|t| t.id).collect();
         if prompt.is_empty() {
             return Err(Failure::model("nothing to generate from: the model has no BOS token and no text comes before this point"));
@@ -25,17 +45,25 @@ impl Lm<'_> {
             max_tokens: spec.max_tokens.min(room),
             sampling: &spec.sampling,
             stop: &spec.stop,
-            constraint: spec.wire.as_ref(),
+            constraint: wire.as_ref(),
             top_alternatives: TOP_ALTERNATIVES,
         };
         let t0 = Instant::now();
-        let c = r.remote.complete(&req).map_err(|e| Failure::model(format!("{}: {e}", r.remote.kind.name())))?;
+        let answer = r.remote.complete(&req).map_err(|e| Failure::model(format!("{}: {e}", r.remote.kind.name())));
+        let c = match answer {
+            Ok(c) => c,
+            Err(e) => {
+                // The prompt is as it was before healing.
+                self.push_text(&healed, Origin::Template);
+                return Err(e);
+            }
+        };
         self.gen_time += t0.elapsed().as_secs_f64();
         if self.usage.time_to_first_token_ms.is_none() {
             self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
         }
         self.count_remote_work(&c, prompt.len());
-        self.take_completion(r, spec, c, sink)
+        self.take_completion(r, spec, c, &healed, sink)
     }
 
     /// The engine's work in the run's counters: its passes (one per
@@ -51,8 +79,16 @@ impl Lm<'_> {
     }
 
     /// The value `c` holds, cut at stops, checked and taken into the sequence.
-    fn take_completion(&mut self, r: &RemoteModel, spec: &GenSpec, c: Completion, sink: &mut dyn Sink) -> LmResult<Generated> {
-        let mut value = c.text.into_bytes();
+    fn take_completion(&mut self, r: &RemoteModel, spec: &GenSpec, c: Completion, healed: &str, sink: &mut dyn Sink) -> LmResult<Generated> {
+        let Some(value) = c.text.strip_prefix(healed) else {
+            self.push_text(healed, Origin::Template);
+            return Err(Failure::constraint(format!(
+                "{} returned {:?}, which does not begin with the prompt text {healed:?} it was constrained to continue",
+                r.remote.describe(),
+                c.text
+            )));
+        };
+        let mut value = value.as_bytes().to_vec();
         let (mut finish, mut stop_text) = match c.finish {
             RemoteFinish::Eos => (FinishReason::Eos, None),
             RemoteFinish::Length => (FinishReason::MaxTokens, None),
@@ -73,24 +109,32 @@ impl Lm<'_> {
         let tok = self.tok;
         let vocab = &tok.vocab;
         let stop_ids: Vec<u32> = stop_ids(self.tok).collect();
+        // The tokens spell the healed text, then the value.
+        let spelled: Vec<u8> = healed.bytes().chain(value.iter().copied()).collect();
         let mut at = 0;
         let mut tokens = Vec::new();
         for (i, &id) in c.tokens.iter().enumerate() {
             let b = vocab.bytes(id);
-            if stop_ids.contains(&id) || b.is_empty() || !value[at..].starts_with(b) {
+            if stop_ids.contains(&id) || b.is_empty() || !spelled[at..].starts_with(b) {
                 break;
             }
             let top = c.top.get(i).map(Vec::as_slice).unwrap_or_default();
             let top = top.iter().map(|&(t, lp)| Alternative { text: String::from_utf8_lossy(vocab.bytes(t)).into_owned(), logprob: lp }).collect();
-            let t = self.token(id, Origin::Generated, TokenKind::Sampled, c.logprobs.get(i).copied(), top);
+            let kind = if at < healed.len() { TokenKind::Healed } else { TokenKind::Sampled };
+            let t = self.token(id, Origin::Generated, kind, c.logprobs.get(i).copied(), top);
             sink.token(&t);
             tokens.push(t);
             at += b.len();
         }
         self.seq.extend(tokens.iter().cloned());
         let text = String::from_utf8_lossy(&value).into_owned();
-        if at < value.len() {
-            self.push_text(&String::from_utf8_lossy(&value[at..]), Origin::Generated);
+        // Healed text no token covered goes back as prompt text; value
+        // bytes no token covered wait to be tokenized with what follows.
+        if at < healed.len() {
+            self.push_text(&healed[at..], Origin::Template);
+        }
+        if at < spelled.len() {
+            self.push_text(&String::from_utf8_lossy(&spelled[at.max(healed.len())..]), Origin::Generated);
         }
         sink.text(&text);
         self.usage.generated_tokens += tokens.len() as u64;
@@ -127,6 +171,19 @@ impl Lm<'_> {
             *finish = FinishReason::ConstraintComplete;
         }
         Ok(*finish == FinishReason::MaxTokens && !accepting)
+    }
+}
+
+/// The constraint "`healed`, then what `wire` allows" (anything, without one).
+fn healed_wire(healed: &str, wire: Option<&Wire>) -> Wire {
+    let lit = regex_syntax::escape(healed);
+    match wire {
+        None => Wire::Regex(format!("{lit}[\\s\\S]*")),
+        Some(Wire::Regex(r)) => Wire::Regex(format!("{lit}(?:{r})")),
+        Some(Wire::Choices(c)) => Wire::Choices(c.iter().map(|o| format!("{healed}{o}")).collect()),
+        Some(Wire::Gbnf(g)) => Wire::Gbnf(crate::engine::gbnf_after(healed, g)),
+        // Not healed (see `generate_remote`).
+        Some(Wire::JsonSchema(s)) => Wire::JsonSchema(s.clone()),
     }
 }
 
