@@ -366,15 +366,44 @@ fn through_stand_in(engine: Option<&str>, answer: impl Fn(&str, &Value) -> Optio
     let dir = std::env::temp_dir().join(format!("lmt-remote-{}-{}", engine.unwrap_or("detected"), std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let t = write_template(&dir, "The capital of France is{% gen city max_tokens=4 heal=false %}. Colour: {% select c in [\"red\", \"blue\"] %}");
-    let mut args = vec!["run", &t, "--model", &url, "--tokenizer", gguf.to_str().unwrap(), "--json"];
-    if let Some(e) = engine {
-        args.extend(["--engine", e]);
-    }
-    let (code, doc, err) = run_json(&args);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lmt"));
+    cmd.args(["run", &t, "--model", &url, "--json"]).env("NO_COLOR", "1");
+    match engine {
+        Some(e) => cmd.args(["--engine", e, "--tokenizer", gguf.to_str().unwrap()]),
+        // Detected, with the tokenizer of the hub model the engine names,
+        // from a Hugging Face cache (offline: up to the network boundary).
+        None => cmd.env("HF_HUB_OFFLINE", "1").env("HF_HUB_CACHE", hub_cache(&dir)?),
+    };
+    let out = cmd.output().unwrap();
+    let (code, err) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(code, 0, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
     let requests = log.lock().unwrap().clone();
     Some((doc, err, requests))
+}
+
+/// A Hugging Face cache under `dir` holding SmolLM2-135M-Instruct's
+/// tokenizer files (from the shared data) and its config, as the hub lays
+/// them out: no weights.
+fn hub_cache(dir: &Path) -> Option<PathBuf> {
+    let data = common::shared_data()?.join("smollm2");
+    let cache = dir.join("hub");
+    let repo = cache.join("models--HuggingFaceTB--SmolLM2-135M-Instruct");
+    let commit = "12fd25f77366fa6b3b4b768ec3050bf629380bac";
+    let snap = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+    for f in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"] {
+        std::fs::copy(data.join(f), snap.join(f)).unwrap();
+    }
+    let config = json!({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
+        "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": true,
+        "bos_token_id": 1, "eos_token_id": 2});
+    std::fs::write(snap.join("config.json"), config.to_string()).unwrap();
+    Some(cache)
 }
 
 /// The log-prob the stand-ins give each option token: option 1 ("blue") is likelier.
@@ -418,6 +447,7 @@ fn vllm_adapter_runs_a_template_against_a_stand_in() {
         "/v1/completions" => Some((200, fixture("vllm_completion_response.json"))),
         _ => Some((404, json!({"error": {"message": "Not Found", "type": "NotFoundError", "code": 404}}))),
     }) else { return };
+    assert!(err.contains("tokenizer from the hub model HuggingFaceTB/SmolLM2-135M-Instruct"), "{err}");
     let posts: Vec<&Value> = requests.iter().filter(|(p, _)| p == "/v1/completions").map(|(_, b)| b).collect();
     assert_eq!(posts.len(), 2, "one generation, one request scoring both options");
     assert_eq!(posts[0]["model"], "HuggingFaceTB/SmolLM2-135M-Instruct");

@@ -10,7 +10,7 @@ use super::run::{load_model, ModelArgs};
 use crate::diagnostic::Severity;
 use crate::interp::Backend;
 use crate::ir::Program;
-use crate::model::remote::{EngineKind, Remote, RemoteModel, RemoteOptions};
+use crate::model::remote::{hub_tokenizer, EngineKind, Remote, RemoteModel, RemoteOptions};
 use crate::model::{LoadOptions, Model, ModelInfo};
 use crate::span::SourceMap;
 
@@ -56,22 +56,33 @@ fn connect(args: &ModelArgs, url: &str, quiet: bool) -> Result<RemoteModel, Stri
         opts.timeout = Duration::from_secs_f64(t);
     }
     let remote = Remote::connect(&opts).map_err(|e| e.to_string())?;
-    let from = match (&args.tokenizer, &remote.model_file) {
-        (Some(t), _) => t.clone(),
-        (None, Some(f)) => f.clone(),
-        (None, None) => {
+    let (tokenizer, config_context, from) = match (&args.tokenizer, &remote.model_file, &remote.model_id) {
+        (Some(path), _, _) | (None, Some(path), _) => {
+            let info = read_tokenizer(path, args)?;
+            (info.tokenizer, info.config.max_position_embeddings, path.display().to_string())
+        }
+        (None, None, Some(id)) => {
+            let (tok, context) = hub_tokenizer(id).map_err(|e| {
+                format!("the tokenizer of `{id}`, the model {} serves: {e} (or give it with --tokenizer)", remote.describe())
+            })?;
+            let tok = match &args.chat_template {
+                Some(t) => tok.choose_chat_template(t).map_err(|e| e.to_string())?,
+                None => tok,
+            };
+            (tok, context, format!("the hub model {id}"))
+        }
+        (None, None, None) => {
             return Err(format!(
-                "{} does not say where its model file is on this machine: give the model's tokenizer with --tokenizer (its .gguf or model directory)",
+                "{} does not say which model it serves: give the model's tokenizer with --tokenizer (its .gguf or model directory)",
                 remote.describe()
             ))
         }
     };
-    let info = read_tokenizer(&from, args)?;
-    let context_length = remote.context_length.unwrap_or(info.config.max_position_embeddings);
+    let context_length = remote.context_length.unwrap_or(config_context);
     if !quiet {
-        eprintln!("connected to {} (context {context_length}; tokenizer from {})", remote.describe(), from.display());
+        eprintln!("connected to {} (context {context_length}; tokenizer from {from})", remote.describe());
     }
-    Ok(RemoteModel { remote, tokenizer: info.tokenizer, context_length })
+    Ok(RemoteModel { remote, tokenizer, context_length })
 }
 
 /// The tokenizer (and config) of the model at `path`, read from metadata

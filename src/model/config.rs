@@ -150,24 +150,16 @@ impl ModelConfig {
     /// Reads a Hugging Face `config.json` (and `generation_config.json` beside
     /// it, for more EOS ids).
     pub fn from_hf_file(path: &Path) -> Result<ModelConfig, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        let json: Value = serde_json::from_str(&text)
-            .map_err(|e| ModelError::Config(format!("`{}` is not valid JSON: {e}", path.display())))?;
+        let json = read_json(path)?;
         let mut cfg = ModelConfig::from_hf_json(&json)
             .map_err(|e| e.in_file(path))?;
-        if let Some(dir) = path.parent() {
-            let gen = dir.join("generation_config.json");
-            if let Ok(text) = std::fs::read_to_string(&gen) {
-                let json: Value = serde_json::from_str(&text)
-                    .map_err(|e| ModelError::Config(format!("`{}` is not valid JSON: {e}", gen.display())))?;
-                for id in ids(&json["eos_token_id"]) {
-                    if !cfg.eos_token_ids.contains(&id) {
-                        cfg.eos_token_ids.push(id);
-                    }
-                }
-            }
-        }
+        cfg.eos_token_ids = with_generation_eos(path, cfg.eos_token_ids)?;
         Ok(cfg)
+    }
+
+    /// The ids its tokenizer takes from the model config.
+    pub fn token_ids(&self) -> TokenIds {
+        TokenIds { bos: self.bos_token_id, eos: self.eos_token_ids.clone(), context: Some(self.max_position_embeddings) }
     }
 
     /// Reads the JSON of a Hugging Face `config.json`.
@@ -415,10 +407,67 @@ fn num(json: &Value, key: &str) -> Option<f64> {
 }
 
 /// Token ids given as one number or a list.
+/// What a tokenizer takes from a model's config: BOS, the EOS ids, and the
+/// context length.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TokenIds {
+    /// `bos_token_id`.
+    pub bos: Option<u32>,
+    /// `eos_token_id` of `config.json` and `generation_config.json`.
+    pub eos: Vec<u32>,
+    /// `max_position_embeddings`.
+    pub context: Option<usize>,
+}
+
+impl TokenIds {
+    /// Reads them from a `config.json` (and `generation_config.json`)
+    /// without the checks a model lmt runs must pass: a remote engine's
+    /// model may be of any architecture.
+    pub fn from_hf_file(path: &Path) -> Result<TokenIds, ModelError> {
+        let json = read_json(path)?;
+        let eos = with_generation_eos(path, ids(&json["eos_token_id"]))?;
+        Ok(TokenIds { bos: ids(&json["bos_token_id"]).first().copied(), eos, context: opt(&json, "max_position_embeddings") })
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, ModelError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| ModelError::Config(format!("`{}` is not valid JSON: {e}", path.display())))
+}
+
+/// `eos` and the EOS ids of the `generation_config.json` beside `config`.
+fn with_generation_eos(config: &Path, mut eos: Vec<u32>) -> Result<Vec<u32>, ModelError> {
+    let Some(gen) = config.parent().map(|d| d.join("generation_config.json")).filter(|g| g.is_file()) else { return Ok(eos) };
+    for id in ids(&read_json(&gen)?["eos_token_id"]) {
+        if !eos.contains(&id) {
+            eos.push(id);
+        }
+    }
+    Ok(eos)
+}
+
 fn ids(v: &Value) -> Vec<u32> {
     match v {
         Value::Number(n) => n.as_u64().map(|i| vec![i as u32]).unwrap_or_default(),
         Value::Array(a) => a.iter().filter_map(Value::as_u64).map(|i| i as u32).collect(),
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_ids_come_from_any_architectures_config() {
+        let dir = std::env::temp_dir().join(format!("lmt-token-ids-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("config.json");
+        std::fs::write(&config, r#"{"model_type": "deepseek_v3", "bos_token_id": 0, "eos_token_id": 1, "max_position_embeddings": 163840}"#).unwrap();
+        std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": [1, 7]}"#).unwrap();
+        assert!(ModelConfig::from_hf_file(&config).is_err(), "lmt does not run this architecture itself");
+        let ids = TokenIds::from_hf_file(&config).unwrap();
+        assert_eq!(ids, TokenIds { bos: Some(0), eos: vec![1, 7], context: Some(163840) });
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -135,7 +135,7 @@ impl ModelSpec {
             ModelSpec::Hub { repo, revision } => match env.cached(repo, revision) {
                 Some(dir) => Ok(dir),
                 None if env.offline => Err(env.not_cached(repo, revision)),
-                None => env.download(repo, revision),
+                None => env.download(repo, revision, true),
             },
             ModelSpec::HubGguf { repo, revision, file } => match env.cached_gguf(repo, revision, file) {
                 Some(path) => Ok(path),
@@ -209,6 +209,19 @@ impl HubEnv {
         complete.then_some(snap)
     }
 
+    /// The snapshot of `repo` at `revision` with the model's tokenizer
+    /// (`config.json`, `tokenizer.json` and what lies beside them), from
+    /// the cache, else downloading those files alone when allowed: what a
+    /// remote engine's prompts need, without the weights.
+    pub fn tokenizer_dir(&self, repo: &str, revision: &str) -> Result<PathBuf, ModelError> {
+        let snap = self.snapshot(repo, revision).filter(|s| s.join("config.json").is_file() && s.join("tokenizer.json").is_file());
+        match snap {
+            Some(dir) => Ok(dir),
+            None if self.offline => Err(self.not_cached(repo, revision)),
+            None => self.download(repo, revision, false),
+        }
+    }
+
     /// The error for a model that is not cached while offline.
     fn not_cached(&self, repo: &str, revision: &str) -> ModelError {
         ModelError::Hub(format!(
@@ -271,9 +284,10 @@ impl HubEnv {
         hub.get(&file).map_err(|e| fail(&file, &e))
     }
 
-    /// Downloads the files a model needs into the cache, with a progress
-    /// bar, and returns the snapshot directory.
-    fn download(&self, repo: &str, revision: &str) -> Result<PathBuf, ModelError> {
+    /// Downloads the files a model needs into the cache (the weights only
+    /// `with_weights`), with a progress bar, and returns the snapshot
+    /// directory.
+    fn download(&self, repo: &str, revision: &str, with_weights: bool) -> Result<PathBuf, ModelError> {
         use hf_hub::{Repo, RepoType};
         let fail = |what: &str, e: &dyn std::fmt::Display| self.download_error(repo, revision, what, e);
         let hub = self.api(&fail)?.repo(Repo::with_revision(repo.to_string(), RepoType::Model, revision.to_string()));
@@ -292,7 +306,9 @@ impl HubEnv {
             .filter(|n| has(n))
             .map(String::from)
             .collect();
-        if has("model.safetensors.index.json") {
+        if !with_weights {
+            // The tokenizer's files only.
+        } else if has("model.safetensors.index.json") {
             wanted.push("model.safetensors.index.json".into());
             let index = hub.get("model.safetensors.index.json").map_err(|e| fail("weight index", &e))?;
             let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;

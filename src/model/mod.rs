@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use candle_core::Device;
 
 pub use batch::{BatchStats, Batcher, Forward, Member};
-pub use config::{Arch, ModelConfig, Rope, RopeScaling, SUPPORTED};
+pub use config::{Arch, ModelConfig, Rope, RopeScaling, TokenIds, SUPPORTED};
 pub use decoder::{log_softmax, Decoder, ForwardStats, KvState, Runtime};
 pub use hub::{GgufPick, HubEnv, ModelSpec, DEFAULT_MODEL};
 pub use info::{ModelInfo, WeightType};
@@ -201,13 +201,13 @@ pub(crate) fn load_tokenizer(
         if !file.is_file() {
             return Err(ModelError::MissingFile { path: file, what: "the tokenizer given with --tokenizer".into() });
         }
-        ModelTokenizer::load(&file, cfg)?
+        ModelTokenizer::load(&file, &cfg.token_ids())?
     } else if path.is_dir() && path.join("tokenizer.json").is_file() {
-        ModelTokenizer::load(&path.join("tokenizer.json"), cfg)?
+        ModelTokenizer::load(&path.join("tokenizer.json"), &cfg.token_ids())?
     } else if let Some(v) = gguf {
         ModelTokenizer::from_gguf(v, weights)?
     } else if let Some(file) = beside {
-        ModelTokenizer::load(&file, cfg)?
+        ModelTokenizer::load(&file, &cfg.token_ids())?
     } else {
         return Err(ModelError::MissingFile {
             path: json(path),

@@ -266,6 +266,21 @@ fn detect_other(client: &Client) -> Result<EngineKind, RemoteError> {
     Ok(if owner == "vllm" { EngineKind::Vllm } else { EngineKind::Openai })
 }
 
+/// The tokenizer of the hub model `id` (what vLLM and SGLang name their
+/// model by) and its context length: its tokenizer files from the Hugging
+/// Face cache, downloaded (without the weights) when absent and allowed.
+pub fn hub_tokenizer(id: &str) -> Result<(ModelTokenizer, usize), super::ModelError> {
+    let (repo, revision) = match super::ModelSpec::parse(id)? {
+        super::ModelSpec::Hub { repo, revision } => (repo, revision),
+        _ => return Err(super::ModelError::Config(format!("`{id}` is not a hub model id"))),
+    };
+    let dir = super::HubEnv::from_process().tokenizer_dir(&repo, &revision)?;
+    let ids = super::TokenIds::from_hf_file(&dir.join("config.json"))?;
+    let tokenizer = ModelTokenizer::load(&dir.join("tokenizer.json"), &ids)?;
+    // (Only a bound on prompts: the engine's own context length comes first.)
+    Ok((tokenizer, ids.context.unwrap_or(4096)))
+}
+
 /// A remote engine with the tokenizer lmt tokenizes its prompts with.
 #[derive(Debug)]
 pub struct RemoteModel {

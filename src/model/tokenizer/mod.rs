@@ -25,7 +25,7 @@ pub use gguf::{known_pre_tokenizers, GgufModel, GgufVocab, TokenType};
 pub use spm::Spm;
 
 use crate::engine::TokenKind;
-use crate::model::{ModelConfig, ModelError};
+use crate::model::{ModelError, TokenIds};
 
 /// Encodes untrusted text with a tokenizer's model, never its added tokens.
 #[derive(Clone)]
@@ -244,7 +244,7 @@ impl ModelTokenizer {
     /// (`chat_template.jinja`, else `chat_template.json`, else the config's
     /// `chat_template`, as transformers reads them), with EOS ids also taken
     /// from the model config and `generation_config.json`.
-    pub fn load(path: &Path, cfg: &ModelConfig) -> Result<ModelTokenizer, ModelError> {
+    pub fn load(path: &Path, cfg: &TokenIds) -> Result<ModelTokenizer, ModelError> {
         let tok = Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer(format!("cannot load `{}`: {e}", path.display())))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let config_path = dir.join("tokenizer_config.json");
@@ -273,9 +273,9 @@ impl ModelTokenizer {
             // The common EOS names only when the tokenizer config names none.
             eos.extend(vocab.eos());
         }
-        eos.extend(&cfg.eos_token_ids);
+        eos.extend(&cfg.eos);
         let chat_template = read_chat_template(dir, &config)?;
-        let bos_token = named("bos_token").or(cfg.bos_token_id);
+        let bos_token = named("bos_token").or(cfg.bos);
         let origin = dir.join("tokenizer_config.json").display().to_string();
         let named_templates = config["chat_template"]
             .as_array()
