@@ -540,3 +540,20 @@ fn check_says_what_an_engine_lacks_without_running() {
     assert_eq!(code, 1, "{err}");
     assert!(out.contains("\"E0901\""), "{out}");
 }
+
+#[test]
+fn ctrl_c_during_a_request_ends_the_run_at_once_with_its_record() {
+    let Some(gguf) = common::smollm2_gguf() else { return };
+    let dir = std::env::temp_dir().join(format!("lmt-remote-ctrl-c-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = write_template(&dir, "The capital of France is{% gen city max_tokens=4 heal=false %}. And of Italy:{% gen other max_tokens=4 heal=false %}");
+    // The first value comes at once; the second request is never answered
+    // (and the timeout is far away): Ctrl-C must not wait for it.
+    let url = stand_in(&gguf, vec![Answer::Paris, Answer::Silence]);
+    let (code, out) = common::interrupted_run_after(&["run", &t, "--model", &url, "--json"], "connected", 1);
+    assert_eq!(code, Some(130));
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["finish_reason"], "cancelled");
+    assert_eq!(doc["captures"]["city"]["value"], " Paris");
+    let _ = std::fs::remove_dir_all(&dir);
+}

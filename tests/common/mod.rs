@@ -128,13 +128,18 @@ pub fn write_trained_chat_model(dir: &std::path::Path) {
 /// and returns the exit code and standard output. A process still running
 /// 20 s later fails the test (a hang guard, not a timing).
 pub fn interrupted_run(args: &[&str], presses: usize) -> (Option<i32>, String) {
+    interrupted_run_after(args, "loaded", presses)
+}
+
+/// [`interrupted_run`], the run under way once standard error shows `marker`.
+pub fn interrupted_run_after(args: &[&str], marker: &str, presses: usize) -> (Option<i32>, String) {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_lmt")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 256];
-    while !String::from_utf8_lossy(&seen).contains("loaded") {
+    while !String::from_utf8_lossy(&seen).contains(marker) {
         let n = stderr.read(&mut buf).unwrap();
         assert!(n > 0, "lmt exited early: {}", String::from_utf8_lossy(&seen));
         seen.extend_from_slice(&buf[..n]);

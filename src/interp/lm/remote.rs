@@ -49,13 +49,16 @@ impl Lm<'_> {
             top_alternatives: TOP_ALTERNATIVES,
         };
         let t0 = Instant::now();
-        let answer = r.remote.complete(&req).map_err(|e| Failure::model(format!("{}: {e}", r.remote.kind.name())));
+        let answer = r.remote.complete_until(&req, &|| sink.cancelled()).map_err(|e| Failure::model(format!("{}: {e}", r.remote.kind.name())));
         let c = match answer {
-            Ok(c) => c,
-            Err(e) => {
+            Ok(Some(c)) => c,
+            other => {
                 // The prompt is as it was before healing.
                 self.push_text(&healed, Origin::Template);
-                return Err(e);
+                return match other {
+                    Err(e) => Err(e),
+                    _ => Ok(Generated::empty(FinishReason::Cancelled)),
+                };
             }
         };
         self.gen_time += t0.elapsed().as_secs_f64();

@@ -14,8 +14,8 @@ const MAX_RESPONSE: u64 = 64 << 20;
 /// The first retry's wait; each later one doubles it.
 const BACKOFF: Duration = Duration::from_millis(250);
 
-/// An engine's HTTP endpoint.
-#[derive(Debug)]
+/// An engine's HTTP endpoint (a clone shares its connection pool).
+#[derive(Debug, Clone)]
 pub struct Client {
     base: String,
     key: Option<String>,

@@ -180,7 +180,7 @@ pub struct Completion {
 }
 
 /// A connection to an engine, with what it serves.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Remote {
     /// Which engine.
     pub kind: EngineKind,
@@ -237,6 +237,29 @@ impl Remote {
             EngineKind::Vllm => vllm::complete(self, req),
             EngineKind::Sglang => sglang::complete(self, req),
             EngineKind::Openai => Err(RemoteError("generation through a plain OpenAI-compatible server is not supported".into())),
+        }
+    }
+
+    /// [`Remote::complete`] on a thread of its own while this one polls
+    /// `cancelled`: `Ok(None)` once it says so (the request is abandoned and
+    /// its answer dropped), so Ctrl-C never waits for a long generation.
+    pub fn complete_until(&self, req: &Request<'_>, cancelled: &dyn Fn() -> bool) -> Result<Option<Completion>, RemoteError> {
+        use std::sync::mpsc::{channel, RecvTimeoutError};
+        let remote = self.clone();
+        let (prompt, sampling, stop, wire) = (req.prompt.to_vec(), req.sampling.clone(), req.stop.to_vec(), req.constraint.cloned());
+        let (max_tokens, top_alternatives) = (req.max_tokens, req.top_alternatives);
+        let (send, answer) = channel();
+        std::thread::spawn(move || {
+            let req = Request { prompt: &prompt, max_tokens, sampling: &sampling, stop: &stop, constraint: wire.as_ref(), top_alternatives };
+            let _ = send.send(remote.complete(&req));
+        });
+        loop {
+            match answer.recv_timeout(Duration::from_millis(50)) {
+                Ok(done) => return done.map(Some),
+                Err(RecvTimeoutError::Timeout) if cancelled() => return Ok(None),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(RemoteError("the request ended without an answer".into())),
+            }
         }
     }
 
