@@ -114,7 +114,7 @@ impl Lm<'_> {
             stops: StopMatcher::new(&spec.stop, &regexes, &self.limits)?,
             bias_state: spec.bias.as_ref().map(Bias::start),
             sampler: Sampler::new(spec.sampling.clone())?,
-            stop_ids: stop_ids(self.tok).collect(),
+            stop_ids: stop_ids(self.tok()).collect(),
             mask: TokenMask::new(self.free_mask.len()),
             value: Vec::new(),
             toks: Vec::new(),
@@ -160,12 +160,12 @@ impl Lm<'_> {
         if forced.is_empty() {
             return Ok(Next::Continue);
         }
-        let ids = self.tok.encoder.encode(&forced).map_err(Failure::model)?;
+        let ids = self.tok().encoder.encode(&forced).map_err(Failure::model)?;
         let here = m.position();
         let complete = m.feed(forced.as_bytes())? && m.is_complete();
         m.rewind(here);
         let keep = if complete { ids.len() } else { ids.len() - 1 };
-        let tok = self.tok;
+        let tok = self.tok();
         let vocab = &tok.vocab;
         let mut at = 0;
         for &id in &ids[..keep] {
@@ -195,7 +195,7 @@ impl Lm<'_> {
     /// Masks, biases and samples one token, and takes it into the value
     /// (streaming what no stop can take back).
     fn sampled_step(&mut self, g: &mut Gen<'_>, sink: &mut dyn Sink) -> LmResult<Next> {
-        let tok = self.tok;
+        let tok = self.tok();
         let vocab = &tok.vocab;
         let Some(s) = self.next_token(g)? else {
             g.finish = FinishReason::Cancelled;
@@ -285,7 +285,7 @@ impl Lm<'_> {
         }
         let mut bias = Vec::new();
         if let (Some(b), Some(st)) = (&g.spec.bias, &g.bias_state) {
-            b.apply(&self.tok.vocab, st, |t, off| bias.push((t, off)));
+            b.apply(&self.tok().vocab, st, |t, off| bias.push((t, off)));
         }
         let constrained = g.matcher.is_some();
         let s = g.sampler.sample(&logits, Some(&g.mask), &bias).map_err(|e| match constrained {
@@ -342,7 +342,7 @@ impl Lm<'_> {
     /// The tokens allowed next: the constraint's (or any generable token),
     /// restricted to those starting with the healed or forced bytes.
     fn next_mask(&self, matcher: Option<&mut crate::engine::Matcher>, heal: &[u8], lead: &[u8], mask: &mut TokenMask) -> LmResult<()> {
-        let vocab = &self.tok.vocab;
+        let vocab = &self.tok().vocab;
         match matcher {
             Some(m) if !heal.is_empty() => return m.mask_after_prefix(vocab, heal, mask).map_err(Failure::from),
             Some(m) => m.mask(vocab, mask)?,
@@ -364,7 +364,7 @@ impl Lm<'_> {
     /// and queues their kept bytes as text, so the state holds exactly the
     /// kept text.
     fn cut_at_stop(&mut self, value: &mut Vec<u8>, toks: &mut Vec<(Token, i64)>, gen_start: usize, value_len: usize, healed: &[u8]) {
-        let tok = self.tok;
+        let tok = self.tok();
         let vocab = &tok.vocab;
         let ends: Vec<i64> = toks.iter().map(|(t, s)| s + vocab.bytes(t.id).len() as i64).collect();
         // Tokens in the sequence from this generation (the last sampled one was never pushed).

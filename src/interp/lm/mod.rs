@@ -81,9 +81,6 @@ impl<'m> Backend<'m> {
 /// The model side of a run.
 pub struct Lm<'m> {
     backend: Backend<'m>,
-    tok: &'m ModelTokenizer,
-    /// The model's context length, in tokens.
-    context_length: usize,
     /// The cache of a local backend (a remote one keeps only the ids).
     kv: KvState,
     /// Decided tokens; `kv` holds a prefix of them.
@@ -135,12 +132,9 @@ impl<'m> Lm<'m> {
     /// A fresh state on `model`.
     pub fn new(backend: Backend<'m>, limits: Limits) -> LmResult<Lm<'m>> {
         let tok = backend.tokenizer();
-        let (dim, context_length, kv) = match backend {
-            Backend::Local { model, .. } => {
-                let cfg = &model.decoder.config;
-                (cfg.vocab_size.max(tok.vocab.len()), cfg.max_position_embeddings, model.decoder.new_state())
-            }
-            Backend::Remote(r) => (tok.vocab.len(), r.context_length, KvState::detached()),
+        let (dim, kv) = match backend {
+            Backend::Local { model, .. } => (model.decoder.config.vocab_size.max(tok.vocab.len()), model.decoder.new_state()),
+            Backend::Remote(_) => (tok.vocab.len(), KvState::detached()),
         };
         let mut free_mask = TokenMask::new(dim);
         for id in 0..tok.vocab.len() as u32 {
@@ -160,8 +154,6 @@ impl<'m> Lm<'m> {
         };
         Ok(Lm {
             backend,
-            tok,
-            context_length,
             kv,
             seq: Vec::new(),
             pending: Vec::new(),
@@ -177,6 +169,19 @@ impl<'m> Lm<'m> {
             gen_time: 0.0,
             decider: None,
         })
+    }
+
+    /// The tokenizer prompts are made with.
+    fn tok(&self) -> &'m ModelTokenizer {
+        self.backend.tokenizer()
+    }
+
+    /// The model's context length, in tokens.
+    fn context_length(&self) -> usize {
+        match self.backend {
+            Backend::Local { model, .. } => model.decoder.config.max_position_embeddings,
+            Backend::Remote(r) => r.context_length,
+        }
     }
 
     /// The forward passes of a local backend.
@@ -251,7 +256,7 @@ impl<'m> Lm<'m> {
         if self.turn_content_at.is_none() {
             self.decide()?;
         }
-        let max = self.context_length;
+        let max = self.context_length();
         // No token covers more bytes than the longest one in the vocabulary.
         let least_tokens = self.pending_bytes / self.max_token_bytes.max(1);
         if self.seq.len() + least_tokens > max {
@@ -365,7 +370,7 @@ impl<'m> Lm<'m> {
     /// Backs the last token out when it is prompt text that generation may
     /// continue (token healing); returns its bytes (empty when none).
     fn heal_back(&mut self) -> Vec<u8> {
-        let vocab = &self.tok.vocab;
+        let vocab = &self.tok().vocab;
         let n = self.seq.len();
         let healable = n >= 2
             && self.seq[n - 1].kind == TokenKind::Prompt
@@ -424,7 +429,7 @@ impl<'m> Lm<'m> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let tok = &self.tok;
+        let tok = self.tok();
         let vocab = tok.vocab.clone();
         let pieces = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
@@ -505,7 +510,7 @@ impl<'m> Lm<'m> {
     }
 
     fn token(&self, id: u32, origin: Origin, kind: TokenKind, logprob: Option<f32>, top: Vec<Alternative>) -> Token {
-        let text = String::from_utf8_lossy(self.tok.vocab.bytes(id)).into_owned();
+        let text = String::from_utf8_lossy(self.tok().vocab.bytes(id)).into_owned();
         Token { id, text, origin, kind, logprob, top }
     }
 

@@ -36,9 +36,9 @@ impl Lm<'_> {
         if prompt.is_empty() {
             return Err(Failure::model("nothing to generate from: the model has no BOS token and no text comes before this point"));
         }
-        let room = self.context_length.saturating_sub(prompt.len());
+        let room = self.context_length().saturating_sub(prompt.len());
         if room == 0 {
-            return Err(ModelError::ContextFull { max: self.context_length }.into());
+            return Err(ModelError::ContextFull { max: self.context_length() }.into());
         }
         let req = Request {
             prompt: &prompt,
@@ -66,7 +66,11 @@ impl Lm<'_> {
             self.usage.time_to_first_token_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
         }
         self.count_remote_work(&c, prompt.len());
-        self.take_completion(r, spec, c, &healed, sink)
+        let taken = self.take_completion(r, spec, c, &healed, sink);
+        if taken.is_err() {
+            self.push_text(&healed, Origin::Template);
+        }
+        taken
     }
 
     /// The engine's work in the run's counters: its passes (one per
@@ -81,10 +85,11 @@ impl Lm<'_> {
         self.usage.prefix_cached_tokens += reused;
     }
 
-    /// The value `c` holds, cut at stops, checked and taken into the sequence.
+    /// The value `c` holds, cut at stops, checked and taken into the
+    /// sequence. On an error nothing is taken (the caller puts the healed
+    /// text back).
     fn take_completion(&mut self, r: &RemoteModel, spec: &GenSpec, c: Completion, healed: &str, sink: &mut dyn Sink) -> LmResult<Generated> {
         let Some(value) = c.text.strip_prefix(healed) else {
-            self.push_text(healed, Origin::Template);
             return Err(Failure::constraint(format!(
                 "{} returned {:?}, which does not begin with the prompt text {healed:?} it was constrained to continue",
                 r.remote.describe(),
@@ -109,9 +114,9 @@ impl Lm<'_> {
         let unfinished = self.recheck(r, spec, &value, &mut finish)?;
         // The engine's tokens while they spell the value; what is left is
         // text to tokenize with what follows.
-        let tok = self.tok;
+        let tok = self.tok();
         let vocab = &tok.vocab;
-        let stop_ids: Vec<u32> = stop_ids(self.tok).collect();
+        let stop_ids: Vec<u32> = stop_ids(self.tok()).collect();
         // The tokens spell the healed text, then the value.
         let spelled: Vec<u8> = healed.bytes().chain(value.iter().copied()).collect();
         let mut at = 0;
@@ -134,7 +139,7 @@ impl Lm<'_> {
         // Healed text no token covered goes back as prompt text; value
         // bytes no token covered wait to be tokenized with what follows.
         if at < healed.len() {
-            self.push_text(&healed[at..], Origin::Template);
+            self.push_text(&String::from_utf8_lossy(&healed.as_bytes()[at..]), Origin::Template);
         }
         if at < spelled.len() {
             self.push_text(&String::from_utf8_lossy(&spelled[at.max(healed.len())..]), Origin::Generated);

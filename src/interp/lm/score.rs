@@ -22,12 +22,12 @@ impl Lm<'_> {
         if remote.is_none() {
             self.feed()?;
         }
-        let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.tok.vocab));
+        let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.tok().vocab));
         let mut ids = Vec::new();
         for o in options {
             let text = format!("{prefix}{o}{follow}");
             let r = Rendered { content_spans: vec![(0, text.len())], text };
-            ids.push(crate::chat::encode_in(&self.tok, &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
+            ids.push(crate::chat::encode_in(self.tok(), &r, continues).map_err(Failure::model)?.into_iter().map(|(id, _)| id).collect());
         }
         let lps = match remote {
             Some(r) => {
@@ -81,7 +81,7 @@ impl Lm<'_> {
         let lp = log_softmax(&logits);
         let c = Constraint::choices(literals, &self.limits)?;
         let mut mask = TokenMask::new(self.free_mask.len());
-        c.matcher(&self.limits).mask(&self.tok.vocab, &mut mask)?;
+        c.matcher(&self.limits).mask(&self.tok().vocab, &mut mask)?;
         let on: f64 = mask.ones().filter(|&t| (t as usize) < lp.len()).map(|t| f64::from(lp[t as usize]).exp()).sum();
         Ok((1.0 - on).max(1e-12).ln())
     }
