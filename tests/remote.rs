@@ -532,6 +532,9 @@ fn check_says_what_an_engine_lacks_without_running() {
     assert!(err.contains("W0902"), "{err}");
     let (code, _, err) = common::lmt(&["check", &example("article.lmt"), "--engine", "vllm"]);
     assert_eq!((code, err.contains("W0902")), (0, false), "{err}");
+    let (code, _, err) = common::lmt(&["check", &example("hello.lmt"), "--engine", "openai"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("E0901") && err.contains("openai"), "{err}");
     let (code, _, err) = common::lmt(&["check", &example("hello.lmt")]);
     assert_eq!((code, err.contains("W09")), (0, false), "{err}");
     // Detected at a URL.

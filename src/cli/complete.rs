@@ -58,6 +58,9 @@ pub fn run(args: &CompleteArgs) -> i32 {
 
 fn complete(args: &CompleteArgs) -> Result<(), Box<dyn std::error::Error>> {
     let spec_text = model_spec(args.model.model.as_deref());
+    if super::remote::is_url(&spec_text) {
+        return Err(format!("`--model {spec_text}` names a remote engine: `lmt complete` continues a prompt on a model loaded here (`lmt run` takes remote engines)").into());
+    }
     let spec = ModelSpec::parse(&spec_text)?;
     let params = SamplingParams {
         temperature: args.temperature,

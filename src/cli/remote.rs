@@ -39,9 +39,10 @@ pub fn is_url(spec: &str) -> bool {
 
 /// Loads the model, or connects to the engine `--model` names.
 pub fn load_any(args: &ModelArgs, quiet: bool) -> Result<Loaded, String> {
-    match args.model.as_deref().filter(|m| is_url(m)) {
-        Some(url) => connect(args, url, quiet).map(Loaded::Remote),
-        None => load_model(args, quiet).map(Loaded::Local),
+    let spec = super::complete::model_spec(args.model.as_deref());
+    match is_url(&spec) {
+        true => connect(args, &spec, quiet).map(Loaded::Remote),
+        false => load_model(args, quiet).map(Loaded::Local),
     }
 }
 

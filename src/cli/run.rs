@@ -471,6 +471,9 @@ pub(super) fn read_vars(args: &InputArgs) -> Result<IndexMap<String, Value>, Str
 /// Loads the model with a spinner, and says what loaded unless `quiet`.
 pub(super) fn load_model(args: &ModelArgs, quiet: bool) -> Result<Model, String> {
     let spec_text = model_spec(args.model.as_deref());
+    if super::remote::is_url(&spec_text) {
+        return Err(format!("`--model {spec_text}` names a remote engine: `lmt run` and `lmt check` use those; this command needs a model loaded here"));
+    }
     let spec = ModelSpec::parse(&spec_text).map_err(|e| e.to_string())?;
     let opts = args.load_options();
     let bar = if quiet {

@@ -17,6 +17,10 @@ pub fn engine_needs(program: &Program, engine: EngineKind) -> Vec<Diagnostic> {
         for (pc, instr) in m.code.iter().enumerate() {
             let at = |code: Code, message: String| Diagnostic::new(code, m.file, m.spans[pc], message);
             match instr {
+                Instr::Gen { .. } | Instr::SelectIn { .. } | Instr::SelectBegin { .. } if !caps.generate => {
+                    out.push(at(Code::EngineLacks, format!("lmt cannot generate through {name}: it takes no prompt of token ids or gives no ids back"))
+                        .with_help("use llama-server, vLLM or SGLang (`--engine`)"));
+                }
                 Instr::Gen { opts: set, .. } => {
                     let given = opts(*set);
                     if given.contains(&"bias") && !caps.token_logits {
