@@ -244,6 +244,8 @@ enum Answer {
     Status500,
     /// Nothing, ever.
     Silence,
+    /// A completion whose body comes a byte at a time.
+    Drip,
 }
 
 /// A stand-in llama-server: `/props` as llama-server answers it (serving
@@ -266,12 +268,17 @@ fn stand_in(model: &Path, answers: Vec<Answer>) -> String {
             )),
             Answer::Status500 => Some((500, json!({"error": {"code": 500, "message": "the slot crashed"}}))),
             Answer::Silence => None,
+            Answer::Drip => Some((DRIP, json!({"content": " Paris and a great deal more text than anyone will wait for"}))),
         }
     })
 }
 
+/// The status with which [`serve`] sends a 200 whose body comes a byte every 300 ms.
+const DRIP: u16 = 0;
+
 /// An HTTP server on a free port answering each request with `answer(path,
-/// body)`: a status and JSON, or (`None`) never. Returns its URL.
+/// body)`: a status and JSON (status [`DRIP`]: dripped), or (`None`) never.
+/// Returns its URL.
 fn serve(answer: impl Fn(&str, &Value) -> Option<(u16, Value)> + Send + 'static) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -288,7 +295,21 @@ fn serve(answer: impl Fn(&str, &Value) -> Option<(u16, Value)> + Send + 'static)
                 continue;
             };
             let reply = reply.to_string();
-            let _ = write!(stream, "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}", reply.len());
+            let head = |status: u16| format!("HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", reply.len());
+            if status == DRIP {
+                let ok = head(200);
+                std::thread::spawn(move || {
+                    let _ = stream.write_all(ok.as_bytes());
+                    for b in reply.bytes() {
+                        std::thread::sleep(Duration::from_millis(300));
+                        if stream.write_all(&[b]).and_then(|()| stream.flush()).is_err() {
+                            return;
+                        }
+                    }
+                });
+                continue;
+            }
+            let _ = write!(stream, "{}{reply}", head(status));
         }
     });
     url
@@ -336,6 +357,12 @@ fn a_failing_server_is_exit_3_and_the_record_keeps_what_came_before() {
     let (code, _, err) = run_json(&["run", &t, "--model", &url, "--json", "-q", "--timeout", "1"]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("no response within"), "{err}");
+    // A body that comes a byte at a time is bounded by the same timeout.
+    let url = stand_in(&gguf, vec![Answer::Drip]);
+    // (It would complete after about 20 s: each byte comes well within the timeout.)
+    let (code, _, err) = run_json(&["run", &t, "--model", &url, "--json", "-q", "--timeout", "1"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("no response within") || err.contains("timed out"), "{err}");
     // A value that breaks its constraint is the engine's error, never a capture.
     let t = write_template(&dir, "The capital of France is{% gen city regex=\"[0-9]+\" heal=false %}");
     let url = stand_in(&gguf, vec![Answer::Paris]);

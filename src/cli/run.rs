@@ -82,7 +82,7 @@ pub struct ModelArgs {
     /// With `--model http(s)://…`: the engine (default: detected).
     #[arg(long, value_name = "ENGINE", value_parser = ["llama-server", "vllm", "sglang", "openai"])]
     pub engine: Option<String>,
-    /// With `--model http(s)://…`: seconds to wait for one response (default 120).
+    /// With `--model http(s)://…`: seconds one request may take, its answer included (default 120).
     #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
     pub timeout: Option<f64>,
 }
