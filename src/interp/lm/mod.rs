@@ -384,6 +384,19 @@ impl<'m> Lm<'m> {
         bytes
     }
 
+    /// [`Lm::heal_back`] as text: a token that is not text on its own (part
+    /// of a character) goes back, and nothing is healed.
+    fn heal_text(&mut self) -> LmResult<String> {
+        match String::from_utf8(self.heal_back()) {
+            Ok(text) => Ok(text),
+            Err(e) => {
+                self.push_text(&String::from_utf8_lossy(e.as_bytes()), Origin::Template);
+                self.decide()?;
+                Ok(String::new())
+            }
+        }
+    }
+
     /// Shortens the sequence (and the cache) to `len` tokens.
     fn truncate(&mut self, len: usize) -> LmResult<()> {
         if len >= self.seq.len() {

@@ -18,16 +18,7 @@ impl Lm<'_> {
             return Ok(Generated::empty(FinishReason::Cancelled));
         }
         // A JSON Schema cannot be prefixed with text: no healing before one.
-        let heal = if spec.heal && !matches!(spec.wire, Some(Wire::JsonSchema(_))) { self.heal_back() } else { Vec::new() };
-        let healed = match String::from_utf8(heal) {
-            Ok(h) => h,
-            Err(e) => {
-                // Not text on its own: it goes back, unhealed.
-                self.push_text(&String::from_utf8_lossy(e.as_bytes()), Origin::Template);
-                self.decide()?;
-                String::new()
-            }
-        };
+        let healed = if spec.heal && !matches!(spec.wire, Some(Wire::JsonSchema(_))) { self.heal_text()? } else { String::new() };
         let wire = match healed.as_str() {
             "" => spec.wire.clone(),
             h => Some(healed_wire(h, spec.wire.as_ref())),

@@ -9,16 +9,7 @@ impl Lm<'_> {
     pub fn score(&mut self, options: &[String], follow: &str) -> LmResult<Vec<(f64, usize)>> {
         self.decide()?;
         let remote = self.remote();
-        let healed = self.heal_back();
-        let prefix = match String::from_utf8(healed) {
-            Ok(p) => p,
-            Err(e) => {
-                // Not text on its own: put it back and score without healing.
-                self.push_text(&String::from_utf8_lossy(e.as_bytes()), Origin::Template);
-                self.decide()?;
-                String::new()
-            }
-        };
+        let prefix = self.heal_text()?;
         if remote.is_none() {
             self.feed()?;
         }
