@@ -440,7 +440,15 @@ fn option_logprob(option: usize) -> f64 {
 
 /// Checks a run through a stand-in: the value, the select scored by the
 /// engine's log-probs (no W0902), and the prompts as lmt's token ids.
-fn check_scored_run(doc: &Value, err: &str, generation: &Value, scoring: &Value, prompts: impl Fn(&Value) -> Vec<Vec<u64>>) {
+fn check_scored_run(doc: &Value, err: &str, generation: &Value, scoring: &Value, key: &str) {
+    // The prompts of a request: one list of ids, or a list of them.
+    let ids = |p: &Value| -> Vec<u64> { p.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect() };
+    let prompts = |b: &Value| -> Vec<Vec<u64>> {
+        match b[key][0].is_array() {
+            true => b[key].as_array().unwrap().iter().map(ids).collect(),
+            false => vec![ids(&b[key])],
+        }
+    };
     assert_eq!(doc["captures"]["city"]["value"], " Paris");
     assert_eq!(doc["captures"]["c"]["value"], "blue", "{doc}");
     assert!(!err.contains("W0902"), "{err}");
@@ -479,13 +487,7 @@ fn vllm_adapter_runs_a_template_against_a_stand_in() {
     assert_eq!(posts.len(), 2, "one generation, one request scoring both options");
     assert_eq!(posts[0]["model"], "HuggingFaceTB/SmolLM2-135M-Instruct");
     assert_eq!(posts[0]["return_token_ids"], true);
-    let ids = |b: &Value| -> Vec<Vec<u64>> {
-        match b["prompt"][0].is_array() {
-            true => b["prompt"].as_array().unwrap().iter().map(|p| p.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()).collect(),
-            false => vec![b["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()],
-        }
-    };
-    check_scored_run(&doc, &err, posts[0], posts[1], ids);
+    check_scored_run(&doc, &err, posts[0], posts[1], "prompt");
 }
 
 #[test]
@@ -506,13 +508,7 @@ fn sglang_adapter_runs_a_template_against_a_stand_in() {
     let posts: Vec<&Value> = requests.iter().filter(|(p, _)| p == "/generate").map(|(_, b)| b).collect();
     assert_eq!(posts.len(), 2, "one generation, one request scoring both options");
     assert_eq!(posts[0]["return_logprob"], true);
-    let ids = |b: &Value| -> Vec<Vec<u64>> {
-        match b["input_ids"][0].is_array() {
-            true => b["input_ids"].as_array().unwrap().iter().map(|p| p.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()).collect(),
-            false => vec![b["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()],
-        }
-    };
-    check_scored_run(&doc, &err, posts[0], posts[1], ids);
+    check_scored_run(&doc, &err, posts[0], posts[1], "input_ids");
 }
 
 #[test]

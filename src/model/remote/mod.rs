@@ -149,6 +149,20 @@ pub struct Request<'a> {
     pub top_alternatives: usize,
 }
 
+/// `top_k` as OpenAI-style engines take it (vLLM, SGLang): -1 for none.
+fn top_k_or_none(k: usize) -> i64 {
+    if k == 0 {
+        -1
+    } else {
+        i64::try_from(k).unwrap_or(i64::MAX)
+    }
+}
+
+/// A seed in the signed 64-bit range those engines accept.
+fn seed_63(seed: u64) -> u64 {
+    seed >> 1
+}
+
 /// Why a remote generation ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RemoteFinish {

@@ -46,10 +46,9 @@ pub fn body(req: &Request<'_>) -> Value {
         "max_new_tokens": req.max_tokens,
         "temperature": s.temperature,
         "top_p": s.top_p,
-        // SGLang's "no top-k" is -1.
-        "top_k": if s.top_k == 0 { -1 } else { s.top_k as i64 },
+        "top_k": super::top_k_or_none(s.top_k),
         "min_p": s.min_p,
-        "sampling_seed": s.seed >> 1,
+        "sampling_seed": super::seed_63(s.seed),
         "stop": req.stop,
         "skip_special_tokens": false,
     });

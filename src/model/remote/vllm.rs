@@ -47,10 +47,9 @@ pub fn body(model: Option<&str>, req: &Request<'_>) -> Value {
         "max_tokens": req.max_tokens,
         "temperature": s.temperature,
         "top_p": s.top_p,
-        // vLLM's "no top-k" is -1.
-        "top_k": if s.top_k == 0 { -1 } else { s.top_k as i64 },
+        "top_k": super::top_k_or_none(s.top_k),
         "min_p": s.min_p,
-        "seed": s.seed >> 1,
+        "seed": super::seed_63(s.seed),
         "stop": req.stop,
         "logprobs": req.top_alternatives,
         "return_token_ids": true,
