@@ -70,46 +70,88 @@ pub fn run(args: &MatchArgs) -> i32 {
     }
 }
 
-struct Outcome {
-    accepted: bool,
-    message: String,
-    json: serde_json::Value,
+/// What `lmt match` found: accepted or not, in words and as JSON.
+pub struct MatchOutcome {
+    /// Every token was allowed and the constraint accepts.
+    pub accepted: bool,
+    /// The verdict in a sentence (where a refused text went wrong).
+    pub message: String,
+    /// The `--json` object.
+    pub json: serde_json::Value,
 }
 
-/// The constraint the arguments name.
-fn constraint(args: &MatchArgs, limits: &Limits) -> Result<Constraint, String> {
-    let given =
-        [args.regex.is_some(), args.regex_from.is_some(), args.choices.is_some(), args.grammar.is_some(), args.json_schema.is_some()];
-    if given.iter().filter(|g| **g).count() != 1 {
-        return Err("give exactly one constraint: --regex, --regex-from, --choices, --grammar or --json-schema".into());
+/// A constraint as `lmt match` (and `lmt.match` in Python) names it.
+#[derive(Debug, Clone)]
+pub enum ConstraintSpec {
+    /// A regex the whole value must match.
+    Regex(String),
+    /// A regex a template sets with `{% set NAME = "…" %}`: `FILE.lmt#NAME`.
+    RegexFrom(String),
+    /// One of these options.
+    Choices(Vec<String>),
+    /// A grammar block: `FILE.lmt#NAME` or `FILE.lmt#NAME.rule`.
+    Grammar(String),
+    /// A JSON Schema; `open`: validation semantics (`json_open=true`).
+    JsonSchema {
+        /// The schema.
+        schema: serde_json::Value,
+        /// Objects take keys they do not list unless the schema closes them.
+        open: bool,
+    },
+}
+
+impl ConstraintSpec {
+    /// The one constraint the arguments name (a schema file is read here).
+    fn from_args(args: &MatchArgs) -> Result<ConstraintSpec, String> {
+        let given =
+            [args.regex.is_some(), args.regex_from.is_some(), args.choices.is_some(), args.grammar.is_some(), args.json_schema.is_some()];
+        if given.iter().filter(|g| **g).count() != 1 {
+            return Err("give exactly one constraint: --regex, --regex-from, --choices, --grammar or --json-schema".into());
+        }
+        if let Some(path) = &args.json_schema {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+            let schema = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
+            return Ok(ConstraintSpec::JsonSchema { schema, open: args.json_open });
+        }
+        Ok(match (&args.regex, &args.regex_from, &args.choices, &args.grammar) {
+            (Some(r), ..) => ConstraintSpec::Regex(r.clone()),
+            (_, Some(r), ..) => ConstraintSpec::RegexFrom(r.clone()),
+            (_, _, Some(c), _) => ConstraintSpec::Choices(c.clone()),
+            (.., Some(g)) => ConstraintSpec::Grammar(g.clone()),
+            _ => unreachable!("one constraint is given"),
+        })
     }
-    if let Some(r) = &args.regex {
-        return Constraint::regex(r, limits).map_err(|e| e.to_string());
+
+    /// The engine's constraint.
+    pub fn build(&self, limits: &Limits) -> Result<Constraint, String> {
+        match self {
+            ConstraintSpec::Regex(r) => Constraint::regex(r, limits).map_err(|e| e.to_string()),
+            ConstraintSpec::Choices(c) => Constraint::choices(c, limits).map_err(|e| e.to_string()),
+            ConstraintSpec::JsonSchema { schema, open } => {
+                let semantics = if *open { Semantics::Validation } else { Semantics::Generation };
+                // The white space and objects of `json=` in a template.
+                Constraint::json_schema(schema, crate::options::JSON_WHITESPACE, semantics, limits).map_err(|e| e.to_string())
+            }
+            ConstraintSpec::RegexFrom(spec) => {
+                let (file, name) = spec.split_once('#').ok_or("--regex-from takes FILE.lmt#NAME")?;
+                let ws = load_module(file)?;
+                let regex = ws.module(ws.root).template.body.iter().find_map(|n| match n {
+                    Node::Set { target, value, .. } if target.name.name == name && !target.append => match &value.kind {
+                        ExprKind::Str(r) => Some(r.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                });
+                let regex = regex.ok_or_else(|| format!("`{file}` sets no `{name}` to a string at its top level"))?;
+                Constraint::regex(&regex, limits).map_err(|e| e.to_string())
+            }
+            ConstraintSpec::Grammar(spec) => grammar_constraint(spec, limits),
+        }
     }
-    if let Some(c) = &args.choices {
-        return Constraint::choices(c, limits).map_err(|e| e.to_string());
-    }
-    if let Some(path) = &args.json_schema {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
-        let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
-        let semantics = if args.json_open { Semantics::Validation } else { Semantics::Generation };
-        // The white space and objects of `json=` in a template.
-        return Constraint::json_schema(&schema, crate::options::JSON_WHITESPACE, semantics, limits).map_err(|e| e.to_string());
-    }
-    if let Some(spec) = &args.regex_from {
-        let (file, name) = spec.split_once('#').ok_or("--regex-from takes FILE.lmt#NAME")?;
-        let ws = load_module(file)?;
-        let regex = ws.module(ws.root).template.body.iter().find_map(|n| match n {
-            Node::Set { target, value, .. } if target.name.name == name && !target.append => match &value.kind {
-                ExprKind::Str(r) => Some(r.clone()),
-                _ => None,
-            },
-            _ => None,
-        });
-        let regex = regex.ok_or_else(|| format!("`{file}` sets no `{name}` to a string at its top level"))?;
-        return Constraint::regex(&regex, limits).map_err(|e| e.to_string());
-    }
-    let spec = args.grammar.as_deref().unwrap_or_default();
+}
+
+/// The grammar block `FILE.lmt#NAME[.rule]` names.
+fn grammar_constraint(spec: &str, limits: &Limits) -> Result<Constraint, String> {
     let (file, name) = spec.split_once('#').ok_or("--grammar takes FILE.lmt#NAME")?;
     let ws = load_module(file)?;
     let (block, rule) = name.split_once('.').map_or((name, None), |(b, r)| (b, Some(r)));
@@ -198,20 +240,26 @@ pub fn walk(m: &mut Matcher, vocab: &Vocab, ids: &[u32], times: &mut Vec<f64>) -
     }
 }
 
-fn check(args: &MatchArgs) -> Result<Outcome, String> {
+fn check(args: &MatchArgs) -> Result<MatchOutcome, String> {
     let text = match (&args.text, &args.input) {
         (Some(t), None) => t.clone(),
         (None, Some(p)) => std::fs::read_to_string(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?,
         _ => return Err("give the text with exactly one of --text or --input".into()),
     };
+    match_text(&ConstraintSpec::from_args(args)?, &text, &args.tokenizer)
+}
+
+/// Walks `text`, tokenized by the tokenizer at `tokenizer` (a
+/// `tokenizer.json` or a directory holding one), through the constraint.
+pub fn match_text(spec: &ConstraintSpec, text: &str, tokenizer: &Path) -> Result<MatchOutcome, String> {
     let limits = Limits::default();
-    let c = constraint(args, &limits)?;
-    let (vocab, tok) = Vocab::load(&args.tokenizer).map_err(|e| e.to_string())?;
-    let ids = TextEncoder::new(&tok).encode(&text)?;
+    let c = spec.build(&limits)?;
+    let (vocab, tok) = Vocab::load(tokenizer).map_err(|e| e.to_string())?;
+    let ids = TextEncoder::new(&tok).encode(text)?;
     let mut m = c.matcher(&limits);
     let n = ids.len();
     let outcome = match walk(&mut m, &vocab, &ids, &mut Vec::new())? {
-        Walk::Accepted { complete } => Outcome {
+        Walk::Accepted { complete } => MatchOutcome {
             accepted: true,
             message: format!(
                 "accepted: {} bytes in {n} tokens; {}",
@@ -226,7 +274,7 @@ fn check(args: &MatchArgs) -> Result<Outcome, String> {
             let bad =
                 String::from_utf8_lossy(&text.as_bytes()[byte_offset.min(text.len())..(byte_offset + 1).min(text.len())]).into_owned();
             let before = String::from_utf8_lossy(&text.as_bytes()[..byte_offset.min(text.len())]).into_owned();
-            Outcome {
+            MatchOutcome {
                 accepted: false,
                 message: format!("rejected at byte {byte_offset} (token {token_index}, id {id}, {shown:?}): {bad:?} cannot come after {before:?}; expected {expected}"),
                 json: serde_json::json!({
@@ -235,7 +283,7 @@ fn check(args: &MatchArgs) -> Result<Outcome, String> {
                 }),
             }
         }
-        Walk::Incomplete { expected } => Outcome {
+        Walk::Incomplete { expected } => MatchOutcome {
             accepted: false,
             message: format!("rejected: the text ends before the constraint is satisfied; it could continue with {expected}"),
             json: serde_json::json!({

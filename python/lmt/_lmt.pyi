@@ -1,0 +1,78 @@
+# Type stubs of the compiled module (python/src/*.rs). Results are JSON
+# text that the typed layer (lmt/__init__.py) reads into objects.
+from typing import List, Optional, Tuple
+
+__version__: str
+
+class ModelError(RuntimeError): ...
+class InputError(ValueError): ...
+
+class Model:
+    def __init__(
+        self,
+        spec: str,
+        *,
+        tokenizer: Optional[str] = None,
+        chat_template: Optional[str] = None,
+        threads: Optional[int] = None,
+        engine: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> None: ...
+    @property
+    def spec(self) -> str: ...
+    @property
+    def is_remote(self) -> bool: ...
+    def describe(self) -> str: ...
+
+class Events:
+    def __iter__(self) -> Events: ...
+    def __next__(self) -> Optional[str]: ...
+    def close(self) -> None: ...
+
+class Template:
+    def __init__(self, source: str, *, name: str = "<template>", path: Optional[str] = None, root: Optional[str] = None) -> None: ...
+    @staticmethod
+    def from_file(path: str, *, root: Optional[str] = None) -> Template: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def diagnostics_json(self) -> str: ...
+    @property
+    def report(self) -> str: ...
+    @property
+    def has_errors(self) -> bool: ...
+    def inputs(self) -> List[Tuple[str, bool]]: ...
+    def engine_problems_json(self, model: Model) -> str: ...
+    def run(
+        self, model: Model, inputs: str, *, seed: int = 0, temperature: float = 0.0, score_all: bool = False
+    ) -> Tuple[str, Optional[BaseException]]: ...
+    def search(
+        self,
+        model: Model,
+        inputs: str,
+        kind: str,
+        n: int,
+        *,
+        seed: int = 0,
+        temperature: float = 0.0,
+        score_all: bool = False,
+        length_penalty: float = 0.0,
+    ) -> Tuple[str, Optional[BaseException]]: ...
+    def run_many(
+        self,
+        model: Model,
+        rows: str,
+        defaults: str,
+        *,
+        parallel: int = 1,
+        seed: int = 0,
+        temperature: float = 0.0,
+        score_all: bool = False,
+        search: Optional[Tuple[str, int]] = None,
+        length_penalty: float = 0.0,
+    ) -> Tuple[str, Optional[BaseException]]: ...
+    def stream(
+        self, model: Model, inputs: str, *, seed: int = 0, temperature: float = 0.0, score_all: bool = False
+    ) -> Events: ...
+
+def match_text(kind: str, value: str, text: str, tokenizer: str, json_open: bool = False) -> str: ...

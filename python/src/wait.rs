@@ -1,0 +1,44 @@
+//! Model work on a thread of its own while the caller's thread, the GIL
+//! released, watches for Python's signals: Ctrl-C (or any signal handler
+//! that raises) stops the work at its next token, and the caller still gets
+//! what the work made.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+
+/// How often the waiting thread lets Python run its signal handlers.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Runs `work` on a scoped thread and waits for it with the GIL released.
+/// When a signal handler raises (KeyboardInterrupt for Ctrl-C), `cancel`
+/// is set, the work is still waited for, and the exception comes back
+/// beside its result. Python runs signal handlers on the main thread only:
+/// elsewhere this is a plain wait.
+pub fn interruptible<T: Send>(py: Python<'_>, cancel: &AtomicBool, work: impl FnOnce() -> T + Send) -> (T, Option<PyErr>) {
+    py.detach(|| {
+        std::thread::scope(|scope| {
+            let (done, finished) = mpsc::channel::<()>();
+            let worker = scope.spawn(move || {
+                let result = work();
+                let _ = done.send(());
+                result
+            });
+            let mut raised = None;
+            while let Err(RecvTimeoutError::Timeout) = finished.recv_timeout(POLL) {
+                if raised.is_none() {
+                    if let Err(e) = Python::attach(|py| py.check_signals()) {
+                        cancel.store(true, Ordering::SeqCst);
+                        raised = Some(e);
+                    }
+                }
+            }
+            match worker.join() {
+                Ok(result) => (result, raised),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    })
+}
