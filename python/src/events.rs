@@ -67,6 +67,11 @@ impl Events {
     /// The next event as JSON text; None (StopIteration) after `done`.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<String>> {
         let receiver = &self.receiver;
+        // A Ctrl-C pending since the last event is seen before the next one.
+        if let Err(e) = py.check_signals() {
+            self.cancel.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
         loop {
             match py.detach(|| receiver.recv_timeout(POLL)) {
                 Ok(event) => return Ok(Some(event)),
