@@ -219,10 +219,7 @@ class Events:
         return self
 
     def __next__(self) -> Event:
-        item = self._inner.__next__()
-        if item is None:
-            raise StopIteration
-        event: Event = json.loads(item)
+        event: Event = json.loads(next(self._inner))  # StopIteration after `done`
         return event
 
     def close(self) -> None:

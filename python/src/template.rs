@@ -141,6 +141,17 @@ fn search_mode(kind: &str, n: u16) -> PyResult<Mode> {
     }
 }
 
+/// Refuses a beam on a remote engine, which gives no next-token log-probs.
+fn refuse_remote_beam(model: &Model, mode: Option<Mode>) -> PyResult<()> {
+    match (&*model.loaded, mode) {
+        (Loaded::Remote(r), Some(Mode::Beam { .. })) => Err(PyValueError::new_err(format!(
+            "a beam needs the model's next-token log-probs at every step, which {} does not give",
+            r.remote.describe()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// A run error as JSON: its diagnostic's fields and its kind.
 pub fn error_json(e: &RunError, sources: &SourceMap) -> J {
     let mut o = serde_json::to_value(JsonDiagnostic::new(&e.to_diagnostic(), sources)).unwrap_or(J::Null);
@@ -256,9 +267,7 @@ impl Template {
         if score_all && matches!(mode, Mode::Beam { .. }) {
             return Err(PyValueError::new_err("score='all' ranks finished runs; a beam ranks partial runs as it goes: use samples= or best_of="));
         }
-        if let (Loaded::Remote(r), Mode::Beam { .. }) = (&*model.loaded, mode) {
-            return Err(PyValueError::new_err(format!("a beam needs the model's next-token log-probs at every step, which {} does not give", r.remote.describe())));
-        }
+        refuse_remote_beam(model, Some(mode))?;
         let (opts, cancel) = run_options(c, inputs, seed, temperature, score_all)?;
         let search = SearchOptions { mode, length_penalty, prefix_cache_bytes: PREFIX_CACHE_MIB << 20 };
         let (found, raised) = interruptible(py, &cancel, || match &*model.loaded {
@@ -293,9 +302,7 @@ impl Template {
             return Err(PyValueError::new_err(format!("parallel={parallel}: give a number from 1 to 256")));
         }
         let search = search.map(|(kind, n)| search_mode(&kind, n)).transpose()?;
-        if let (Loaded::Remote(r), Some(Mode::Beam { .. })) = (&*model.loaded, search) {
-            return Err(PyValueError::new_err(format!("a beam needs the model's next-token log-probs at every step, which {} does not give", r.remote.describe())));
-        }
+        refuse_remote_beam(model, search)?;
         let cancel = Arc::new(AtomicBool::new(false));
         let opts = DatasetOptions {
             parallel: usize::from(parallel),

@@ -129,6 +129,12 @@ def test_search_ranks_runs_as_the_cli_does(tiny: lmt.Model, tiny_dir: Path, lmt_
     assert len(sampled.runs) == 3 and len({r["city"] for r in sampled.runs}) > 1
     with pytest.raises(ValueError, match="at most one"):
         lmt.Template.from_file(path).search(tiny, samples=2, beam=2)
+    # Rows searched: each row's record is its best run, with the runs ranked.
+    rows = lmt.Template.from_file(path).run_many(tiny, [{}, {}], beam=2, parallel=2)
+    for row in rows:
+        assert row.run is not None and [r["rank"] for r in row.to_json()["runs"]] == [1, 2]
+        assert row.to_json()["search"]["kind"] == "beam"
+        assert row.run.text == found.best.text
 
 
 def test_check_files_and_text() -> None:
