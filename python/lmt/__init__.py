@@ -60,6 +60,7 @@ __all__ = [
     "Regex",
     "RegexFrom",
     "RowResult",
+    "RowResults",
     "Run",
     "RunError",
     "RunInterrupted",
@@ -366,6 +367,47 @@ class Template:
         _interrupted(raised, search=found, run=found.runs[0] if found.runs else None)
         return found
 
+    def iter_many(
+        self,
+        model: Model,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        parallel: int = 8,
+        seed: int = 0,
+        temperature: Optional[float] = None,
+        score: str = "chosen",
+        samples: Optional[int] = None,
+        best_of: Optional[int] = None,
+        beam: Optional[int] = None,
+        length_penalty: float = 0.0,
+        defaults: Optional[Mapping[str, Any]] = None,
+    ) -> "RowResults":
+        """Runs it once per row, as ``lmt run --inputs``, and returns the rows'
+        results as they complete (in completion order). Rows are read from
+        ``rows`` only as they start, so a generator over a large file is never
+        held in memory whole. Each row is a mapping of input values with an
+        optional ``id``; ``parallel`` rows are in flight at once, their
+        forward passes batched and their shared prompt prefix computed once.
+        Each row's seed comes from ``seed`` and its id, so its result does not
+        depend on ``parallel``. ``defaults`` are values every row gets unless
+        it gives its own; ``samples=``, ``best_of=`` or ``beam=`` search each
+        row. A row that fails has its ``error`` set; the others still run."""
+        kind, n = _search_mode(samples, best_of, beam)
+        self._engine_check(model)
+        t = temperature if temperature is not None else (1.0 if kind in ("samples", "best_of") else 0.0)
+        inner = self._t.iter_many(
+            model._model,
+            _row_lines(rows),
+            _inputs_json(defaults, {}),
+            parallel=parallel,
+            seed=seed,
+            temperature=t,
+            score_all=_score_all(score),
+            search=None if kind is None else (kind, n),
+            length_penalty=length_penalty,
+        )
+        return RowResults(inner)
+
     def run_many(
         self,
         model: Model,
@@ -381,39 +423,73 @@ class Template:
         length_penalty: float = 0.0,
         defaults: Optional[Mapping[str, Any]] = None,
     ) -> List[RowResult]:
-        """Runs it once per row (a mapping of input values, with an optional
-        ``id``), ``parallel`` rows at a time with their forward passes
-        batched and their shared prompt prefix computed once: as
-        ``lmt run --inputs``. Each row's seed comes from ``seed`` and its id,
-        so a row's result does not depend on ``parallel``. ``defaults`` are
-        values every row gets unless it gives its own. A row that fails has
-        its ``error`` set; the others still run. Results come in row order."""
-        lines = []
-        for i, row in enumerate(rows):
+        """``iter_many``'s results, all of them, in row order. On Ctrl-C the
+        rows in flight stop and ``RunInterrupted.rows`` holds those finished."""
+        results: List[RowResult] = []
+        with self.iter_many(
+            model, rows, parallel=parallel, seed=seed, temperature=temperature, score=score, samples=samples,
+            best_of=best_of, beam=beam, length_penalty=length_penalty, defaults=defaults,
+        ) as stream:
             try:
-                lines.append(json.dumps(dict(row)))
-            except (TypeError, ValueError) as e:
-                raise InputError(f"row {i + 1}: input values must be JSON values: {e}") from None
-        kind, n = _search_mode(samples, best_of, beam)
-        self._engine_check(model)
-        t = temperature if temperature is not None else (1.0 if kind in ("samples", "best_of") else 0.0)
-        doc, raised = self._t.run_many(
-            model._model,
-            "\n".join(lines),
-            _inputs_json(defaults, {}),
-            parallel=parallel,
-            seed=seed,
-            temperature=t,
-            score_all=_score_all(score),
-            search=None if kind is None else (kind, n),
-            length_penalty=length_penalty,
-        )
-        results = [RowResult(r) for r in json.loads(doc)["rows"]]
-        _interrupted(raised, rows=results)
+                results.extend(stream)
+            except KeyboardInterrupt as e:
+                stream.close()
+                results.extend(stream)
+                results.sort(key=lambda r: r.line)
+                raise RunInterrupted(rows=results) from e
+        results.sort(key=lambda r: r.line)
         return results
 
     def __repr__(self) -> str:
         return f"lmt.Template({self.name!r})"
+
+
+def _row_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """Each row as one JSON line, made as the run asks for it."""
+    for i, row in enumerate(rows):
+        try:
+            yield json.dumps(dict(row))
+        except (TypeError, ValueError) as e:
+            raise InputError(f"row {i + 1}: input values must be JSON values: {e}") from None
+
+
+class RowResults:
+    """The results of ``Template.iter_many``, as rows complete. ``summary``
+    holds the totals once the last one is read. Closing it (or leaving a
+    ``with`` block) stops the run: rows in flight end and are left out."""
+
+    summary: Optional[Dict[str, Any]]
+    """``done``, ``failed``, ``cancelled``, ``generated_tokens``, ``forward_tokens``, ``shared_prefix_tokens``…"""
+
+    def __init__(self, inner: _lmt.RowStream) -> None:
+        self._inner = inner
+        self.summary = None
+
+    def __iter__(self) -> "RowResults":
+        return self
+
+    def __next__(self) -> RowResult:
+        item: Dict[str, Any] = json.loads(next(self._inner))
+        if "summary" in item:
+            self.summary = item["summary"]
+            raise StopIteration
+        if "error" in item and "line" not in item:
+            # The rows could not be read: what the iterator raised, else why.
+            raised = self._inner.take_raised()
+            if raised is not None:
+                raise raised
+            raise InputError(str(item["error"]))
+        return RowResult(item)
+
+    def close(self) -> None:
+        """Stops the run: no new row starts; rows in flight end and are left out."""
+        self._inner.close()
+
+    def __enter__(self) -> "RowResults":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _search_mode(samples: Optional[int], best_of: Optional[int], beam: Optional[int]) -> Tuple[Optional[str], int]:

@@ -1,6 +1,6 @@
 # Type stubs of the compiled module (python/src/*.rs). Results are JSON
 # text that the typed layer (lmt/__init__.py) reads into objects.
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 __version__: str
 
@@ -27,6 +27,12 @@ class Model:
 class Events:
     def __iter__(self) -> Events: ...
     def __next__(self) -> str: ...
+    def close(self) -> None: ...
+
+class RowStream:
+    def __iter__(self) -> RowStream: ...
+    def __next__(self) -> str: ...
+    def take_raised(self) -> Optional[BaseException]: ...
     def close(self) -> None: ...
 
 class Template:
@@ -58,10 +64,10 @@ class Template:
         score_all: bool = False,
         length_penalty: float = 0.0,
     ) -> Tuple[str, Optional[BaseException]]: ...
-    def run_many(
+    def iter_many(
         self,
         model: Model,
-        rows: str,
+        rows: Iterator[str],
         defaults: str,
         *,
         parallel: int = 1,
@@ -70,7 +76,7 @@ class Template:
         score_all: bool = False,
         search: Optional[Tuple[str, int]] = None,
         length_penalty: float = 0.0,
-    ) -> Tuple[str, Optional[BaseException]]: ...
+    ) -> RowStream: ...
     def stream(
         self, model: Model, inputs: str, *, seed: int = 0, temperature: float = 0.0, score_all: bool = False
     ) -> Events: ...

@@ -4,8 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
-use std::time::Duration;
+use crossbeam_channel::Receiver;
 
 use lmt::cli::remote::Loaded;
 use lmt::interp::{self, Event, RunOptions};
@@ -13,9 +12,6 @@ use lmt::render::EventStream;
 use pyo3::prelude::*;
 
 use crate::template::Compiled;
-
-/// How often a waiting `next()` lets Python run its signal handlers.
-const POLL: Duration = Duration::from_millis(20);
 
 /// The events of a run as it happens: `start`, then `text`, `role` and
 /// `capture`, `error` when one stopped it, and a last `done`. Ctrl-C while
@@ -66,24 +62,7 @@ impl Events {
 
     /// The next event as JSON text; None (StopIteration) after `done`.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        let receiver = &self.receiver;
-        // A Ctrl-C pending since the last event is seen before the next one.
-        if let Err(e) = py.check_signals() {
-            self.cancel.store(true, Ordering::SeqCst);
-            return Err(e);
-        }
-        loop {
-            match py.detach(|| receiver.recv_timeout(POLL)) {
-                Ok(event) => return Ok(Some(event)),
-                Err(RecvTimeoutError::Disconnected) => return Ok(None),
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Err(e) = py.check_signals() {
-                        self.cancel.store(true, Ordering::SeqCst);
-                        return Err(e);
-                    }
-                }
-            }
-        }
+        crate::wait::next_item(py, &self.receiver, &self.cancel)
     }
 
     /// Stops the run at its next token (its remaining events can still be read).

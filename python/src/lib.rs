@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 
 mod events;
 mod model;
+mod rows;
 mod template;
 mod wait;
 
@@ -47,6 +48,7 @@ fn _lmt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::Model>()?;
     m.add_class::<template::Template>()?;
     m.add_class::<events::Events>()?;
+    m.add_class::<rows::RowStream>()?;
     m.add_function(wrap_pyfunction!(match_text, m)?)?;
     m.add("ModelError", py.get_type::<ModelError>())?;
     m.add("InputError", py.get_type::<InputError>())?;

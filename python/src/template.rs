@@ -9,7 +9,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 use lmt::cli::remote::Loaded;
 use lmt::cli::report;
-use lmt::dataset::{self, DatasetOptions, JsonlRows};
+use lmt::dataset::DatasetOptions;
 use lmt::diagnostic::{Diagnostic, JsonDiagnostic};
 use lmt::interp::value::Value;
 use lmt::interp::{self, InputDecl, RunError, RunOptions};
@@ -23,6 +23,7 @@ use pyo3::prelude::*;
 use serde_json::{json, Value as J};
 
 use crate::model::Model;
+use crate::rows::RowStream;
 use crate::wait::interruptible;
 use crate::InputError;
 
@@ -278,17 +279,16 @@ impl Template {
         Ok((doc.to_string(), raised))
     }
 
-    /// Runs over `rows` (JSON lines, as `--inputs` reads them), `parallel`
-    /// at a time. Returns `{"rows": [records in input order], "summary":
-    /// {...}}` as JSON text, and the exception a signal handler raised (rows
-    /// in flight then end cancelled and are left out).
+    /// Runs over `rows` (an iterator of JSON lines, as `--inputs` reads
+    /// them, pulled as rows start), `parallel` at a time, on a thread of its
+    /// own; the records come back through the returned iterator as they
+    /// complete.
     #[pyo3(signature = (model, rows, defaults, *, parallel=1, seed=0, temperature=0.0, score_all=false, search=None, length_penalty=0.0))]
     #[allow(clippy::too_many_arguments)]
-    fn run_many(
+    fn iter_many(
         &self,
-        py: Python<'_>,
         model: &Model,
-        rows: String,
+        rows: Py<PyAny>,
         defaults: &str,
         parallel: u16,
         seed: u64,
@@ -296,14 +296,13 @@ impl Template {
         score_all: bool,
         search: Option<(String, u16)>,
         length_penalty: f64,
-    ) -> PyResult<(String, Option<PyErr>)> {
+    ) -> PyResult<RowStream> {
         let c = self.compiled()?;
         if !(1..=256).contains(&parallel) {
             return Err(PyValueError::new_err(format!("parallel={parallel}: give a number from 1 to 256")));
         }
         let search = search.map(|(kind, n)| search_mode(&kind, n)).transpose()?;
         refuse_remote_beam(model, search)?;
-        let cancel = Arc::new(AtomicBool::new(false));
         let opts = DatasetOptions {
             parallel: usize::from(parallel),
             seed,
@@ -311,31 +310,11 @@ impl Template {
             limits: Default::default(),
             defaults: input_values(c, defaults, true)?,
             prefix_cache_bytes: PREFIX_CACHE_MIB << 20,
-            cancel: cancel.clone(),
+            cancel: Arc::new(AtomicBool::new(false)),
             search: search.map(|m| (m, length_penalty)),
             score_all,
         };
-        let reader = JsonlRows::new(std::io::Cursor::new(rows.into_bytes()), c.declared.clone());
-        let mut records: Vec<J> = Vec::new();
-        let (result, raised) = interruptible(py, &cancel, || {
-            dataset::run(&c.program, &c.sources, model.loaded.backend(), reader, &opts, &mut |r| {
-                if !r.cancelled {
-                    records.push(r.record.clone());
-                }
-            })
-        });
-        let summary = result.map_err(|e| InputError::new_err(format!("the rows: {e}")))?;
-        records.sort_by_key(|r| r["line"].as_u64().unwrap_or(u64::MAX));
-        let u = &summary.usage;
-        let doc = json!({
-            "rows": records,
-            "summary": {
-                "done": summary.done, "failed": summary.failed, "cancelled": summary.cancelled,
-                "generated_tokens": u.generated_tokens, "forward_tokens": u.forward_tokens,
-                "shared_prefix_tokens": summary.batches.shared_tokens, "prefix_cached_tokens": u.prefix_cached_tokens,
-            },
-        });
-        Ok((doc.to_string(), raised))
+        Ok(RowStream::start(c.clone(), model.loaded.clone(), rows, opts))
     }
 
     /// A run as an iterator of `lmt run --events` objects (JSON text),

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
+use crossbeam_channel::Receiver;
+
 use pyo3::prelude::*;
 
 /// How often the waiting thread lets Python run its signal handlers.
@@ -41,4 +43,22 @@ pub fn interruptible<T: Send>(py: Python<'_>, cancel: &AtomicBool, work: impl Fn
             }
         })
     })
+}
+
+/// The next item from `receiver` for a Python iterator: waited for with the
+/// GIL released; None once the sender is gone. A signal handler that raises
+/// (before or while waiting) sets `cancel` and its exception is returned;
+/// the items already sent can still be read after it.
+pub fn next_item(py: Python<'_>, receiver: &Receiver<String>, cancel: &AtomicBool) -> PyResult<Option<String>> {
+    loop {
+        if let Err(e) = py.check_signals() {
+            cancel.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
+        match py.detach(|| receiver.recv_timeout(POLL)) {
+            Ok(item) => return Ok(Some(item)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(None),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+        }
+    }
 }

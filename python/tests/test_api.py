@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
@@ -162,3 +162,31 @@ def test_match_walks_the_real_tokenizer(tiny_dir: Path) -> None:
     assert lmt.match(lmt.Grammar("std/chess#san"), "Nf3+", tiny_dir)
     with pytest.raises(ValueError, match="regex"):
         lmt.match(lmt.Regex("(unclosed"), "x", tiny_dir)
+
+
+def test_iter_many_reads_rows_as_they_start_and_stops_when_closed(tiny: lmt.Model) -> None:
+    template = lmt.Template.from_file(EXAMPLES / "vehicles.lmt")
+    pulled = 0
+
+    def endless() -> Iterator[Dict[str, Any]]:
+        nonlocal pulled
+        while True:
+            pulled += 1
+            yield {"n": 1}
+
+    with template.iter_many(tiny, endless(), parallel=2) as results:
+        first = [next(results) for _ in range(3)]
+    assert all(r.ok for r in first) and len({r.id for r in first}) == 3
+    assert pulled <= 3 + 2 + 2, pulled  # the rows done, in flight, and one being read
+    # A row that is not JSON, raised from the rows as they are read.
+    with pytest.raises(lmt.InputError, match="row 2"):
+        template.run_many(tiny, [{"n": 1}, {"n": object()}])
+    # What the rows' own iterator raises reaches the caller.
+    def broken() -> Iterator[Dict[str, Any]]:
+        yield {"n": 1}
+        raise OSError("the source went away")
+
+    with pytest.raises(OSError, match="went away"):
+        template.run_many(tiny, broken())
+    stream = template.iter_many(tiny, [{"n": 1}, {"n": 2}], parallel=2)
+    assert sorted(r.line for r in stream) == [1, 2] and stream.summary is not None and stream.summary["done"] == 2
