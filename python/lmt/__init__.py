@@ -147,6 +147,16 @@ def _inputs_json(inputs: Optional[Mapping[str, Any]], kwargs: Mapping[str, Any])
         raise InputError(f"input values must be JSON values (str, int, float, bool, None, lists, dicts): {e}") from None
 
 
+def _whole(name: str, value: object, lo: int, hi: int) -> int:
+    """`value` as a whole number from `lo` to `hi`, else a ValueError that says so."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name}={value!r}: give a whole number from {lo} to {hi}")
+    return value
+
+
+SEED_MAX = 2**64 - 1
+
+
 def _score_all(score: str) -> bool:
     if score not in ("chosen", "all"):
         raise ValueError(f"score={score!r}: give 'chosen' (the tokens the model chose) or 'all' (every token)")
@@ -177,7 +187,7 @@ class Model:
             os.fspath(spec),
             tokenizer=None if tokenizer is None else os.fspath(tokenizer),
             chat_template=None if chat_template is None else os.fspath(chat_template),
-            threads=threads,
+            threads=None if threads is None else _whole("threads", threads, 1, 1024),
             engine=engine,
             timeout=timeout,
         )
@@ -304,7 +314,11 @@ class Template:
         stops the run, ``RunInterrupted`` on Ctrl-C."""
         self._engine_check(model)
         doc, raised = self._t.run(
-            model._model, _inputs_json(inputs, kwargs), seed=seed, temperature=temperature, score_all=_score_all(score)
+            model._model,
+            _inputs_json(inputs, kwargs),
+            seed=_whole("seed", seed, 0, SEED_MAX),
+            temperature=temperature,
+            score_all=_score_all(score),
         )
         result = json.loads(doc)
         run = Run(result["record"])
@@ -327,7 +341,13 @@ class Template:
         happen, ending with ``done`` (whose fields are the run's record)."""
         self._engine_check(model)
         return Events(
-            self._t.stream(model._model, _inputs_json(inputs, kwargs), seed=seed, temperature=temperature, score_all=_score_all(score))
+            self._t.stream(
+                model._model,
+                _inputs_json(inputs, kwargs),
+                seed=_whole("seed", seed, 0, SEED_MAX),
+                temperature=temperature,
+                score_all=_score_all(score),
+            )
         )
 
     def search(
@@ -358,7 +378,7 @@ class Template:
             _inputs_json(inputs, kwargs),
             kind,
             n,
-            seed=seed,
+            seed=_whole("seed", seed, 0, SEED_MAX),
             temperature=t,
             score_all=_score_all(score),
             length_penalty=length_penalty,
@@ -399,8 +419,8 @@ class Template:
             model._model,
             _row_lines(rows),
             _inputs_json(defaults, {}),
-            parallel=parallel,
-            seed=seed,
+            parallel=_whole("parallel", parallel, 1, 256),
+            seed=_whole("seed", seed, 0, SEED_MAX),
             temperature=t,
             score_all=_score_all(score),
             search=None if kind is None else (kind, n),
@@ -499,9 +519,7 @@ def _search_mode(samples: Optional[int], best_of: Optional[int], beam: Optional[
     if not given:
         return None, 0
     kind, n = given[0]
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"{kind}={n!r}: give a whole number ≥ 1")
-    return kind, n
+    return kind, _whole(kind, n, 1, 64 if kind == "beam" else 1024)
 
 
 def check(source_or_path: Union[str, "os.PathLike[str]"], *, root: Optional[PathLike] = None) -> List[Diagnostic]:

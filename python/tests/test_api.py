@@ -67,10 +67,19 @@ def test_files_inputs_and_options_fail_clearly(tiny: lmt.Model, tmp_path: Path) 
         chat.run(tiny, question="x", temperature=-1.0)
     with pytest.raises(ValueError, match="score"):
         chat.run(tiny, question="x", score="most")
+    for bad in (-1, 2**64, True, 1.5):
+        with pytest.raises(ValueError, match="seed=.*whole number"):
+            chat.run(tiny, question="x", seed=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="parallel=0"):
+        chat.run_many(tiny, [], parallel=0)
+    with pytest.raises(ValueError, match="beam=65"):
+        chat.search(tiny, question="x", beam=65)
     with pytest.raises(lmt.ModelError, match="/nonexistent/model"):
         lmt.Model("/nonexistent/model")
     with pytest.raises(ValueError, match="threads"):
         lmt.Model(tmp_path, threads=0)
+    with pytest.raises(ValueError, match="threads"):
+        lmt.Model(tmp_path, threads=2**70)
 
 
 def test_a_run_error_keeps_the_partial_record(tiny: lmt.Model, tiny_dir: Path, lmt_bin: Path, tmp_path: Path) -> None:

@@ -97,3 +97,19 @@ def test_two_models_in_two_threads_at_once(tiny_dir: Path) -> None:
     assert results["b"] == alone_b and texts == alone_a
     # …and A's events kept coming while B's run held no GIL.
     assert during >= 5, during
+
+
+def test_one_model_shared_by_threads(tiny: lmt.Model) -> None:
+    template = lmt.Template.from_file(Path(__file__).resolve().parents[2] / "examples" / "vehicles.lmt")
+    alone = [template.run(tiny, n=2, seed=s, temperature=0.9).text for s in range(4)]
+    together: Dict[int, str] = {}
+
+    def run(seed: int) -> None:
+        together[seed] = template.run(tiny, n=2, seed=seed, temperature=0.9).text
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [together[s] for s in range(4)] == alone
