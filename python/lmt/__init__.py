@@ -142,7 +142,7 @@ def _inputs_json(inputs: Optional[Mapping[str, Any]], kwargs: Mapping[str, Any])
     values = dict(inputs or {})
     values.update(kwargs)
     try:
-        return json.dumps(values)
+        return json.dumps(values, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InputError(f"input values must be JSON values (str, int, float, bool, None, lists, dicts): {e}") from None
 
@@ -154,7 +154,7 @@ def _whole(name: str, value: object, lo: int, hi: int) -> int:
     return value
 
 
-SEED_MAX = 2**64 - 1
+_SEED_MAX = 2**64 - 1
 
 
 def _score_all(score: str) -> bool:
@@ -316,7 +316,7 @@ class Template:
         doc, raised = self._t.run(
             model._model,
             _inputs_json(inputs, kwargs),
-            seed=_whole("seed", seed, 0, SEED_MAX),
+            seed=_whole("seed", seed, 0, _SEED_MAX),
             temperature=temperature,
             score_all=_score_all(score),
         )
@@ -344,7 +344,7 @@ class Template:
             self._t.stream(
                 model._model,
                 _inputs_json(inputs, kwargs),
-                seed=_whole("seed", seed, 0, SEED_MAX),
+                seed=_whole("seed", seed, 0, _SEED_MAX),
                 temperature=temperature,
                 score_all=_score_all(score),
             )
@@ -378,7 +378,7 @@ class Template:
             _inputs_json(inputs, kwargs),
             kind,
             n,
-            seed=_whole("seed", seed, 0, SEED_MAX),
+            seed=_whole("seed", seed, 0, _SEED_MAX),
             temperature=t,
             score_all=_score_all(score),
             length_penalty=length_penalty,
@@ -420,7 +420,7 @@ class Template:
             _row_lines(rows),
             _inputs_json(defaults, {}),
             parallel=_whole("parallel", parallel, 1, 256),
-            seed=_whole("seed", seed, 0, SEED_MAX),
+            seed=_whole("seed", seed, 0, _SEED_MAX),
             temperature=t,
             score_all=_score_all(score),
             search=None if kind is None else (kind, n),
@@ -468,7 +468,7 @@ def _row_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[str]:
     """Each row as one JSON line, made as the run asks for it."""
     for i, row in enumerate(rows):
         try:
-            yield json.dumps(dict(row))
+            yield json.dumps(dict(row), allow_nan=False)
         except (TypeError, ValueError) as e:
             raise InputError(f"row {i + 1}: input values must be JSON values: {e}") from None
 
