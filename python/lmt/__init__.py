@@ -302,13 +302,16 @@ class Template:
         seed: int = 0,
         temperature: float = 0.0,
         score: str = "chosen",
+        html: Optional[PathLike] = None,
         inputs: Optional[Mapping[str, Any]] = None,
         **kwargs: Any,
     ) -> Run:
         """Runs it once. Input values come as keyword arguments (or in
         ``inputs=``, for names that clash with these parameters).
         ``temperature`` is the default of every ``gen`` (0: greedy);
-        ``score="all"`` also scores the template's own text (``logprob_all``).
+        ``score="all"`` also scores the template's own text (``logprob_all``);
+        ``html=PATH`` writes the self-contained HTML report there, as
+        ``lmt run --html`` does (a failed or interrupted run's too).
 
         Raises ``RunError`` (with ``.run``, the partial record) when an error
         stops the run, ``RunInterrupted`` on Ctrl-C."""
@@ -319,9 +322,13 @@ class Template:
             seed=_whole("seed", seed, 0, _SEED_MAX),
             temperature=temperature,
             score_all=_score_all(score),
+            html=html is not None,
         )
         result = json.loads(doc)
         run = Run(result["record"])
+        if html is not None:
+            with open(html, "w", encoding="utf-8") as f:
+                f.write(result["html"])
         _interrupted(raised, run=run)
         if result["error"] is not None:
             raise RunError(run, Diagnostic.from_json(result["error"]), str(result["error"].get("kind", "")))

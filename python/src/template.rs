@@ -229,16 +229,31 @@ impl Template {
     }
 
     /// One run. Returns `{"record": <lmt run --json>, "error": <the run
-    /// error or null>}` as JSON text, and the exception a signal handler
+    /// error or null>}` (and `"html"`: the `--html` report, when asked) as JSON text, and the exception a signal handler
     /// raised while it ran (the run then ends cancelled, its record kept).
-    #[pyo3(signature = (model, inputs, *, seed=0, temperature=0.0, score_all=false))]
-    fn run(&self, py: Python<'_>, model: &Model, inputs: &str, seed: u64, temperature: f32, score_all: bool) -> PyResult<(String, Option<PyErr>)> {
+    #[pyo3(signature = (model, inputs, *, seed=0, temperature=0.0, score_all=false, html=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        py: Python<'_>,
+        model: &Model,
+        inputs: &str,
+        seed: u64,
+        temperature: f32,
+        score_all: bool,
+        html: bool,
+    ) -> PyResult<(String, Option<PyErr>)> {
         let c = self.compiled()?;
         let (opts, cancel) = run_options(c, inputs, seed, temperature, score_all)?;
         let (outcome, raised) =
             interruptible(py, &cancel, || interp::run_with(&c.program, &c.sources, model.loaded.backend(), None, &opts, &mut |_| {}));
         let error = outcome.error.as_ref().map_or(J::Null, |e| error_json(e, &c.sources));
-        let doc = json!({"record": render::one_run(render::json(&outcome.state)), "error": error});
+        let mut doc = json!({"record": render::one_run(render::json(&outcome.state)), "error": error});
+        if html {
+            // Titled as `lmt run --html` titles it: the file's name.
+            let title = std::path::Path::new(&c.name).file_name().map_or(c.name.clone(), |n| n.to_string_lossy().into_owned());
+            doc["html"] = json!(render::html(&outcome.state, &title));
+        }
         Ok((doc.to_string(), raised))
     }
 

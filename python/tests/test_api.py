@@ -199,3 +199,13 @@ def test_iter_many_reads_rows_as_they_start_and_stops_when_closed(tiny: lmt.Mode
         template.run_many(tiny, broken())
     stream = template.iter_many(tiny, [{"n": 1}, {"n": 2}], parallel=2)
     assert sorted(r.line for r in stream) == [1, 2] and stream.summary is not None and stream.summary["done"] == 2
+
+
+def test_run_writes_the_html_report(tiny: lmt.Model, tmp_path: Path) -> None:
+    path = tmp_path / "number.lmt"
+    path.write_text('A number: {% gen n regex="[0-9]{3}" %}')
+    report = tmp_path / "report.html"
+    run = lmt.Template.from_file(path).run(tiny, html=report)
+    html = report.read_text()
+    assert html.lstrip().lower().startswith("<!doctype html") and "<title>number.lmt" in html
+    assert run["n"] in html and "A number:" in html
