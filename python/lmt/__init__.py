@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -303,6 +304,7 @@ class Template:
         temperature: float = 0.0,
         score: str = "chosen",
         html: Optional[PathLike] = None,
+        cancel: Optional[threading.Event] = None,
         inputs: Optional[Mapping[str, Any]] = None,
         **kwargs: Any,
     ) -> Run:
@@ -312,6 +314,10 @@ class Template:
         ``score="all"`` also scores the template's own text (``logprob_all``);
         ``html=PATH`` writes the self-contained HTML report there, as
         ``lmt run --html`` does (a failed or interrupted run's too).
+        ``cancel`` (a ``threading.Event``) stops the run at its next token
+        once set, from any thread: the run returns, finish reason
+        ``cancelled`` (the way to stop a run on a thread other than the main
+        one, where Python delivers no Ctrl-C).
 
         Raises ``RunError`` (with ``.run``, the partial record) when an error
         stops the run, ``RunInterrupted`` on Ctrl-C."""
@@ -323,6 +329,7 @@ class Template:
             temperature=temperature,
             score_all=_score_all(score),
             html=html is not None,
+            cancel=cancel,
         )
         result = json.loads(doc)
         run = Run(result["record"])
@@ -368,6 +375,7 @@ class Template:
         seed: int = 0,
         temperature: Optional[float] = None,
         score: str = "chosen",
+        cancel: Optional[threading.Event] = None,
         inputs: Optional[Mapping[str, Any]] = None,
         **kwargs: Any,
     ) -> Search:
@@ -389,6 +397,7 @@ class Template:
             temperature=t,
             score_all=_score_all(score),
             length_penalty=length_penalty,
+            cancel=cancel,
         )
         found = Search(json.loads(doc))
         _interrupted(raised, search=found, run=found.runs[0] if found.runs else None)

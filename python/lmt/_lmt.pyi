@@ -1,5 +1,6 @@
 # Type stubs of the compiled module (python/src/*.rs). Results are JSON
 # text that the typed layer (lmt/__init__.py) reads into objects.
+import threading
 from typing import Iterator, List, Optional, Tuple
 
 __version__: str
@@ -50,7 +51,15 @@ class Template:
     def inputs(self) -> List[Tuple[str, bool]]: ...
     def engine_problems_json(self, model: Model) -> str: ...
     def run(
-        self, model: Model, inputs: str, *, seed: int = 0, temperature: float = 0.0, score_all: bool = False, html: bool = False
+        self,
+        model: Model,
+        inputs: str,
+        *,
+        seed: int = 0,
+        temperature: float = 0.0,
+        score_all: bool = False,
+        html: bool = False,
+        cancel: Optional[threading.Event] = None,
     ) -> Tuple[str, Optional[BaseException]]: ...
     def search(
         self,
@@ -63,6 +72,7 @@ class Template:
         temperature: float = 0.0,
         score_all: bool = False,
         length_penalty: float = 0.0,
+        cancel: Optional[threading.Event] = None,
     ) -> Tuple[str, Optional[BaseException]]: ...
     def iter_many(
         self,

@@ -229,9 +229,11 @@ impl Template {
     }
 
     /// One run. Returns `{"record": <lmt run --json>, "error": <the run
-    /// error or null>}` (and `"html"`: the `--html` report, when asked) as JSON text, and the exception a signal handler
-    /// raised while it ran (the run then ends cancelled, its record kept).
-    #[pyo3(signature = (model, inputs, *, seed=0, temperature=0.0, score_all=false, html=false))]
+    /// error or null>}` (and `"html"`: the `--html` report, when asked) as
+    /// JSON text, and the exception a signal handler raised while it ran
+    /// (the run then ends cancelled, its record kept). `cancel` (a
+    /// `threading.Event`) stops it at its next token once set.
+    #[pyo3(signature = (model, inputs, *, seed=0, temperature=0.0, score_all=false, html=false, cancel=None))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -242,11 +244,13 @@ impl Template {
         temperature: f32,
         score_all: bool,
         html: bool,
+        cancel: Option<Py<PyAny>>,
     ) -> PyResult<(String, Option<PyErr>)> {
         let c = self.compiled()?;
-        let (opts, cancel) = run_options(c, inputs, seed, temperature, score_all)?;
-        let (outcome, raised) =
-            interruptible(py, &cancel, || interp::run_with(&c.program, &c.sources, model.loaded.backend(), None, &opts, &mut |_| {}));
+        let (opts, flag) = run_options(c, inputs, seed, temperature, score_all)?;
+        let (outcome, raised) = interruptible(py, &flag, cancel.as_ref(), || {
+            interp::run_with(&c.program, &c.sources, model.loaded.backend(), None, &opts, &mut |_| {})
+        });
         let error = outcome.error.as_ref().map_or(J::Null, |e| error_json(e, &c.sources));
         let mut doc = json!({"record": render::one_run(render::json(&outcome.state)), "error": error});
         if html {
@@ -261,7 +265,7 @@ impl Template {
     /// `n`). Returns `lmt run --samples/--beam --json`'s document as JSON
     /// text (`runs` empty when none got going), and the exception a signal
     /// handler raised.
-    #[pyo3(signature = (model, inputs, kind, n, *, seed=0, temperature=0.0, score_all=false, length_penalty=0.0))]
+    #[pyo3(signature = (model, inputs, kind, n, *, seed=0, temperature=0.0, score_all=false, length_penalty=0.0, cancel=None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -274,6 +278,7 @@ impl Template {
         temperature: f32,
         score_all: bool,
         length_penalty: f64,
+        cancel: Option<Py<PyAny>>,
     ) -> PyResult<(String, Option<PyErr>)> {
         let c = self.compiled()?;
         let mode = search_mode(kind, n)?;
@@ -284,9 +289,9 @@ impl Template {
             return Err(PyValueError::new_err("score='all' ranks finished runs; a beam ranks partial runs as it goes: use samples= or best_of="));
         }
         refuse_remote_beam(model, Some(mode))?;
-        let (opts, cancel) = run_options(c, inputs, seed, temperature, score_all)?;
+        let (opts, flag) = run_options(c, inputs, seed, temperature, score_all)?;
         let search = SearchOptions { mode, length_penalty, prefix_cache_bytes: PREFIX_CACHE_MIB << 20 };
-        let (found, raised) = interruptible(py, &cancel, || match &*model.loaded {
+        let (found, raised) = interruptible(py, &flag, cancel.as_ref(), || match &*model.loaded {
             Loaded::Local(m) => Some(search::run(&c.program, &c.sources, m, &opts, &search)),
             Loaded::Remote(r) => search::run_remote(&c.program, &c.sources, r, &opts, &search),
         });

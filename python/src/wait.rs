@@ -17,9 +17,15 @@ const POLL: Duration = Duration::from_millis(20);
 /// Runs `work` on a scoped thread and waits for it with the GIL released.
 /// When a signal handler raises (KeyboardInterrupt for Ctrl-C), `cancel`
 /// is set, the work is still waited for, and the exception comes back
-/// beside its result. Python runs signal handlers on the main thread only:
-/// elsewhere this is a plain wait.
-pub fn interruptible<T: Send>(py: Python<'_>, cancel: &AtomicBool, work: impl FnOnce() -> T + Send) -> (T, Option<PyErr>) {
+/// beside its result. Python runs signal handlers on the main thread only;
+/// a run on another thread is stopped through `event` (a
+/// `threading.Event`): once it is set, so is `cancel`.
+pub fn interruptible<T: Send>(
+    py: Python<'_>,
+    cancel: &AtomicBool,
+    event: Option<&Py<PyAny>>,
+    work: impl FnOnce() -> T + Send,
+) -> (T, Option<PyErr>) {
     py.detach(|| {
         std::thread::scope(|scope| {
             let (done, finished) = mpsc::channel::<()>();
@@ -30,8 +36,17 @@ pub fn interruptible<T: Send>(py: Python<'_>, cancel: &AtomicBool, work: impl Fn
             });
             let mut raised = None;
             while let Err(RecvTimeoutError::Timeout) = finished.recv_timeout(POLL) {
-                if raised.is_none() {
-                    if let Err(e) = Python::attach(|py| py.check_signals()) {
+                if raised.is_some() || cancel.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let polled = Python::attach(|py| -> PyResult<bool> {
+                    py.check_signals()?;
+                    Ok(event.map(|e| e.bind(py).call_method0("is_set").and_then(|v| v.is_truthy())).transpose()?.unwrap_or(false))
+                });
+                match polled {
+                    Ok(false) => {}
+                    Ok(true) => cancel.store(true, Ordering::SeqCst),
+                    Err(e) => {
                         cancel.store(true, Ordering::SeqCst);
                         raised = Some(e);
                     }

@@ -63,6 +63,29 @@ def test_ctrl_c_stops_rows_and_keeps_those_done(tiny: lmt.Model) -> None:
     assert all(r.ok and r.run is not None and r.run.finish_reason == "done" for r in rows)
 
 
+def test_a_run_in_a_thread_stops_when_ctrl_c_reaches_the_main_thread(tiny: lmt.Model) -> None:
+    # Python delivers Ctrl-C to the main thread: there, set the run's cancel event.
+    template = lmt.Template(LONG)
+    stop = threading.Event()
+    runs: List[lmt.Run] = []
+    finished = threading.Event()
+
+    def work() -> None:
+        runs.append(template.run(tiny, cancel=stop))
+        finished.set()
+
+    threading.Thread(target=work).start()
+    press_ctrl_c_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        while not finished.wait(0.05):
+            pass
+    stop.set()
+    # (Not `join()`: on CPython 3.11 a join that Ctrl-C interrupted may return at once after.)
+    assert finished.wait(60), "the run did not stop"
+    assert runs[0].finish_reason == "cancelled"
+    assert 0 < len(runs[0].capture_list("xs")) < 2000
+
+
 def test_two_models_in_two_threads_at_once(tiny_dir: Path) -> None:
     shared = tiny_dir.parent
     a = lmt.Model(tiny_dir, threads=1)
