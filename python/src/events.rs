@@ -13,6 +13,9 @@ use pyo3::prelude::*;
 
 use crate::template::Compiled;
 
+/// Events an `Events` holds before its reader reads them.
+const EVENTS_AHEAD: usize = 4096;
+
 /// The events of a run as it happens: `start`, then `text`, `role` and
 /// `capture`, `error` when one stopped it, and a last `done`. Ctrl-C while
 /// waiting raises KeyboardInterrupt and stops the run at its next token;
@@ -27,7 +30,9 @@ pub struct Events {
 impl Events {
     /// Starts the run on its thread.
     pub fn start(c: Arc<Compiled>, loaded: Arc<Loaded>, spec: String, opts: RunOptions, cancel: Arc<AtomicBool>) -> Events {
-        let (send, receiver) = crossbeam_channel::unbounded::<String>();
+        // Bounded: a reader that lags holds the run back instead of its
+        // events piling up.
+        let (send, receiver) = crossbeam_channel::bounded::<String>(EVENTS_AHEAD);
         std::thread::spawn(move || {
             let start = EventStream::start(&c.name, &spec, &opts.vars, opts.seed);
             let _ = send.send(start.to_string());

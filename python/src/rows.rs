@@ -14,6 +14,9 @@ use serde_json::json;
 
 use crate::template::Compiled;
 
+/// Records a `RowStream` holds before its consumer reads them.
+const RECORDS_AHEAD: usize = 64;
+
 /// The exception the rows iterator raised, kept for the consumer.
 type Raised = Arc<Mutex<Option<PyErr>>>;
 
@@ -88,7 +91,9 @@ pub struct RowStream {
 impl RowStream {
     /// Starts the run over `rows` (a Python iterator of JSON lines).
     pub fn start(c: Arc<Compiled>, loaded: Arc<Loaded>, rows: Py<PyAny>, opts: DatasetOptions) -> RowStream {
-        let (send, receiver) = crossbeam_channel::unbounded::<String>();
+        // Bounded: a consumer that lags holds the run back instead of its
+        // records piling up (the rows in flight finish into the run's own queue).
+        let (send, receiver) = crossbeam_channel::bounded::<String>(RECORDS_AHEAD);
         let raised = Raised::default();
         let cancel = opts.cancel.clone();
         let lines = PyLines { iter: rows, line: Vec::new(), at: 0, raised: raised.clone() };

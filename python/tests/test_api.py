@@ -4,6 +4,7 @@ dataset rows, searches, `check` and `match`."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
@@ -209,3 +210,13 @@ def test_run_writes_the_html_report(tiny: lmt.Model, tmp_path: Path) -> None:
     html = report.read_text()
     assert html.lstrip().lower().startswith("<!doctype html") and "<title>number.lmt" in html
     assert run["n"] in html and "A number:" in html
+
+
+def test_a_slow_reader_holds_the_run_back_and_loses_nothing(tiny: lmt.Model) -> None:
+    template = lmt.Template("{% input k %}Row {{ k }}:{% gen x max_tokens=2 %}")
+    results = template.iter_many(tiny, [{"k": i} for i in range(150)], parallel=4)
+    first = next(results)
+    time.sleep(1.0)  # the run fills its queue and waits for this reader
+    rest = list(results)
+    assert sorted(r.line for r in [first, *rest]) == list(range(1, 151))
+    assert results.summary is not None and results.summary["done"] == 150
