@@ -32,4 +32,4 @@ export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 echo "python bindings: maturin develop, pytest, mypy --strict ($venv)"
 maturin develop --locked --quiet || exit 1
 pytest -q -p no:cacheprovider tests || exit 1
-mypy --strict --cache-dir ../target/mypy-cache lmt tests examples/typed_usage.py || exit 1
+mypy --strict --cache-dir ../target/mypy-cache lmt tests examples/typed_usage.py benches/overhead.py || exit 1

@@ -21,7 +21,7 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _lmt
 from ._lmt import InputError, ModelError, __version__
@@ -218,31 +218,43 @@ class Input:
     """True when it has no default value."""
 
 
-class Events:
-    """A run's events as they happen (``lmt run --events``' objects): ``start``,
-    ``text``, ``role``, ``capture``, ``error`` when one stopped it, and a last
-    ``done`` with the whole record. Closing it (or leaving a ``with`` block)
-    stops the run."""
+_C = TypeVar("_C", bound="_Closing")
 
-    def __init__(self, inner: _lmt.Events) -> None:
-        self._inner = inner
 
-    def __iter__(self) -> "Events":
+class _Closing:
+    """An iterator over work on a thread of its own: closing it (or leaving a
+    ``with`` block) stops the work; what it already made can still be read."""
+
+    _inner: Union[_lmt.Events, _lmt.RowStream]
+
+    def __iter__(self: _C) -> _C:
         return self
 
-    def __next__(self) -> Event:
-        event: Event = json.loads(next(self._inner))  # StopIteration after `done`
-        return event
-
     def close(self) -> None:
-        """Stops the run at its next token; its remaining events can still be read."""
+        """Stops the work (a run at its next token; rows: none starts, those in flight end)."""
         self._inner.close()
 
-    def __enter__(self) -> "Events":
+    def __enter__(self: _C) -> _C:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Events(_Closing):
+    """A run's events as they happen (``lmt run --events``' objects): ``start``,
+    ``text``, ``role``, ``capture``, ``error`` when one stopped it, and a last
+    ``done`` with the whole record. Closing it (or leaving a ``with`` block)
+    stops the run; its remaining events can still be read."""
+
+    _inner: _lmt.Events
+
+    def __init__(self, inner: _lmt.Events) -> None:
+        self._inner = inner
+
+    def __next__(self) -> Event:
+        event: Event = json.loads(next(self._inner))  # StopIteration after `done`
+        return event
 
 
 class Template:
@@ -387,7 +399,7 @@ class Template:
         if kind is None:
             raise ValueError("give one of samples=, best_of= or beam=")
         self._engine_check(model)
-        t = temperature if temperature is not None else (1.0 if kind in ("samples", "best_of") else 0.0)
+        t = _default_temperature(temperature, kind)
         doc, raised = self._t.search(
             model._model,
             _inputs_json(inputs, kwargs),
@@ -430,7 +442,7 @@ class Template:
         row. A row that fails has its ``error`` set; the others still run."""
         kind, n = _search_mode(samples, best_of, beam)
         self._engine_check(model)
-        t = temperature if temperature is not None else (1.0 if kind in ("samples", "best_of") else 0.0)
+        t = _default_temperature(temperature, kind)
         inner = self._t.iter_many(
             model._model,
             _row_lines(rows),
@@ -489,20 +501,18 @@ def _row_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[str]:
             raise InputError(f"row {i + 1}: input values must be JSON values: {e}") from None
 
 
-class RowResults:
+class RowResults(_Closing):
     """The results of ``Template.iter_many``, as rows complete. ``summary``
     holds the totals once the last one is read. Closing it (or leaving a
     ``with`` block) stops the run: rows in flight end and are left out."""
 
+    _inner: _lmt.RowStream
     summary: Optional[Dict[str, Any]]
     """``done``, ``failed``, ``cancelled``, ``generated_tokens``, ``forward_tokens``, ``shared_prefix_tokens``…"""
 
     def __init__(self, inner: _lmt.RowStream) -> None:
         self._inner = inner
         self.summary = None
-
-    def __iter__(self) -> "RowResults":
-        return self
 
     def __next__(self) -> RowResult:
         item: Dict[str, Any] = json.loads(next(self._inner))
@@ -517,15 +527,12 @@ class RowResults:
             raise InputError(str(item["error"]))
         return RowResult(item)
 
-    def close(self) -> None:
-        """Stops the run: no new row starts; rows in flight end and are left out."""
-        self._inner.close()
 
-    def __enter__(self) -> "RowResults":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _default_temperature(temperature: Optional[float], kind: Optional[str]) -> float:
+    """The temperature asked for, else 1 for samples (N greedy runs would be one run N times) and 0 (greedy)."""
+    if temperature is not None:
+        return temperature
+    return 1.0 if kind in ("samples", "best_of") else 0.0
 
 
 def _search_mode(samples: Optional[int], best_of: Optional[int], beam: Optional[int]) -> Tuple[Optional[str], int]:

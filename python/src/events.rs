@@ -1,10 +1,9 @@
 //! `Template.stream`: a run on a thread of its own, its events (`lmt run
 //! --events`' objects) read one at a time by a Python iterator.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crossbeam_channel::Receiver;
 
 use lmt::cli::remote::Loaded;
 use lmt::interp::{self, Event, RunOptions};
@@ -12,6 +11,7 @@ use lmt::render::EventStream;
 use pyo3::prelude::*;
 
 use crate::template::Compiled;
+use crate::wait::Feed;
 
 /// Events an `Events` holds before its reader reads them.
 const EVENTS_AHEAD: usize = 4096;
@@ -23,8 +23,7 @@ const EVENTS_AHEAD: usize = 4096;
 /// read. Closing or dropping the iterator stops the run.
 #[pyclass(module = "lmt._lmt")]
 pub struct Events {
-    receiver: Receiver<String>,
-    cancel: Arc<AtomicBool>,
+    feed: Feed,
 }
 
 impl Events {
@@ -55,7 +54,7 @@ impl Events {
                 let _ = send.send(o.to_string());
             }
         });
-        Events { receiver, cancel }
+        Events { feed: Feed::new(receiver, cancel) }
     }
 }
 
@@ -67,17 +66,11 @@ impl Events {
 
     /// The next event as JSON text; None (StopIteration) after `done`.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        crate::wait::next_item(py, &self.receiver, &self.cancel)
+        self.feed.next(py)
     }
 
     /// Stops the run at its next token (its remaining events can still be read).
     fn close(&self) {
-        self.cancel.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Events {
-    fn drop(&mut self) {
-        self.cancel.store(true, Ordering::SeqCst);
+        self.feed.stop();
     }
 }

@@ -3,16 +3,15 @@
 //! Python iterator as they complete.
 
 use std::io::{BufRead, Read};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crossbeam_channel::Receiver;
 use lmt::cli::remote::Loaded;
 use lmt::dataset::{self, DatasetOptions, JsonlRows};
 use pyo3::prelude::*;
 use serde_json::json;
 
 use crate::template::Compiled;
+use crate::wait::Feed;
 
 /// Records a `RowStream` holds before its consumer reads them.
 const RECORDS_AHEAD: usize = 64;
@@ -83,8 +82,7 @@ impl BufRead for PyLines {
 /// it stops the run.
 #[pyclass(module = "lmt._lmt")]
 pub struct RowStream {
-    receiver: Receiver<String>,
-    cancel: Arc<AtomicBool>,
+    feed: Feed,
     raised: Raised,
 }
 
@@ -114,7 +112,7 @@ impl RowStream {
             };
             let _ = send.send(end.to_string());
         });
-        RowStream { receiver, cancel, raised }
+        RowStream { feed: Feed::new(receiver, cancel), raised }
     }
 }
 
@@ -126,7 +124,7 @@ impl RowStream {
 
     /// The next record (or the last `summary`/`error` object) as JSON text.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        crate::wait::next_item(py, &self.receiver, &self.cancel)
+        self.feed.next(py)
     }
 
     /// The exception the rows iterator raised, if it did (taken once).
@@ -136,12 +134,6 @@ impl RowStream {
 
     /// Stops the run: no new row starts, rows in flight end cancelled.
     fn close(&self) {
-        self.cancel.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for RowStream {
-    fn drop(&mut self) {
-        self.cancel.store(true, Ordering::SeqCst);
+        self.feed.stop();
     }
 }

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
@@ -60,20 +61,46 @@ pub fn interruptible<T: Send>(
     })
 }
 
-/// The next item from `receiver` for a Python iterator: waited for with the
-/// GIL released; None once the sender is gone. A signal handler that raises
-/// (before or while waiting) sets `cancel` and its exception is returned;
-/// the items already sent can still be read after it.
-pub fn next_item(py: Python<'_>, receiver: &Receiver<String>, cancel: &AtomicBool) -> PyResult<Option<String>> {
-    loop {
-        if let Err(e) = py.check_signals() {
-            cancel.store(true, Ordering::SeqCst);
-            return Err(e);
+/// What a Python iterator over work on another thread reads: the items the
+/// work sends, and the flag that stops the work (set on Ctrl-C while
+/// waiting, on `stop`, and when the iterator is dropped).
+pub struct Feed {
+    receiver: Receiver<String>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Feed {
+    /// The feed of `receiver`, whose work `cancel` stops.
+    pub fn new(receiver: Receiver<String>, cancel: Arc<AtomicBool>) -> Feed {
+        Feed { receiver, cancel }
+    }
+
+    /// The next item, waited for with the GIL released; None once the work
+    /// is done. A signal handler that raises (before or while waiting)
+    /// stops the work and its exception is returned; the items already sent
+    /// can still be read after it.
+    pub fn next(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        loop {
+            if let Err(e) = py.check_signals() {
+                self.stop();
+                return Err(e);
+            }
+            match py.detach(|| self.receiver.recv_timeout(POLL)) {
+                Ok(item) => return Ok(Some(item)),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(None),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            }
         }
-        match py.detach(|| receiver.recv_timeout(POLL)) {
-            Ok(item) => return Ok(Some(item)),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(None),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-        }
+    }
+
+    /// Stops the work.
+    pub fn stop(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
