@@ -15,6 +15,8 @@
 //! `~/.cache/lmt-llama-cpp`); without it, lmt runs alone. Threads:
 //! `LMT_BENCH_THREADS` (default 2). Each figure is the median of
 //! `LMT_BENCH_REPEATS` (default 3) runs, the two programs alternating.
+//! `LMT_BENCH_PROFILE_BATCH=N` runs only lmt's batched decode of `N`
+//! sequences, `LMT_BENCH_REPEATS` times (to profile it).
 
 #[path = "../tests/common/tiny.rs"]
 mod tiny;
@@ -171,6 +173,14 @@ fn main() {
         let name = file.file_name().unwrap().to_string_lossy().to_string();
         let model = Model::load_path(file, &LoadOptions { threads, ..LoadOptions::default() }).unwrap();
         let m = &model.decoder;
+        if let Some(n) = std::env::var("LMT_BENCH_PROFILE_BATCH").ok().and_then(|v| v.parse().ok()) {
+            // Only batched decode of `n` sequences, over and over (for a profiler).
+            let prompt = model.tokenizer.encoder.encode(DECODE_PROMPT).unwrap();
+            for _ in 0..repeats {
+                eprintln!("{name}: {n} sequences {:.0} tok/s", lmt_batched(m, &prompt, n));
+            }
+            continue;
+        }
         let mut row = vec![name.clone()];
         for n in [128, 512] {
             let text = text_of(&model, n);
@@ -197,10 +207,17 @@ fn main() {
             }
         }
         row.push(cell(median(ours), theirs));
-        let one = lmt_batched(m, &prompt, 1);
+        // Medians of `repeats` runs, the sizes alternating (this machine's
+        // speed drifts over seconds).
+        let mut runs: [Vec<f64>; 4] = Default::default();
+        for _ in 0..repeats {
+            for (i, n) in [1, 4, 8, 16].into_iter().enumerate() {
+                runs[i].push(lmt_batched(m, &prompt, n));
+            }
+        }
+        let [one, rest @ ..] = runs.map(median);
         let mut batched = format!("{one:.0}");
-        for n in [4, 8, 16] {
-            let r = lmt_batched(m, &prompt, n);
+        for r in rest {
             batched.push_str(&format!(" / {r:.0} ({:.1}×)", r / one));
         }
         row.push(batched);

@@ -216,10 +216,13 @@ fn proj(p: &Proj, name: &str) -> Result<(Projection, Option<Vec<f32>>), ModelErr
     };
     Ok(match p {
         Proj::Fused(l, _) => (Projection::Fused(matrix(&l.w, name)?), bias(&[l])?),
-        Proj::Split(ls) => (
-            Projection::Split(ls.iter().map(|l| matrix(&l.w, name)).collect::<Result<_, _>>()?),
-            bias(&ls.iter().collect::<Vec<_>>())?,
-        ),
+        Proj::Split(ls) => {
+            let parts: Vec<QMatrix> = ls.iter().map(|l| matrix(&l.w, name)).collect::<Result<_, _>>()?;
+            // One matrix when the parts allow it (GGUF stores q, k, v apart):
+            // one pass of the pool instead of one per part, and no copies.
+            let proj = QMatrix::concat(&parts).map_or(Projection::Split(parts), Projection::Fused);
+            (proj, bias(&ls.iter().collect::<Vec<_>>())?)
+        }
     })
 }
 

@@ -80,7 +80,7 @@ pub(crate) fn row_of(ty: QType, data: &[u8], row_bytes: usize, r: usize) -> Vec<
 
 /// The loops every portable group kernel shares: for each of the eight
 /// rows and `T` activation rows, `step(group block, activation block, row,
-/// acc)` over the blocks in order, then `finish(acc)` into `out[r·T + t]`.
+/// acc)` over the blocks in order, then `finish(acc)` into `out[t·8 + r]`.
 #[allow(clippy::too_many_arguments)]
 fn rows_x8<const T: usize, A: Default>(
     group: &[u8],
@@ -98,7 +98,7 @@ fn rows_x8<const T: usize, A: Default>(
             let acc = (0..nb).fold(A::default(), |acc, b| {
                 step(&group[b * gbytes..(b + 1) * gbytes], &a[t][b * abytes..(b + 1) * abytes], r, acc)
             });
-            out[r * T + t] = finish(acc);
+            out[t * 8 + r] = finish(acc);
         }
     }
 }
@@ -117,7 +117,7 @@ enum Nibbles {
 
 /// The portable 4/5-bit group kernel and the specification of the SIMD
 /// ones: eight rows of `kind` against `T` activation rows carrying their
-/// sums (`Q8_1`, `Q8_0S`: d, s = d·Σq, 32 values); `out[r·T + t]`. Per row
+/// sums (`Q8_1`, `Q8_0S`: d, s = d·Σq, 32 values); `out[t·8 + r]`. Per row
 /// and block: the exact integer sum of unsigned weights and activations,
 /// then `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`, in
 /// block order — bit for bit what the SIMD kernels compute, for any `T`.
@@ -148,14 +148,9 @@ fn nibbles_x8<const T: usize>(kind: Nibbles, group: &[u8], nb: usize, a: [&[u8];
     rows_x8(group, gbytes, nb, a, 40, out, step, |acc| acc);
 }
 
-/// [`nibbles_x8`] for `Q4_0`.
-pub(crate) fn q4_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    nibbles_x8(Nibbles::Q4_0, group, nb, a, out);
-}
-
-/// [`nibbles_x8`] for `Q4_1`.
-pub(crate) fn q4_1x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    nibbles_x8(Nibbles::Q4_1, group, nb, a, out);
+/// [`nibbles_x8`] for `Q4_1` (`Q4_0` when not `MIN`).
+pub(crate) fn q4x8<const T: usize, const MIN: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    nibbles_x8(if MIN { Nibbles::Q4_1 } else { Nibbles::Q4_0 }, group, nb, a, out);
 }
 
 /// [`nibbles_x8`] for `Q5_0`.

@@ -12,6 +12,8 @@ mod pool;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_group;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,12 +80,24 @@ impl Act {
                     o.copy_from_slice(&v.to_le_bytes());
                 }
             }
-            Act::Q8_0 => scalar::quantize_q8_0(x, out),
-            Act::Q8_0S => scalar::quantize_q8_0_sum(x, out),
-            Act::Q8_1 => scalar::quantize_q8_1(x, out),
+            Act::Q8_0 => scalar::quantize_q8_0(best_block_q8(), x, out),
+            Act::Q8_0S => scalar::quantize_q8_0_sum(best_block_q8(), x, out),
+            Act::Q8_1 => scalar::quantize_q8_1(best_block_q8(), x, out),
             Act::Q8K => scalar::quantize_q8_k(x, out),
         }
     }
+}
+
+/// The fastest [`scalar::BlockQ8`] this CPU runs.
+fn best_block_q8() -> scalar::BlockQ8 {
+    static BEST: std::sync::OnceLock<scalar::BlockQ8> = std::sync::OnceLock::new();
+    *BEST.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(b) = x86::block_q8() {
+            return b;
+        }
+        scalar::block_q8
+    })
 }
 
 impl QType {
@@ -167,37 +181,75 @@ pub(crate) struct Kernel {
     rows4: TileFn<4>,
 }
 
-/// Kernels of eight interleaved rows against 1 or 4 activation rows:
-/// `(group, blocks, activations, out[r·T + t])`.
+/// Kernels of eight interleaved rows against 1, 4 or 8 activation rows:
+/// `(group, blocks, activations, out[t·8 + r])`.
 #[derive(Clone, Copy)]
 struct GroupKernel {
     g1: TileFn<1>,
     g4: TileFn<4>,
+    /// Where a build has the registers to keep eight rows' sums.
+    g8: Option<TileFn<8>>,
 }
 
-impl GroupKernel {
-    /// The group kernels of `ty` (the types stored interleaved), the
-    /// fastest this CPU runs or the portable ones.
-    fn of(ty: QType, portable: bool) -> Option<GroupKernel> {
+/// The builds of the group kernels: what a matrix multiplies with (the
+/// fastest this CPU runs, or one that a test pins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Simd {
+    /// `interleave.rs`: plain loops, the specification of the others.
+    Portable,
+    /// AVX2, FMA, F16C.
+    Avx2,
+    /// AVX-512 VNNI (with VL): 8-row tiles.
+    Avx512Vnni,
+}
+
+impl Simd {
+    /// The builds this CPU runs, the portable one first, the fastest last.
+    pub(crate) fn available() -> Vec<Simd> {
+        let mut all = vec![Simd::Portable];
         #[cfg(target_arch = "x86_64")]
-        if !portable && x86::table(ty).is_some() {
-            match ty {
-                QType::Q4_0 => return Some(GroupKernel { g1: x86::q4x8::<1, false>, g4: x86::q4x8::<4, false> }),
-                QType::Q4_1 => return Some(GroupKernel { g1: x86::q4x8::<1, true>, g4: x86::q4x8::<4, true> }),
-                QType::Q5_0 => return Some(GroupKernel { g1: x86::q5_0x8::<1>, g4: x86::q5_0x8::<4> }),
-                QType::Q8_0 => return Some(GroupKernel { g1: x86::q8_0x8::<1>, g4: x86::q8_0x8::<4> }),
-                QType::Q4K => return Some(GroupKernel { g1: x86::q4_kx8::<1>, g4: x86::q4_kx8::<4> }),
-                _ => {}
+        {
+            if x86_group::has_avx2() {
+                all.push(Simd::Avx2);
+            }
+            if x86_group::has_vnni() {
+                all.push(Simd::Avx512Vnni);
             }
         }
-        let _ = portable;
-        match ty {
-            QType::Q4_0 => Some(GroupKernel { g1: interleave::q4_0x8::<1>, g4: interleave::q4_0x8::<4> }),
-            QType::Q4_1 => Some(GroupKernel { g1: interleave::q4_1x8::<1>, g4: interleave::q4_1x8::<4> }),
-            QType::Q5_0 => Some(GroupKernel { g1: interleave::q5_0x8::<1>, g4: interleave::q5_0x8::<4> }),
-            QType::Q8_0 => Some(GroupKernel { g1: interleave::q8_0x8::<1>, g4: interleave::q8_0x8::<4> }),
-            QType::Q4K => Some(GroupKernel { g1: interleave::q4_kx8::<1>, g4: interleave::q4_kx8::<4> }),
-            _ => None,
+        all
+    }
+
+    /// The fastest build this CPU runs.
+    fn best() -> Simd {
+        static BEST: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| *Simd::available().last().expect("the portable build"))
+    }
+
+    /// The group kernels of `ty` (the types stored interleaved) in this build.
+    fn group_kernel(self, ty: QType) -> Option<GroupKernel> {
+        macro_rules! build {
+            ($m:path, $g8:expr) => {{
+                use $m as m;
+                match ty {
+                    QType::Q4_0 => Some(GroupKernel { g1: m::q4x8::<1, false>, g4: m::q4x8::<4, false>, g8: $g8(m::q4x8::<8, false>) }),
+                    QType::Q4_1 => Some(GroupKernel { g1: m::q4x8::<1, true>, g4: m::q4x8::<4, true>, g8: $g8(m::q4x8::<8, true>) }),
+                    QType::Q5_0 => Some(GroupKernel { g1: m::q5_0x8::<1>, g4: m::q5_0x8::<4>, g8: $g8(m::q5_0x8::<8>) }),
+                    QType::Q8_0 => Some(GroupKernel { g1: m::q8_0x8::<1>, g4: m::q8_0x8::<4>, g8: $g8(m::q8_0x8::<8>) }),
+                    QType::Q4K => Some(GroupKernel { g1: m::q4_kx8::<1>, g4: m::q4_kx8::<4>, g8: $g8(m::q4_kx8::<8>) }),
+                    _ => None,
+                }
+            }};
+        }
+        // Eight-row tiles only where 32 registers hold their sums.
+        let none = |_: TileFn<8>| None;
+        match self {
+            Simd::Portable => build!(interleave, none),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => build!(x86_group::avx2, none),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512Vnni => build!(x86_group::vnni, Some),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => build!(interleave, none),
         }
     }
 }
@@ -331,7 +383,7 @@ impl QMatrix {
         if data.len() != rb * rows {
             return Err(format!("{} bytes for {rows}×{cols} {ty:?} (expected {})", data.len(), rb * rows));
         }
-        let group_kernel = GroupKernel::of(ty, false);
+        let group_kernel = Simd::best().group_kernel(ty);
         let (data, groups) = match group_kernel {
             Some(_) if rows >= 8 => interleave::interleave(ty, &data, rb),
             _ => (data, 0),
@@ -339,11 +391,44 @@ impl QMatrix {
         Ok(QMatrix { ty, rows, cols, data, kernel: Kernel::best(ty), groups, group_kernel })
     }
 
-    /// Uses the portable kernels (for tests that compare the two).
-    pub fn portable(mut self) -> QMatrix {
-        self.kernel = Kernel::portable(self.ty);
-        self.group_kernel = GroupKernel::of(self.ty, true);
+    /// The rows of `parts` one after another, as one matrix (`None` unless
+    /// they share a type and a width): one pass over the input multiplies
+    /// them all, and each row keeps its kernel.
+    pub fn concat(parts: &[QMatrix]) -> Option<QMatrix> {
+        let first = parts.first()?;
+        if parts.iter().any(|m| m.ty != first.ty || m.cols != first.cols) {
+            return None;
+        }
+        let rows = parts.iter().map(|m| m.rows).sum();
+        let whole_groups = parts.iter().all(|m| 8 * m.groups == m.rows);
+        let mut data = Vec::with_capacity(parts.iter().map(|m| m.data.len()).sum());
+        for m in parts {
+            if whole_groups {
+                // Groups stay groups: the interleaved bytes carry over.
+                data.extend_from_slice(&m.data);
+            } else {
+                (0..m.rows).for_each(|r| data.extend_from_slice(&m.row(r)));
+            }
+        }
+        if whole_groups {
+            let groups = parts.iter().map(|m| m.groups).sum();
+            let (ty, cols, kernel, group_kernel) = (first.ty, first.cols, first.kernel, first.group_kernel);
+            return Some(QMatrix { ty, rows, cols, data, kernel, groups, group_kernel });
+        }
+        QMatrix::new(first.ty, rows, first.cols, data).ok()
+    }
+
+    /// Uses the kernels of `simd` (for tests that compare the builds; the
+    /// row kernels are the best or the portable ones).
+    pub(crate) fn with_simd(mut self, simd: Simd) -> QMatrix {
+        self.kernel = if simd == Simd::Portable { Kernel::portable(self.ty) } else { Kernel::best(self.ty) };
+        self.group_kernel = simd.group_kernel(self.ty);
         self
+    }
+
+    /// Uses the portable kernels (for tests that compare them with the others).
+    pub fn portable(self) -> QMatrix {
+        self.with_simd(Simd::Portable)
     }
 
     /// The stored type.
@@ -465,42 +550,73 @@ impl QMatrix {
                 // Interleaved groups first, then plain rows: a row always
                 // goes through the same kernel, whatever the batch.
                 let split = grouped.clamp(r0, end);
-                let mut t = 0;
-                while t < n {
-                    let tile = if n - t >= 4 { 4 } else { 1 };
-                    if split > r0 {
-                        let gk = self.group_kernel.expect("interleaved rows have group kernels");
-                        let nb = rb / self.ty.block().1;
-                        for g0 in (r0..split).step_by(8) {
-                            let group = &self.data[g0 * rb..(g0 + 8) * rb];
-                            let out = &mut local[(g0 - r0) * tile..(g0 - r0 + 8) * tile];
-                            if tile == 4 {
-                                (gk.g4)(group, nb, [a(t), a(t + 1), a(t + 2), a(t + 3)], out);
-                            } else {
-                                (gk.g1)(group, nb, [a(t)], out);
+                if split > r0 {
+                    let gk = self.group_kernel.expect("interleaved rows have group kernels");
+                    let nb = rb / self.ty.block().1;
+                    let mut t = 0;
+                    while t < n {
+                        let mut sums = [0f32; 64];
+                        let tile = match gk.g8 {
+                            Some(g8) if n - t >= 8 => {
+                                for g0 in (r0..split).step_by(8) {
+                                    let group = &self.data[g0 * rb..(g0 + 8) * rb];
+                                    g8(group, nb, std::array::from_fn(|i| a(t + i)), &mut sums);
+                                    put_group(&dst, &sums, rows, t, g0);
+                                }
+                                8
                             }
-                        }
+                            _ if n - t >= 4 => {
+                                for g0 in (r0..split).step_by(8) {
+                                    let group = &self.data[g0 * rb..(g0 + 8) * rb];
+                                    (gk.g4)(group, nb, std::array::from_fn(|i| a(t + i)), &mut sums[..32]);
+                                    put_group(&dst, &sums[..32], rows, t, g0);
+                                }
+                                4
+                            }
+                            _ => {
+                                for g0 in (r0..split).step_by(8) {
+                                    let group = &self.data[g0 * rb..(g0 + 8) * rb];
+                                    (gk.g1)(group, nb, [a(t)], &mut sums[..8]);
+                                    put_group(&dst, &sums[..8], rows, t, g0);
+                                }
+                                1
+                            }
+                        };
+                        t += tile;
                     }
-                    if end > split {
-                        let w = &self.data[split * rb..end * rb];
-                        let out = &mut local[(split - r0) * tile..(end - r0) * tile];
+                }
+                if end > split {
+                    let w = &self.data[split * rb..end * rb];
+                    let mut t = 0;
+                    while t < n {
+                        let tile = if n - t >= 4 { 4 } else { 1 };
+                        let out = &mut local[..(end - split) * tile];
                         if tile == 4 {
                             (self.kernel.rows4)(w, rb, [a(t), a(t + 1), a(t + 2), a(t + 3)], out);
                         } else {
                             (self.kernel.rows1)(w, rb, [a(t)], out);
                         }
-                    }
-                    for i in 0..tile {
-                        // SAFETY: rows r0..end are this thread's chunk alone.
-                        let o = unsafe { dst.slice((t + i) * rows + r0, end - r0) };
-                        for (r, o) in o.iter_mut().enumerate() {
-                            *o = local[r * tile + i];
+                        for i in 0..tile {
+                            // SAFETY: rows r0..end are this thread's chunk alone.
+                            let o = unsafe { dst.slice((t + i) * rows + split, end - split) };
+                            for (r, o) in o.iter_mut().enumerate() {
+                                *o = local[r * tile + i];
+                            }
                         }
+                        t += tile;
                     }
-                    t += tile;
                 }
             }
         });
+    }
+}
+
+/// A group kernel's sums (`sums[i·8 + r]`) into output rows `t + i`,
+/// columns `g0..g0 + 8`.
+fn put_group(dst: &Disjoint<'_>, sums: &[f32], rows: usize, t: usize, g0: usize) {
+    for (i, s) in sums.chunks_exact(8).enumerate() {
+        // SAFETY: the group's rows are in the calling thread's chunk alone.
+        unsafe { dst.slice((t + i) * rows + g0, 8) }.copy_from_slice(s);
     }
 }
 

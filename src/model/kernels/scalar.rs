@@ -33,51 +33,54 @@ fn put_f16_as_f32(b: &mut [u8], off: usize, v: f32) {
     b[off..off + 4].copy_from_slice(&f16::from_f32(v).to_f32().to_le_bytes());
 }
 
-/// `x` as `Q8_0` activation blocks (36 bytes per 32 values), rounding half
-/// to even as llama.cpp's AVX2 quantizer does.
-pub(crate) fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+/// One block of 32 values as 8-bit values `q` (as bytes) with scale
+/// `d = amax/127`: returns (d, Σq). The activation quantizers take one (this
+/// one, or a SIMD one that computes the same bits).
+pub(crate) type BlockQ8 = fn(xb: &[f32], q: &mut [u8]) -> (f32, i32);
+
+/// The portable [`BlockQ8`], rounding half to even as llama.cpp's AVX2
+/// quantizer does.
+pub(crate) fn block_q8(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
+    let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut sum = 0i32;
+    for (o, &v) in q.iter_mut().zip(xb) {
+        let q = round_even(v * id) as i8;
+        sum += q as i32;
+        *o = q as u8;
+    }
+    (amax / 127.0, sum)
+}
+
+/// `x` as `Q8_0` activation blocks (36 bytes per 32 values).
+pub(crate) fn quantize_q8_0(block: BlockQ8, x: &[f32], out: &mut [u8]) {
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(36)) {
-        let (d, id) = q8_scale(xb);
+        let (d, _) = block(xb, &mut ob[4..]);
         put_f16_as_f32(ob, 0, d);
-        for (o, &v) in ob[4..].iter_mut().zip(xb) {
-            *o = round_even(v * id) as i8 as u8;
-        }
     }
 }
 
 /// `x` as `Q8_0` values with their sum (40 bytes per 32 values: d, then
 /// d·Σq unrounded, then the values), for offset 4- and 5-bit weights: a
 /// SIMD kernel takes `Σ(q−8)·a` as `Σq·a − 8·Σa` with unsigned `q`.
-pub(crate) fn quantize_q8_0_sum(x: &[f32], out: &mut [u8]) {
-    quantize_with_sum(x, out, |d16, _, sum| d16 * sum as f32);
+pub(crate) fn quantize_q8_0_sum(block: BlockQ8, x: &[f32], out: &mut [u8]) {
+    quantize_with_sum(block, x, out, |d16, _, sum| d16 * sum as f32);
 }
 
 /// `x` as `Q8_1` activation blocks (40 bytes per 32 values): `Q8_0` plus
 /// `d·Σq`, llama.cpp's: the unrounded d times the sum, rounded to f16.
-pub(crate) fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
-    quantize_with_sum(x, out, |_, d, sum| f16::from_f32(d * sum as f32).to_f32());
+pub(crate) fn quantize_q8_1(block: BlockQ8, x: &[f32], out: &mut [u8]) {
+    quantize_with_sum(block, x, out, |_, d, sum| f16::from_f32(d * sum as f32).to_f32());
 }
 
 /// 40-byte blocks: d (rounded to f16), `s(d16, d, Σq)`, the 32 values.
-fn quantize_with_sum(x: &[f32], out: &mut [u8], s: impl Fn(f32, f32, i32) -> f32) {
+fn quantize_with_sum(block: BlockQ8, x: &[f32], out: &mut [u8], s: impl Fn(f32, f32, i32) -> f32) {
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(40)) {
-        let (d, id) = q8_scale(xb);
+        let (d, sum) = block(xb, &mut ob[8..]);
         put_f16_as_f32(ob, 0, d);
-        let mut sum = 0i32;
-        for (o, &v) in ob[8..].iter_mut().zip(xb) {
-            let q = round_even(v * id) as i8;
-            sum += q as i32;
-            *o = q as u8;
-        }
         let sv = s(f32_at(ob, 0), d, sum);
         ob[4..8].copy_from_slice(&sv.to_le_bytes());
     }
-}
-
-fn q8_scale(xb: &[f32]) -> (f32, f32) {
-    let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    (d, if amax != 0.0 { 127.0 / amax } else { 0.0 })
 }
 
 /// `x` as `Q8_K` blocks (292 bytes per 256 values), llama.cpp's reference

@@ -1,7 +1,7 @@
 //! The kernels against an independent reference: weights quantized by
 //! candle, dequantized by candle and multiplied in f32; the SIMD kernels
-//! against the portable ones; odd shapes, token counts around the 4-row
-//! tiles, one and several threads.
+//! against the portable ones (every build this CPU runs); odd shapes, token
+//! counts around the 4- and 8-row tiles, one and several threads.
 
 use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
@@ -70,7 +70,7 @@ fn every_type_matches_dequantize_then_f32_matmul() {
     for ty in ALL {
         let unit = ty.block().0.max(32);
         for (rows, cols) in [(1, unit), (7, 2 * unit), (37, 3 * unit), (64, unit)] {
-            for n in [1, 3, 4, 5, 9] {
+            for n in [1, 3, 4, 5, 9, 13] {
                 seed += 1;
                 let (m, dense) = matrix(ty, rows, cols, seed);
                 let x = randoms(n * cols, seed * 7919);
@@ -133,6 +133,23 @@ fn activation_quantizers_round_trip_within_half_a_step() {
                 assert!((scalar::f32_at(blk, 4) - d * sum as f32).abs() <= 1e-2 * (d * sum as f32).abs().max(1.0));
             }
         }
+    }
+}
+
+/// The SIMD block quantizer writes the portable one's bytes and sum, on
+/// random blocks, blocks of zeros, ties (x.5 steps) and one large value.
+#[test]
+fn the_block_quantizers_agree_bit_for_bit() {
+    let best = best_block_q8();
+    let mut blocks: Vec<Vec<f32>> = (0..200).map(|i| randoms(32, 900 + i).iter().map(|v| v * (i as f32 + 0.5)).collect()).collect();
+    blocks.push(vec![0.0; 32]);
+    blocks.push((0..32).map(|i| (i as f32 - 16.0) * 0.5).collect());
+    blocks.push((0..32).map(|i| if i == 7 { -1e30 } else { i as f32 }).collect());
+    for xb in &blocks {
+        let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
+        let (da, sa) = scalar::block_q8(xb, &mut a);
+        let (db, sb) = best(xb, &mut b);
+        assert!(a == b && da.to_bits() == db.to_bits() && sa == sb, "{xb:?}: {a:?} {da} {sa} vs {b:?} {db} {sb}");
     }
 }
 
@@ -284,11 +301,14 @@ fn interleaved_type_round_trips(ty: QType) {
     }
     let pool = Pool::new(2);
     let portable = m.clone().portable();
-    for n in [1, 4, 6] {
-        let x = randoms(n * cols, 5 + n as u64);
-        let (fast, slow) = (run(&m, &pool, &x, n), run(&portable, &pool, &x, n));
-        // The interleaved rows (the plain ones' kernels differ in order).
-        let same = fast.iter().zip(&slow).enumerate().all(|(i, (a, b))| i % rows >= 16 || a.to_bits() == b.to_bits());
-        assert!(same, "{ty:?}, {n} rows: {fast:?} vs {slow:?}");
+    for simd in Simd::available() {
+        let m = m.clone().with_simd(simd);
+        for n in [1, 4, 6, 8, 13, 16] {
+            let x = randoms(n * cols, 5 + n as u64);
+            let (fast, slow) = (run(&m, &pool, &x, n), run(&portable, &pool, &x, n));
+            // The interleaved rows (the plain ones' kernels differ in order).
+            let same = fast.iter().zip(&slow).enumerate().all(|(i, (a, b))| i % rows >= 16 || a.to_bits() == b.to_bits());
+            assert!(same, "{ty:?} {simd:?}, {n} rows: {fast:?} vs {slow:?}");
+        }
     }
 }

@@ -40,6 +40,48 @@ pub(super) fn vec_ops() -> Option<super::VecOps> {
     Some(super::VecOps { dots: vdots, axpys: vaxpys, exps })
 }
 
+/// The AVX2 [`scalar::BlockQ8`], when this CPU runs it.
+pub(super) fn block_q8() -> Option<scalar::BlockQ8> {
+    (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")).then_some(block_q8_safe as scalar::BlockQ8)
+}
+
+fn block_q8_safe(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
+    assert!(xb.len() == 32 && q.len() >= 32, "a block of 32 values");
+    // SAFETY: `block_q8` hands this out only after detecting AVX2 and
+    // FMA; the body reads 32 floats of `xb` and writes 32 bytes of `q`,
+    // which the assertion guarantees are there.
+    unsafe { block_q8_avx2(xb, q) }
+}
+
+// SAFETY (callers): The CPU has AVX2 and FMA; `xb` holds 32 floats and `q`
+// at least 32 bytes.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_q8_avx2(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
+    let p = xb.as_ptr();
+    let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+    let sign = _mm256_set1_ps(-0.0);
+    let abs = |x: __m256| _mm256_andnot_ps(sign, x);
+    let m = _mm256_max_ps(_mm256_max_ps(abs(v[0]), abs(v[1])), _mm256_max_ps(abs(v[2]), abs(v[3])));
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2))).max(0.0);
+    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    // Round half to even (the rounding mode), as `round_even` does for
+    // these magnitudes (|v·id| ≤ 127).
+    let r = |x: __m256| _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, id)));
+    let i = [r(v[0]), r(v[1]), r(v[2]), r(v[3])];
+    let s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b10_11_00_01)));
+    // Packing works within 128-bit halves; the permutation puts the four
+    // groups of four back in order.
+    let packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    let ordered = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
+    (amax / 127.0, sum)
+}
+
 fn exps(x: &mut [f32]) {
     // SAFETY: `vec_ops` hands this out only after detecting AVX2 and FMA;
     // the body reads and writes `x` through whole chunks of eight and a
@@ -310,7 +352,7 @@ unsafe fn f16x2(p: *const u8) -> __m128 {
 // caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
@@ -708,270 +750,4 @@ unsafe fn bf16_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], n: usize) -> [f32; 
         },
         |j| half::bf16::from_bits(u16::from_le_bytes([w[2 * j], w[2 * j + 1]])).to_f32()
     )
-}
-
-/// Eight rows' sums per activation row, into `out[r·T + t]`.
-fn spread<const T: usize>(sums: &[[f32; 8]; T], out: &mut [f32]) {
-    for (t, s) in sums.iter().enumerate() {
-        for (r, &v) in s.iter().enumerate() {
-            out[r * T + t] = v;
-        }
-    }
-}
-
-/// Eight interleaved `Q4_1` rows (`Q4_0` when not `MIN`; see
-/// `interleave.rs`) against `T` activation rows with sums: `out[r·T + t]`.
-pub(super) fn q4x8<const T: usize, const MIN: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    let gbytes = if MIN { 160 } else { 144 };
-    assert!(group.len() == nb * gbytes && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
-    // SAFETY: `table` hands this out only after detecting AVX2, FMA and
-    // F16C; the body reads `nb` group blocks of `group` and `nb` 40-byte
-    // blocks of each row of `a`, which the assertion guarantees are there.
-    let sums = unsafe { q4x8_avx2::<T, MIN>(group, nb, a) };
-    spread(&sums, out);
-}
-
-// SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
-// blocks and each row of `a` `nb` 40-byte blocks (`q4x8` asserted both).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4x8_avx2<const T: usize, const MIN: bool>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
-    let (gbytes, qs) = if MIN { (160, 32) } else { (144, 16) };
-    let mask = _mm256_set1_epi8(0xF);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for b in 0..nb {
-        let p = g.as_ptr().add(b * gbytes);
-        // Per token: the eight rows' products summed in 16 bits. Exact: a
-        // pair is at most 2·15·128 and eight pairs add up below 2¹⁵.
-        let mut s = [_mm256_setzero_si256(); T];
-        for c in 0..4 {
-            let x = load(p.add(qs + 32 * c));
-            let lo = _mm256_and_si256(x, mask);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
-            for t in 0..T {
-                let qa = a[t].as_ptr().add(b * 40 + 8);
-                let al = _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(4 * c) as *const i32));
-                let ah = _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(16 + 4 * c) as *const i32));
-                let both = _mm256_add_epi16(_mm256_maddubs_epi16(lo, al), _mm256_maddubs_epi16(hi, ah));
-                s[t] = _mm256_add_epi16(s[t], both);
-            }
-        }
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        let m = if MIN { _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i)) } else { _mm256_mul_ps(d, _mm256_set1_ps(-8.0)) };
-        for t in 0..T {
-            let ab = a[t].as_ptr().add(b * 40);
-            let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t], ones));
-            let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
-            acc[t] = _mm256_fmadd_ps(dd, sum, acc[t]);
-            acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
-        }
-    }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
-}
-
-/// Eight interleaved `Q8_0` rows against `T` `Q8_0` activation rows:
-/// `out[r·T + t]`.
-pub(super) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    assert!(group.len() == nb * 272 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 36), "group kernel shapes");
-    // SAFETY: as for `q4_1x8`: features detected by `table`, sizes asserted.
-    let sums = unsafe { q8_0x8_avx2::<T>(group, nb, a) };
-    spread(&sums, out);
-}
-
-// SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
-// blocks and each row of `a` `nb` 36-byte `Q8_0` blocks (asserted).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for b in 0..nb {
-        let p = g.as_ptr().add(b * 272);
-        // Per token: the eight rows' sums in 32 bits (a pair of products
-        // fits 16 bits, eight pairs do not).
-        let mut s = [_mm256_setzero_si256(); T];
-        for c in 0..8 {
-            let x = load(p.add(16 + 32 * c));
-            // |w| with the sign moved onto the activations: maddubs wants one unsigned operand.
-            let ax = _mm256_sign_epi8(x, x);
-            for t in 0..T {
-                let qa = a[t].as_ptr().add(b * 36 + 4 + 4 * c);
-                let sy = _mm256_sign_epi8(_mm256_set1_epi32(std::ptr::read_unaligned(qa as *const i32)), x);
-                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones));
-            }
-        }
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        for t in 0..T {
-            let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 36) as *const f32)));
-            acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s[t]), acc[t]);
-        }
-    }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
-}
-
-/// Eight interleaved `Q4_K` rows against `T` `Q8_K` activation rows:
-/// `out[r·T + t]`.
-pub(super) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    assert!(group.len() == nb * 1152 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
-    // SAFETY: as for `q4x8`: features detected by `table`, sizes asserted.
-    let sums = unsafe { q4_kx8_avx2::<T>(group, nb, a) };
-    spread(&sums, out);
-}
-
-/// The eight rows' scale and min of sub-block `j` (as 32-bit lanes) from
-/// the three chunks of packed scale bytes (`scale_min_k4`, lane-wise).
-// SAFETY (callers): The CPU has AVX2.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn scale_min_x8(c: [__m256i; 3], j: usize) -> (__m256i, __m256i) {
-    let m6 = _mm256_set1_epi32(63);
-    let m4 = _mm256_set1_epi32(0xF);
-    // Byte k of each lane of a chunk, as a 32-bit lane.
-    let byte = |x: __m256i, k: usize| _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set1_epi32(8 * k as i32)), _mm256_set1_epi32(0xFF));
-    if j < 4 {
-        (_mm256_and_si256(byte(c[0], j), m6), _mm256_and_si256(byte(c[1], j), m6))
-    } else {
-        let k = j - 4;
-        let (b8, b0, b4) = (byte(c[2], k), byte(c[0], k), byte(c[1], k));
-        let sc = _mm256_or_si256(_mm256_and_si256(b8, m4), _mm256_slli_epi32(_mm256_srli_epi32(b0, 6), 4));
-        let mn = _mm256_or_si256(_mm256_srli_epi32(b8, 4), _mm256_slli_epi32(_mm256_srli_epi32(b4, 6), 4));
-        (sc, mn)
-    }
-}
-
-// SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
-// blocks and each row of `a` `nb` 292-byte `Q8_K` blocks (asserted).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_kx8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
-    let mask = _mm256_set1_epi8(0xF);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let mut mins = [_mm256_setzero_ps(); T];
-    for b in 0..nb {
-        let p = g.as_ptr().add(b * 1152);
-        let chunks = [load(p.add(32)), load(p.add(64)), load(p.add(96))];
-        let mut sums = [_mm256_setzero_si256(); T];
-        let mut msums = [_mm256_setzero_si256(); T];
-        for gi in 0..4 {
-            let (sl, ml) = scale_min_x8(chunks, 2 * gi);
-            let (sh, mh) = scale_min_x8(chunks, 2 * gi + 1);
-            // Per token: sub-blocks 2g (low nibbles) and 2g+1 (high), in
-            // 16 bits: eight pairs of at most 2·15·128 stay below 2¹⁵.
-            let mut lo_s = [_mm256_setzero_si256(); T];
-            let mut hi_s = [_mm256_setzero_si256(); T];
-            for k in 0..8 {
-                let x = load(p.add(128 + 32 * (8 * gi + k)));
-                let lo = _mm256_and_si256(x, mask);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
-                for t in 0..T {
-                    let y = a[t].as_ptr().add(b * 292 + 4 + 64 * gi + 4 * k);
-                    let al = _mm256_set1_epi32(std::ptr::read_unaligned(y as *const i32));
-                    let ah = _mm256_set1_epi32(std::ptr::read_unaligned(y.add(32) as *const i32));
-                    lo_s[t] = _mm256_add_epi16(lo_s[t], _mm256_maddubs_epi16(lo, al));
-                    hi_s[t] = _mm256_add_epi16(hi_s[t], _mm256_maddubs_epi16(hi, ah));
-                }
-            }
-            for t in 0..T {
-                let l = _mm256_mullo_epi32(_mm256_madd_epi16(lo_s[t], ones), sl);
-                let h = _mm256_mullo_epi32(_mm256_madd_epi16(hi_s[t], ones), sh);
-                sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(l, h));
-                let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * gi) as *const i16;
-                let bsum = |k: usize| i32::from(std::ptr::read_unaligned(bs.add(k)));
-                let (bl, bh) = (bsum(0) + bsum(1), bsum(2) + bsum(3));
-                let m = _mm256_add_epi32(
-                    _mm256_mullo_epi32(ml, _mm256_set1_epi32(bl)),
-                    _mm256_mullo_epi32(mh, _mm256_set1_epi32(bh)),
-                );
-                msums[t] = _mm256_add_epi32(msums[t], m);
-            }
-        }
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
-        for t in 0..T {
-            let da = _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 292) as *const f32));
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(sums[t]), acc[t]);
-            mins[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msums[t]), mins[t]);
-        }
-    }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), _mm256_sub_ps(acc[t], mins[t]));
-    }
-    out
-}
-
-/// Eight interleaved `Q5_0` rows against `T` activation rows with sums:
-/// `out[r·T + t]`.
-pub(super) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    assert!(group.len() == nb * 176 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
-    // SAFETY: as for `q4x8`: features detected by `table`, sizes asserted.
-    let sums = unsafe { q5_0x8_avx2::<T>(group, nb, a) };
-    spread(&sums, out);
-}
-
-/// Bits `from..from+4` of each 32-bit lane of `qh` as bytes 0..4 of that
-/// lane: 0x10 where the bit is set.
-// SAFETY (callers): The CPU has AVX2.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn fifth_bits(qh: __m256i, from: i32) -> __m256i {
-    let x = _mm256_srlv_epi32(qh, _mm256_set1_epi32(from));
-    // The lane's low byte in all four of its bytes, then one bit per byte.
-    let spread = _mm256_shuffle_epi8(x, _mm256_set_epi8(
-        28, 28, 28, 28, 24, 24, 24, 24, 20, 20, 20, 20, 16, 16, 16, 16,
-        12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0,
-    ));
-    // (`shuffle_epi8` indexes within each 128-bit half: 16..31 there read as 0..15.)
-    let probe = _mm256_set1_epi32(0x0804_0201);
-    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe), _mm256_set1_epi8(0x10))
-}
-
-// SAFETY (callers): The CPU has AVX2, FMA and F16C; `g` holds `nb` group
-// blocks and each row of `a` `nb` 40-byte blocks (asserted).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0x8_avx2<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
-    let mask = _mm256_set1_epi8(0xF);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for b in 0..nb {
-        let p = g.as_ptr().add(b * 176);
-        let qh = load(p.add(16));
-        // Per token, low and high halves apart: four pairs of at most
-        // 2·31·128 each stay below 2¹⁵, eight would not.
-        let mut sl = [_mm256_setzero_si256(); T];
-        let mut sh = [_mm256_setzero_si256(); T];
-        for c in 0..4 {
-            let x = load(p.add(48 + 32 * c));
-            let lo = _mm256_or_si256(_mm256_and_si256(x, mask), fifth_bits(qh, 4 * c as i32));
-            let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), mask), fifth_bits(qh, 16 + 4 * c as i32));
-            for t in 0..T {
-                let qa = a[t].as_ptr().add(b * 40 + 8);
-                let al = _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(4 * c) as *const i32));
-                let ah = _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(16 + 4 * c) as *const i32));
-                sl[t] = _mm256_add_epi16(sl[t], _mm256_maddubs_epi16(lo, al));
-                sh[t] = _mm256_add_epi16(sh[t], _mm256_maddubs_epi16(hi, ah));
-            }
-        }
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        let m = _mm256_mul_ps(d, _mm256_set1_ps(-16.0));
-        for t in 0..T {
-            let ab = a[t].as_ptr().add(b * 40);
-            let isum = _mm256_add_epi32(_mm256_madd_epi16(sl[t], ones), _mm256_madd_epi16(sh[t], ones));
-            let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
-            acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
-            acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
-        }
-    }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }

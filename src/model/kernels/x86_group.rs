@@ -1,0 +1,383 @@
+//! x86-64 group kernels: eight interleaved rows (`interleave.rs`) against
+//! `T` activation rows, `out[t·8 + r]`. The same kernels are built twice:
+//! [`avx2`], where an unsigned × signed byte product goes through
+//! `maddubs` (pairs summed in 16 bits) and `madd` (into 32 bits), and
+//! [`vnni`] (AVX-512 VNNI with VL), where one `vpdpbusd` multiplies and
+//! adds four products per 32-bit lane, and the 32 vector registers of
+//! AVX-512 hold the sums of eight activation rows at once (`T` = 8: the
+//! weights of a group are unpacked once for eight tokens).
+//!
+//! Both builds compute the same exact integer sums (no product or 16-bit
+//! sum of the AVX2 build saturates: each kernel says why) and then the same
+//! float operations in the same order, so they agree bit for bit with each
+//! other and with the portable kernels in `interleave.rs`, which specify
+//! them.
+
+use std::arch::x86_64::*;
+
+use super::x86::load;
+
+/// Whether this CPU runs the [`avx2`] build.
+pub(super) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+/// Whether this CPU runs the [`vnni`] build.
+pub(super) fn has_vnni() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// The eight rows' sums of each activation row into `out[t·8 + r]`.
+fn put<const T: usize>(sums: [[f32; 8]; T], out: &mut [f32]) {
+    for (o, s) in out.chunks_exact_mut(8).zip(sums) {
+        o.copy_from_slice(&s);
+    }
+}
+
+/// The eight rows' scale and min of sub-block `j` (as 32-bit lanes) from
+/// the three chunks of packed scale bytes (`scale_min_k4`, lane-wise).
+// SAFETY (callers): The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn scale_min_x8(c: [__m256i; 3], j: usize) -> (__m256i, __m256i) {
+    let m6 = _mm256_set1_epi32(63);
+    let m4 = _mm256_set1_epi32(0xF);
+    // Byte k of each lane of a chunk, as a 32-bit lane.
+    let byte = |x: __m256i, k: usize| _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set1_epi32(8 * k as i32)), _mm256_set1_epi32(0xFF));
+    if j < 4 {
+        (_mm256_and_si256(byte(c[0], j), m6), _mm256_and_si256(byte(c[1], j), m6))
+    } else {
+        let k = j - 4;
+        let (b8, b0, b4) = (byte(c[2], k), byte(c[0], k), byte(c[1], k));
+        let sc = _mm256_or_si256(_mm256_and_si256(b8, m4), _mm256_slli_epi32(_mm256_srli_epi32(b0, 6), 4));
+        let mn = _mm256_or_si256(_mm256_srli_epi32(b8, 4), _mm256_slli_epi32(_mm256_srli_epi32(b4, 6), 4));
+        (sc, mn)
+    }
+}
+
+/// Bits `from..from+4` of each 32-bit lane of `qh` as bytes 0..4 of that
+/// lane: 0x10 where the bit is set.
+// SAFETY (callers): The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn fifth_bits(qh: __m256i, from: i32) -> __m256i {
+    let x = _mm256_srlv_epi32(qh, _mm256_set1_epi32(from));
+    // The lane's low byte in all four of its bytes, then one bit per byte.
+    let spread = _mm256_shuffle_epi8(x, _mm256_set_epi8(
+        28, 28, 28, 28, 24, 24, 24, 24, 20, 20, 20, 20, 16, 16, 16, 16,
+        12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0,
+    ));
+    // (`shuffle_epi8` indexes within each 128-bit half: 16..31 there read as 0..15.)
+    let probe = _mm256_set1_epi32(0x0804_0201);
+    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe), _mm256_set1_epi8(0x10))
+}
+
+/// Asks for the group block [`AHEAD`] blocks after the one at `p` (of
+/// `bytes`) to be brought into cache: the hardware prefetchers alone left
+/// the kernels waiting on weight loads.
+// SAFETY (callers): The CPU has SSE. A prefetch never faults, and the
+// address is computed without `add`'s in-bounds requirement.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn ahead(p: *const u8, bytes: usize) {
+    let at = p.wrapping_add(AHEAD * bytes);
+    let mut off = 0;
+    while off < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8);
+        off += 64;
+    }
+}
+
+/// How many group blocks ahead [`ahead`] asks for.
+const AHEAD: usize = 8;
+
+/// The broadcast activation bytes `p..p+4` in every 32-bit lane.
+// SAFETY (callers): The CPU has AVX2; `p..p+4` is inside an activation row.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn four(p: *const u8) -> __m256i {
+    _mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32))
+}
+
+/// The group kernels, built with `$features` and the module's byte-product
+/// helpers: `dot_small(s, u, i)` adds the four products `u·i` of each
+/// 32-bit lane into `s` where the block's sum stays exact in 16 bits
+/// (AVX2 keeps pairs in 16-bit lanes; `small_sum` widens them), `dot` where
+/// it needs 32 bits.
+macro_rules! group_kernels {
+    ($features:literal) => {
+        use super::*;
+
+        /// Eight interleaved `Q4_1` rows (`Q4_0` when not `MIN`) against
+        /// `T` activation rows with sums: `out[t·8 + r]`.
+        pub(crate) fn q4x8<const T: usize, const MIN: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+            let gbytes = if MIN { 160 } else { 144 };
+            assert!(group.len() == nb * gbytes && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+            // SAFETY: `Simd::group_kernel` hands this build out only after
+            // detecting its features; the body reads `nb` group blocks of
+            // `group` and `nb` 40-byte blocks of each row of `a`, which the
+            // assertion guarantees are there.
+            put(unsafe { q4x8_k::<T, MIN>(group, nb, a) }, out);
+        }
+
+        // SAFETY (callers): the CPU has the build's features; `g` holds
+        // `nb` group blocks and each row of `a` `nb` 40-byte blocks.
+        #[target_feature(enable = $features)]
+        unsafe fn q4x8_k<const T: usize, const MIN: bool>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+            let (gbytes, qs) = if MIN { (160, 32) } else { (144, 16) };
+            let mask = _mm256_set1_epi8(0xF);
+            let mut acc = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                let p = g.as_ptr().add(b * gbytes);
+                ahead(p, gbytes);
+                // Per token, the eight rows' products: a pair is at most
+                // 2·15·128 and eight pairs add up below 2¹⁵.
+                let mut s = [_mm256_setzero_si256(); T];
+                for c in 0..4 {
+                    let x = load(p.add(qs + 32 * c));
+                    let lo = _mm256_and_si256(x, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
+                    for t in 0..T {
+                        let qa = a[t].as_ptr().add(b * 40 + 8);
+                        s[t] = dot_small(dot_small(s[t], lo, four(qa.add(4 * c))), hi, four(qa.add(16 + 4 * c)));
+                    }
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                let m = if MIN {
+                    _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i))
+                } else {
+                    _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
+                };
+                for t in 0..T {
+                    let ab = a[t].as_ptr().add(b * 40);
+                    let sum = _mm256_cvtepi32_ps(small_sum(s[t]));
+                    let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
+                    acc[t] = _mm256_fmadd_ps(dd, sum, acc[t]);
+                    acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
+                }
+            }
+            let mut out = [[0f32; 8]; T];
+            for t in 0..T {
+                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+            }
+            out
+        }
+
+        /// Eight interleaved `Q8_0` rows against `T` `Q8_0` activation
+        /// rows: `out[t·8 + r]`.
+        pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+            assert!(group.len() == nb * 272 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 36), "group kernel shapes");
+            // SAFETY: as for `q4x8`: features detected, sizes asserted.
+            put(unsafe { q8_0x8_k::<T>(group, nb, a) }, out);
+        }
+
+        // SAFETY (callers): the CPU has the build's features; `g` holds
+        // `nb` group blocks and each row of `a` `nb` 36-byte blocks.
+        #[target_feature(enable = $features)]
+        unsafe fn q8_0x8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+            let mut acc = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                let p = g.as_ptr().add(b * 272);
+                ahead(p, 272);
+                // Per token, in 32 bits (a pair of products fits 16 bits:
+                // |w| ≤ 128 and |a| ≤ 127; eight pairs do not).
+                let mut s = [_mm256_setzero_si256(); T];
+                for c in 0..8 {
+                    let x = load(p.add(16 + 32 * c));
+                    // |w|, with the sign moved onto the activations: the
+                    // products take one unsigned operand.
+                    let ax = _mm256_sign_epi8(x, x);
+                    for t in 0..T {
+                        let sy = _mm256_sign_epi8(four(a[t].as_ptr().add(b * 36 + 4 + 4 * c)), x);
+                        s[t] = dot(s[t], ax, sy);
+                    }
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                for t in 0..T {
+                    let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 36) as *const f32)));
+                    acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s[t]), acc[t]);
+                }
+            }
+            let mut out = [[0f32; 8]; T];
+            for t in 0..T {
+                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+            }
+            out
+        }
+
+        /// Eight interleaved `Q4_K` rows against `T` `Q8_K` activation
+        /// rows: `out[t·8 + r]`.
+        pub(crate) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+            assert!(group.len() == nb * 1152 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
+            // SAFETY: as for `q4x8`: features detected, sizes asserted.
+            put(unsafe { q4_kx8_k::<T>(group, nb, a) }, out);
+        }
+
+        // SAFETY (callers): the CPU has the build's features; `g` holds
+        // `nb` group blocks and each row of `a` `nb` 292-byte blocks.
+        #[target_feature(enable = $features)]
+        unsafe fn q4_kx8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+            let mask = _mm256_set1_epi8(0xF);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let mut mins = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                let p = g.as_ptr().add(b * 1152);
+                ahead(p, 1152);
+                let chunks = [load(p.add(32)), load(p.add(64)), load(p.add(96))];
+                let mut sums = [_mm256_setzero_si256(); T];
+                let mut msums = [_mm256_setzero_si256(); T];
+                for gi in 0..4 {
+                    let (sl, ml) = scale_min_x8(chunks, 2 * gi);
+                    let (sh, mh) = scale_min_x8(chunks, 2 * gi + 1);
+                    // Per token: sub-blocks 2g (low nibbles) and 2g+1
+                    // (high): eight pairs of at most 2·15·128 stay below 2¹⁵.
+                    let mut lo_s = [_mm256_setzero_si256(); T];
+                    let mut hi_s = [_mm256_setzero_si256(); T];
+                    for k in 0..8 {
+                        let x = load(p.add(128 + 32 * (8 * gi + k)));
+                        let lo = _mm256_and_si256(x, mask);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
+                        for t in 0..T {
+                            let y = a[t].as_ptr().add(b * 292 + 4 + 64 * gi + 4 * k);
+                            lo_s[t] = dot_small(lo_s[t], lo, four(y));
+                            hi_s[t] = dot_small(hi_s[t], hi, four(y.add(32)));
+                        }
+                    }
+                    for t in 0..T {
+                        let l = _mm256_mullo_epi32(small_sum(lo_s[t]), sl);
+                        let h = _mm256_mullo_epi32(small_sum(hi_s[t]), sh);
+                        sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(l, h));
+                        let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * gi) as *const i16;
+                        let bsum = |k: usize| i32::from(std::ptr::read_unaligned(bs.add(k)));
+                        let (bl, bh) = (bsum(0) + bsum(1), bsum(2) + bsum(3));
+                        let m = _mm256_add_epi32(
+                            _mm256_mullo_epi32(ml, _mm256_set1_epi32(bl)),
+                            _mm256_mullo_epi32(mh, _mm256_set1_epi32(bh)),
+                        );
+                        msums[t] = _mm256_add_epi32(msums[t], m);
+                    }
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+                for t in 0..T {
+                    let da = _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 292) as *const f32));
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+                    mins[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msums[t]), mins[t]);
+                }
+            }
+            let mut out = [[0f32; 8]; T];
+            for t in 0..T {
+                _mm256_storeu_ps(out[t].as_mut_ptr(), _mm256_sub_ps(acc[t], mins[t]));
+            }
+            out
+        }
+
+        /// Eight interleaved `Q5_0` rows against `T` activation rows with
+        /// sums: `out[t·8 + r]`.
+        pub(crate) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+            assert!(group.len() == nb * 176 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
+            // SAFETY: as for `q4x8`: features detected, sizes asserted.
+            put(unsafe { q5_0x8_k::<T>(group, nb, a) }, out);
+        }
+
+        // SAFETY (callers): the CPU has the build's features; `g` holds
+        // `nb` group blocks and each row of `a` `nb` 40-byte blocks.
+        #[target_feature(enable = $features)]
+        unsafe fn q5_0x8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+            let mask = _mm256_set1_epi8(0xF);
+            let mut acc = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                let p = g.as_ptr().add(b * 176);
+                ahead(p, 176);
+                let qh = load(p.add(16));
+                // Per token, low and high halves apart: four pairs of at
+                // most 2·31·128 each stay below 2¹⁵, eight would not.
+                let mut sl = [_mm256_setzero_si256(); T];
+                let mut sh = [_mm256_setzero_si256(); T];
+                for c in 0..4 {
+                    let x = load(p.add(48 + 32 * c));
+                    let lo = _mm256_or_si256(_mm256_and_si256(x, mask), fifth_bits(qh, 4 * c as i32));
+                    let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), mask), fifth_bits(qh, 16 + 4 * c as i32));
+                    for t in 0..T {
+                        let qa = a[t].as_ptr().add(b * 40 + 8);
+                        sl[t] = dot_small(sl[t], lo, four(qa.add(4 * c)));
+                        sh[t] = dot_small(sh[t], hi, four(qa.add(16 + 4 * c)));
+                    }
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                let m = _mm256_mul_ps(d, _mm256_set1_ps(-16.0));
+                for t in 0..T {
+                    let ab = a[t].as_ptr().add(b * 40);
+                    let isum = _mm256_add_epi32(small_sum(sl[t]), small_sum(sh[t]));
+                    let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
+                    acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
+                    acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
+                }
+            }
+            let mut out = [[0f32; 8]; T];
+            for t in 0..T {
+                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+            }
+            out
+        }
+    };
+}
+
+/// The kernels on AVX2, FMA and F16C.
+pub(super) mod avx2 {
+    /// `s + u·i` with pairs summed in 16-bit lanes.
+    // SAFETY (callers): The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot_small(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+        _mm256_add_epi16(s, _mm256_maddubs_epi16(u, i))
+    }
+
+    /// 16-bit lane sums of [`dot_small`] added pairwise into 32 bits.
+    // SAFETY (callers): The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn small_sum(s: __m256i) -> __m256i {
+        _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+    }
+
+    /// `s + u·i`, four products per 32-bit lane.
+    // SAFETY (callers): The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+        _mm256_add_epi32(s, small_sum(_mm256_maddubs_epi16(u, i)))
+    }
+
+    group_kernels!("avx2,fma,f16c");
+}
+
+/// The kernels on AVX-512 VNNI (with VL, on 256-bit registers).
+pub(super) mod vnni {
+    /// `s + u·i`, four products per 32-bit lane, in one instruction.
+    // SAFETY (callers): The CPU has AVX-512 F, VL and VNNI.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
+    unsafe fn dot(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(s, u, i)
+    }
+
+    /// [`dot`]: its sums are 32-bit already.
+    // SAFETY (callers): The CPU has AVX-512 F, VL and VNNI.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
+    unsafe fn dot_small(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+        dot(s, u, i)
+    }
+
+    /// The sums of [`dot_small`], as they are.
+    #[inline]
+    fn small_sum(s: __m256i) -> __m256i {
+        s
+    }
+
+    group_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
+}
