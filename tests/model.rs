@@ -445,6 +445,40 @@ fn forks_are_independent() {
     assert_eq!(b.len(), 6);
 }
 
+/// Forks of a prefix share its positions (a dataset's rows read one copy of
+/// the few-shot prefix): a fork, a fork of a fork, a fork longer than the
+/// shared part and a truncation into it all give, bit for bit, the logits
+/// of a fresh run of the same tokens, and the parent never changes.
+#[test]
+fn prefix_forks_share_positions_and_equal_fresh_runs() {
+    let m = tiny_llama();
+    let all: Vec<u32> = PROMPT.iter().chain(&DECODE).copied().collect();
+    let fresh = |tokens: &[u32]| full(&m, tokens).1;
+    let (parent, _) = full(&m, &all[..10]);
+    let bytes = parent.cache_bytes();
+    // A fork of 8 positions (frozen once), then forks inside it (shared).
+    let shared = parent.fork_prefix(8).unwrap();
+    assert_eq!(shared.cache_bytes() * 10, bytes * 8, "8 of 10 positions");
+    for (keep, extra) in [(8, &all[8..11]), (5, &all[5..7]), (3, &[7u32, 9][..])] {
+        let mut st = shared.fork_prefix(keep).unwrap();
+        let got = m.append(&mut st, extra).unwrap();
+        let want = fresh(&[&all[..keep], extra].concat());
+        assert_eq!(got, want, "fork of {keep} + {} tokens", extra.len());
+        // A fork past the shared part freezes the rest once more.
+        let mut again = st.fork_prefix(st.len()).unwrap();
+        let got = m.append(&mut again, &[42]).unwrap();
+        assert_eq!(got, fresh(&[&all[..keep], extra, &[42][..]].concat()));
+        // Truncating into the shared positions, then appending.
+        again.truncate(2).unwrap();
+        let got = m.append(&mut again, &[17, 18]).unwrap();
+        assert_eq!(got, fresh(&[&all[..2], &[17, 18][..]].concat()));
+    }
+    // The parent and its shared fork are as they were.
+    let mut p = parent.fork();
+    assert_eq!(m.append(&mut p, &[5]).unwrap(), fresh(&[&all[..10], &[5][..]].concat()));
+    assert_eq!(parent.cache_bytes(), bytes);
+}
+
 /// An option's log-probs by feeding it for real.
 fn score_by_feeding(m: &Decoder, prefix: &[u32], opt: &[u32]) -> Vec<f32> {
     let (mut st, mut logits) = full(m, prefix);

@@ -8,7 +8,7 @@
 //! attention reads each sequence's own cache.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Tensor};
@@ -18,35 +18,93 @@ use super::kernels::{Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
 use super::weights::{Embed, Linear, Proj, Weights};
 use super::ModelError;
 
-/// One sequence's K and V, per layer: `len × kv_heads·head_dim` values,
-/// position `j` at row `j`.
+/// One sequence's K and V, per layer: `kv_heads·head_dim` values a
+/// position. The first `base` positions may sit in a frozen block shared
+/// with the other caches forked from the same prefix (the rows of a dataset
+/// that fork one few-shot prefix keep, and attention reads, one copy of
+/// it); the positions after it are the cache's own, written in place.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Cache {
+    shared: Option<Arc<Frozen>>,
+    /// Positions read from `shared` (at most its length).
+    base: usize,
+    /// Own positions `base..`, per layer.
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
 }
 
+/// Positions of K and V, per layer, that no cache writes again.
+#[derive(Debug)]
+struct Frozen {
+    positions: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+/// One layer of a cache as attention reads it: the shared positions'
+/// keys and values, then the own ones'.
+pub(crate) struct LayerKv<'a> {
+    base: usize,
+    shared: [&'a [f32]; 2],
+    own: [&'a [f32]; 2],
+}
+
 impl Cache {
     pub fn new(layers: usize) -> Cache {
-        Cache { k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
+        Cache { shared: None, base: 0, k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
     }
 
-    /// A copy of the first `len` positions only.
+    /// The first `len` positions, sharing this cache's frozen block: a
+    /// prefix inside it costs nothing; a longer one is frozen once (copied)
+    /// and then shared by every cache forked from the result.
     pub fn prefix(&self, len: usize, kv_dim: usize) -> Cache {
-        let take = |ls: &[Vec<f32>]| ls.iter().map(|l| l[..(len * kv_dim).min(l.len())].to_vec()).collect();
-        Cache { k: take(&self.k), v: take(&self.v) }
+        let layers = self.k.len();
+        if len <= self.base {
+            return Cache { shared: self.shared.clone(), base: len, ..Cache::new(layers) };
+        }
+        let join = |shared: Option<&Vec<f32>>, own: &[f32]| {
+            let mut all = shared.map_or_else(Vec::new, |s| s[..self.base * kv_dim].to_vec());
+            all.extend_from_slice(&own[..((len - self.base) * kv_dim).min(own.len())]);
+            all
+        };
+        let k: Vec<Vec<f32>> = (0..layers).map(|l| join(self.shared.as_ref().map(|f| &f.k[l]), &self.k[l])).collect();
+        let v = (0..layers).map(|l| join(self.shared.as_ref().map(|f| &f.v[l]), &self.v[l])).collect();
+        let positions = k.first().map_or(0, |k| k.len() / kv_dim.max(1));
+        Cache { shared: Some(Arc::new(Frozen { positions, k, v })), base: positions, ..Cache::new(layers) }
     }
 
-    /// Bytes the cache holds.
+    /// Bytes of the positions the cache holds (shared ones included).
     pub fn bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|l| l.len() * 4).sum()
+        let own: usize = self.k.iter().chain(&self.v).map(|l| l.len() * 4).sum();
+        let shared = self.shared.as_ref().map_or(0, |f| {
+            let all: usize = f.k.iter().chain(&f.v).map(|l| l.len() * 4).sum();
+            all / f.positions.max(1) * self.base
+        });
+        own + shared
     }
 
     /// Keeps the first `len` positions (O(1): no copy, capacity kept).
     pub fn truncate(&mut self, len: usize, kv_dim: usize) {
+        let own = len.saturating_sub(self.base) * kv_dim;
+        self.base = self.base.min(len);
         for l in self.k.iter_mut().chain(self.v.iter_mut()) {
-            l.truncate(len * kv_dim);
+            l.truncate(own);
         }
+    }
+
+    /// Appends one position of layer `li`.
+    fn push(&mut self, li: usize, k: &[f32], v: &[f32]) {
+        self.k[li].extend_from_slice(k);
+        self.v[li].extend_from_slice(v);
+    }
+
+    /// Layer `li` as attention reads it.
+    fn layer(&self, li: usize, kv_dim: usize) -> LayerKv<'_> {
+        let shared = match &self.shared {
+            Some(f) => [&f.k[li][..self.base * kv_dim], &f.v[li][..self.base * kv_dim]],
+            None => [&[][..], &[][..]],
+        };
+        LayerKv { base: self.base, shared, own: [&self.k[li], &self.v[li]] }
     }
 }
 
@@ -348,8 +406,7 @@ impl Model {
         for s in segs.iter_mut() {
             for i in 0..s.tokens.len() {
                 let row = &b.qkv[(base + i) * width..(base + i + 1) * width];
-                s.cache.k[li].extend_from_slice(&row[qn..qn + kvn]);
-                s.cache.v[li].extend_from_slice(&row[qn + kvn..]);
+                s.cache.push(li, &row[qn..qn + kvn], &row[qn + kvn..]);
             }
             base += s.tokens.len();
         }
@@ -394,14 +451,20 @@ impl Model {
                 let head = w % nh;
                 let s = &segs[si];
                 let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
-                let (keys, vals) = (&s.cache.k[li], &s.cache.v[li]);
+                let kv = s.cache.layer(li, kvn);
                 let kvh = head / rep;
                 // Later tokens of the chunk are never visible.
                 let hi = s.past + i + 1;
                 let pi = s.positions[i];
                 sc.clear();
                 sc.resize(hi, 0.0);
-                (self.ops.dots)(q, &keys[kvh * d..], kvn, &mut sc);
+                // The shared positions, then the own ones (a key's dot does
+                // not depend on the keys beside it in a call).
+                let base = kv.base;
+                if base > 0 {
+                    (self.ops.dots)(q, &kv.shared[0][kvh * d..], kvn, &mut sc[..base]);
+                }
+                (self.ops.dots)(q, &kv.own[0][kvh * d..], kvn, &mut sc[base..]);
                 for j in 0..hi {
                     let (visible, pj) = if j < s.past {
                         (true, j)
@@ -426,7 +489,11 @@ impl Model {
                 // this token's output row.
                 let y = unsafe { dst.slice(row * qn + head * d, d) };
                 y.fill(0.0);
-                (self.ops.axpys)(y, &sc, &vals[kvh * d..], kvn);
+                // In position order, as one call would add them.
+                if base > 0 {
+                    (self.ops.axpys)(y, &sc[..base], &kv.shared[1][kvh * d..], kvn);
+                }
+                (self.ops.axpys)(y, &sc[base..], &kv.own[1][kvh * d..], kvn);
                 let inv = 1.0 / sum;
                 y.iter_mut().for_each(|v| *v *= inv);
             }
