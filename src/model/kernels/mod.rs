@@ -199,6 +199,8 @@ pub(crate) enum Simd {
     Portable,
     /// AVX2, FMA, F16C.
     Avx2,
+    /// AVX-VNNI (without AVX-512).
+    AvxVnni,
     /// AVX-512 VNNI (with VL): 8-row tiles.
     Avx512Vnni,
 }
@@ -211,6 +213,9 @@ impl Simd {
         {
             if x86_group::has_avx2() {
                 all.push(Simd::Avx2);
+            }
+            if x86_group::has_avx_vnni() {
+                all.push(Simd::AvxVnni);
             }
             if x86_group::has_vnni() {
                 all.push(Simd::Avx512Vnni);
@@ -246,6 +251,8 @@ impl Simd {
             Simd::Portable => build!(interleave, none),
             #[cfg(target_arch = "x86_64")]
             Simd::Avx2 => build!(x86_group::avx2, none),
+            #[cfg(target_arch = "x86_64")]
+            Simd::AvxVnni => build!(x86_group::avx_vnni, none),
             #[cfg(target_arch = "x86_64")]
             Simd::Avx512Vnni => build!(x86_group::vnni, Some),
             #[cfg(not(target_arch = "x86_64"))]

@@ -1,11 +1,13 @@
 //! x86-64 group kernels: eight interleaved rows (`interleave.rs`) against
-//! `T` activation rows, `out[t·8 + r]`. The same kernels are built twice:
-//! [`avx2`], where an unsigned × signed byte product goes through
-//! `maddubs` (pairs summed in 16 bits) and `madd` (into 32 bits), and
-//! [`vnni`] (AVX-512 VNNI with VL), where one `vpdpbusd` multiplies and
-//! adds four products per 32-bit lane, and the 32 vector registers of
-//! AVX-512 hold the sums of eight activation rows at once (`T` = 8: the
-//! weights of a group are unpacked once for eight tokens).
+//! `T` activation rows, `out[t·8 + r]`. The same kernels are built three
+//! times: [`avx2`], where an unsigned × signed byte product goes through
+//! `maddubs` (pairs summed in 16 bits) and `madd` (into 32 bits);
+//! [`avx_vnni`] (AVX-VNNI: recent cores without AVX-512), where one
+//! `vpdpbusd` multiplies and adds four products per 32-bit lane; and
+//! [`vnni`] (AVX-512 VNNI with VL), the same instruction, with the 32
+//! vector registers of AVX-512 holding the sums of eight activation rows
+//! at once (`T` = 8: the weights of a group are unpacked once for eight
+//! tokens).
 //!
 //! Both builds compute the same exact integer sums (no product or 16-bit
 //! sum of the AVX2 build saturates: each kernel says why) and then the same
@@ -20,6 +22,11 @@ use super::x86::load;
 /// Whether this CPU runs the [`avx2`] build.
 pub(super) fn has_avx2() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+/// Whether this CPU runs the [`avx_vnni`] build.
+pub(super) fn has_avx_vnni() -> bool {
+    has_avx2() && is_x86_feature_detected!("avxvnni")
 }
 
 /// Whether this CPU runs the [`vnni`] build.
@@ -380,4 +387,31 @@ pub(super) mod vnni {
     }
 
     group_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
+}
+
+/// The kernels on AVX-VNNI (the VEX form of `vpdpbusd`, 16 registers).
+pub(super) mod avx_vnni {
+    /// `s + u·i`, four products per 32-bit lane, in one instruction.
+    // SAFETY (callers): The CPU has AVX2 and AVX-VNNI.
+    #[inline]
+    #[target_feature(enable = "avx2,avxvnni")]
+    unsafe fn dot(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(s, u, i)
+    }
+
+    /// [`dot`]: its sums are 32-bit already.
+    // SAFETY (callers): The CPU has AVX2 and AVX-VNNI.
+    #[inline]
+    #[target_feature(enable = "avx2,avxvnni")]
+    unsafe fn dot_small(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+        dot(s, u, i)
+    }
+
+    /// The sums of [`dot_small`], as they are.
+    #[inline]
+    fn small_sum(s: __m256i) -> __m256i {
+        s
+    }
+
+    group_kernels!("avx2,fma,f16c,avxvnni");
 }
