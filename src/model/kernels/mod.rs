@@ -224,11 +224,21 @@ impl Simd {
         all
     }
 
-    /// The fastest build this CPU runs.
+    /// The fastest build this CPU runs, or the one `LMT_SIMD` names
+    /// (`portable`, `avx2`, `avx-vnni`, `avx512-vnni`) when the CPU runs
+    /// it: to compare builds on one machine.
     fn best() -> Simd {
         static BEST: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
-        *BEST.get_or_init(|| *Simd::available().last().expect("the portable build"))
+        *BEST.get_or_init(|| {
+            let all = Simd::available();
+            let named = std::env::var("LMT_SIMD").ok().and_then(|v| Simd::NAMES.iter().find(|(n, _)| *n == v).map(|(_, s)| *s));
+            named.filter(|s| all.contains(s)).unwrap_or(*all.last().expect("the portable build"))
+        })
     }
+
+    /// The builds' names for `LMT_SIMD`.
+    const NAMES: [(&'static str, Simd); 4] =
+        [("portable", Simd::Portable), ("avx2", Simd::Avx2), ("avx-vnni", Simd::AvxVnni), ("avx512-vnni", Simd::Avx512Vnni)];
 
     /// The group kernels of `ty` (the types stored interleaved) in this build.
     fn group_kernel(self, ty: QType) -> Option<GroupKernel> {

@@ -286,6 +286,27 @@ fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
     }
 }
 
+/// Matrices tall enough that a thread's chunk holds several groups and
+/// the widest tiles run, each build bit for bit the portable one.
+#[test]
+fn every_build_agrees_on_tall_matrices() {
+    let pool = Pool::new(2);
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0] {
+        let (rows, cols) = (272, 96);
+        let (m, _) = matrix(ty, rows, cols, 77);
+        let portable = m.clone().portable();
+        for simd in Simd::available() {
+            let m = m.clone().with_simd(simd);
+            for n in [8, 9, 16, 17] {
+                let x = randoms(n * cols, 3 + n as u64);
+                let (fast, slow) = (run(&m, &pool, &x, n), run(&portable, &pool, &x, n));
+                let same = fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{ty:?} {simd:?}, {n} rows differ from the portable kernels");
+            }
+        }
+    }
+}
+
 fn interleaved_type_round_trips(ty: QType) {
     let (rows, cols) = (21, ty.block().0.max(32) * 3);
     let (m, _) = matrix(ty, rows, cols, 41);
