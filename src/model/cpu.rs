@@ -41,12 +41,34 @@ struct Frozen {
     v: Vec<Vec<f32>>,
 }
 
-/// One layer of a cache as attention reads it: the shared positions'
-/// keys and values, then the own ones'.
-pub(crate) struct LayerKv<'a> {
+/// One layer of a cache as attention reads it: keys and values of the
+/// shared positions `..base`, then of the own ones.
+struct LayerKv<'a> {
     base: usize,
-    shared: [&'a [f32]; 2],
-    own: [&'a [f32]; 2],
+    keys: [&'a [f32]; 2],
+    vals: [&'a [f32]; 2],
+}
+
+impl LayerKv<'_> {
+    /// `out[j] = q · key j` (values `at..at + q.len()` of each position):
+    /// the shared positions, then the own ones; a key's dot does not depend
+    /// on the keys beside it in a call.
+    fn dots(&self, ops: &VecOps, q: &[f32], at: usize, stride: usize, out: &mut [f32]) {
+        let (shared, own) = out.split_at_mut(self.base);
+        if self.base > 0 {
+            (ops.dots)(q, &self.keys[0][at..], stride, shared);
+        }
+        (ops.dots)(q, &self.keys[1][at..], stride, own);
+    }
+
+    /// `y += Σ_j p[j] · value j`, in position order as one call would add.
+    fn axpys(&self, ops: &VecOps, y: &mut [f32], p: &[f32], at: usize, stride: usize) {
+        let (shared, own) = p.split_at(self.base);
+        if self.base > 0 {
+            (ops.axpys)(y, shared, &self.vals[0][at..], stride);
+        }
+        (ops.axpys)(y, own, &self.vals[1][at..], stride);
+    }
 }
 
 impl Cache {
@@ -100,11 +122,11 @@ impl Cache {
 
     /// Layer `li` as attention reads it.
     fn layer(&self, li: usize, kv_dim: usize) -> LayerKv<'_> {
-        let shared = match &self.shared {
-            Some(f) => [&f.k[li][..self.base * kv_dim], &f.v[li][..self.base * kv_dim]],
-            None => [&[][..], &[][..]],
+        let (k, v): (&[f32], &[f32]) = match &self.shared {
+            Some(f) => (&f.k[li][..self.base * kv_dim], &f.v[li][..self.base * kv_dim]),
+            None => (&[], &[]),
         };
-        LayerKv { base: self.base, shared, own: [&self.k[li], &self.v[li]] }
+        LayerKv { base: self.base, keys: [k, &self.k[li]], vals: [v, &self.v[li]] }
     }
 }
 
@@ -458,13 +480,7 @@ impl Model {
                 let pi = s.positions[i];
                 sc.clear();
                 sc.resize(hi, 0.0);
-                // The shared positions, then the own ones (a key's dot does
-                // not depend on the keys beside it in a call).
-                let base = kv.base;
-                if base > 0 {
-                    (self.ops.dots)(q, &kv.shared[0][kvh * d..], kvn, &mut sc[..base]);
-                }
-                (self.ops.dots)(q, &kv.own[0][kvh * d..], kvn, &mut sc[base..]);
+                kv.dots(&self.ops, q, kvh * d, kvn, &mut sc);
                 for j in 0..hi {
                     let (visible, pj) = if j < s.past {
                         (true, j)
@@ -489,11 +505,7 @@ impl Model {
                 // this token's output row.
                 let y = unsafe { dst.slice(row * qn + head * d, d) };
                 y.fill(0.0);
-                // In position order, as one call would add them.
-                if base > 0 {
-                    (self.ops.axpys)(y, &sc[..base], &kv.shared[1][kvh * d..], kvn);
-                }
-                (self.ops.axpys)(y, &sc[base..], &kv.own[1][kvh * d..], kvn);
+                kv.axpys(&self.ops, y, &sc, kvh * d, kvn);
                 let inv = 1.0 / sum;
                 y.iter_mut().for_each(|v| *v *= inv);
             }

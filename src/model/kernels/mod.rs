@@ -572,33 +572,22 @@ impl QMatrix {
                     let nb = rb / self.ty.block().1;
                     let mut t = 0;
                     while t < n {
-                        let mut sums = [0f32; 64];
                         let tile = match gk.g8 {
-                            Some(g8) if n - t >= 8 => {
-                                for g0 in (r0..split).step_by(8) {
-                                    let group = &self.data[g0 * rb..(g0 + 8) * rb];
-                                    g8(group, nb, std::array::from_fn(|i| a(t + i)), &mut sums);
-                                    put_group(&dst, &sums, rows, t, g0);
-                                }
-                                8
-                            }
-                            _ if n - t >= 4 => {
-                                for g0 in (r0..split).step_by(8) {
-                                    let group = &self.data[g0 * rb..(g0 + 8) * rb];
-                                    (gk.g4)(group, nb, std::array::from_fn(|i| a(t + i)), &mut sums[..32]);
-                                    put_group(&dst, &sums[..32], rows, t, g0);
-                                }
-                                4
-                            }
-                            _ => {
-                                for g0 in (r0..split).step_by(8) {
-                                    let group = &self.data[g0 * rb..(g0 + 8) * rb];
-                                    (gk.g1)(group, nb, [a(t)], &mut sums[..8]);
-                                    put_group(&dst, &sums[..8], rows, t, g0);
-                                }
-                                1
-                            }
+                            Some(_) if n - t >= 8 => 8,
+                            _ if n - t >= 4 => 4,
+                            _ => 1,
                         };
+                        let mut sums = [0f32; 64];
+                        let sums = &mut sums[..8 * tile];
+                        for g0 in (r0..split).step_by(8) {
+                            let group = &self.data[g0 * rb..(g0 + 8) * rb];
+                            match (tile, gk.g8) {
+                                (8, Some(g8)) => g8(group, nb, std::array::from_fn(|i| a(t + i)), sums),
+                                (4, _) => (gk.g4)(group, nb, std::array::from_fn(|i| a(t + i)), sums),
+                                _ => (gk.g1)(group, nb, [a(t)], sums),
+                            }
+                            put_group(&dst, sums, rows, t, g0);
+                        }
                         t += tile;
                     }
                 }

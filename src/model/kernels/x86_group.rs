@@ -362,56 +362,44 @@ pub(super) mod avx2 {
     group_kernels!("avx2,fma,f16c");
 }
 
+/// The helpers of a VNNI build, `vpdpbusd` being `$dp` (needing
+/// `$dot_features`), then its kernels (`$features`): the instruction adds
+/// four byte products per 32-bit lane into 32-bit sums, so `dot_small` is
+/// `dot` and its sums need no widening.
+macro_rules! vnni_kernels {
+    ($dot_features:literal, $dp:ident, $features:literal) => {
+        /// `s + u·i`, four products per 32-bit lane, in one instruction.
+        // SAFETY (callers): The CPU has `$dot_features`.
+        #[inline]
+        #[target_feature(enable = $dot_features)]
+        unsafe fn dot(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+            $dp(s, u, i)
+        }
+
+        /// [`dot`]: its sums are 32-bit already.
+        // SAFETY (callers): The CPU has `$dot_features`.
+        #[inline]
+        #[target_feature(enable = $dot_features)]
+        unsafe fn dot_small(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+            dot(s, u, i)
+        }
+
+        /// The sums of [`dot_small`], as they are.
+        #[inline]
+        fn small_sum(s: __m256i) -> __m256i {
+            s
+        }
+
+        group_kernels!($features);
+    };
+}
+
 /// The kernels on AVX-512 VNNI (with VL, on 256-bit registers).
 pub(super) mod vnni {
-    /// `s + u·i`, four products per 32-bit lane, in one instruction.
-    // SAFETY (callers): The CPU has AVX-512 F, VL and VNNI.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
-    unsafe fn dot(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(s, u, i)
-    }
-
-    /// [`dot`]: its sums are 32-bit already.
-    // SAFETY (callers): The CPU has AVX-512 F, VL and VNNI.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
-    unsafe fn dot_small(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
-        dot(s, u, i)
-    }
-
-    /// The sums of [`dot_small`], as they are.
-    #[inline]
-    fn small_sum(s: __m256i) -> __m256i {
-        s
-    }
-
-    group_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
+    vnni_kernels!("avx512f,avx512vl,avx512vnni", _mm256_dpbusd_epi32, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
 }
 
 /// The kernels on AVX-VNNI (the VEX form of `vpdpbusd`, 16 registers).
 pub(super) mod avx_vnni {
-    /// `s + u·i`, four products per 32-bit lane, in one instruction.
-    // SAFETY (callers): The CPU has AVX2 and AVX-VNNI.
-    #[inline]
-    #[target_feature(enable = "avx2,avxvnni")]
-    unsafe fn dot(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
-        _mm256_dpbusd_avx_epi32(s, u, i)
-    }
-
-    /// [`dot`]: its sums are 32-bit already.
-    // SAFETY (callers): The CPU has AVX2 and AVX-VNNI.
-    #[inline]
-    #[target_feature(enable = "avx2,avxvnni")]
-    unsafe fn dot_small(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
-        dot(s, u, i)
-    }
-
-    /// The sums of [`dot_small`], as they are.
-    #[inline]
-    fn small_sum(s: __m256i) -> __m256i {
-        s
-    }
-
-    group_kernels!("avx2,fma,f16c,avxvnni");
+    vnni_kernels!("avx2,avxvnni", _mm256_dpbusd_avx_epi32, "avx2,fma,f16c,avxvnni");
 }
