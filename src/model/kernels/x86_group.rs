@@ -85,8 +85,8 @@ unsafe fn fifth_bits(qh: __m256i, from: i32) -> __m256i {
 /// Asks for the group block [`AHEAD`] blocks after the one at `p` (of
 /// `bytes`) to be brought into cache: the hardware prefetchers alone left
 /// the kernels waiting on weight loads.
-// SAFETY (callers): The CPU has SSE. A prefetch never faults, and the
-// address is computed without `add`'s in-bounds requirement.
+// SAFETY (callers): The CPU has AVX2 (every build that calls this). A
+// prefetch never faults, and the address is computed with `wrapping_add`, without `add`'s in-bounds requirement, so any `p` is sound.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn ahead(p: *const u8, bytes: usize) {
