@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use super::decoder::{Decoder, KvState, PIECE};
+use super::decoder::{Decoder, ForwardStats, KvState, PIECE};
 use super::ModelError;
 
 /// What runs a sequence's forward passes: the decoder itself, or a
@@ -216,11 +216,14 @@ impl<'d> Batcher<'d> {
         }
         let results = self.append_all(&mut seqs, &tokens);
         stats.appends = seqs.len() as u64;
-        for ((s, f), r) in seqs.iter().zip(&fulls).zip(&results) {
+        for ((s, f), r) in seqs.iter_mut().zip(&fulls).zip(&results) {
             if f.is_some() && r.is_ok() {
-                if let Ok(copy) = s.st.fork_prefix(s.st.len()) {
-                    cache.insert(copy);
-                }
+                // The sequence and the cache's entry then read its
+                // positions from the same memory.
+                s.st.freeze();
+                let mut copy = s.st.fork();
+                copy.stats = ForwardStats::default();
+                cache.insert(copy);
             }
         }
         drop(cache);
@@ -369,7 +372,9 @@ impl PrefixCache {
 
     /// Keeps `st` (dropping entries it extends), then evicts the least
     /// recently used until the bound holds.
-    fn insert(&mut self, st: KvState) {
+    fn insert(&mut self, mut st: KvState) {
+        // Forks of the entry share its positions instead of copying them.
+        st.freeze();
         self.entries.retain(|e| common(e.st.tokens(), st.tokens()) < e.st.len());
         self.clock += 1;
         self.entries.push(Entry { st, used: self.clock });

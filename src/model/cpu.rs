@@ -8,127 +8,16 @@
 //! attention reads each sequence's own cache.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Tensor};
 
 use super::config::{ModelConfig, RopeTable};
+use super::kv::{Cache, LaneKv};
 use super::kernels::{Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
 use super::weights::{Embed, Linear, Proj, Weights};
 use super::ModelError;
-
-/// One sequence's K and V, per layer: `kv_heads·head_dim` values a
-/// position. The first `base` positions may sit in a frozen block shared
-/// with the other caches forked from the same prefix (the rows of a dataset
-/// that fork one few-shot prefix keep, and attention reads, one copy of
-/// it); the positions after it are the cache's own, written in place.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Cache {
-    shared: Option<Arc<Frozen>>,
-    /// Positions read from `shared` (at most its length).
-    base: usize,
-    /// Own positions `base..`, per layer.
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
-}
-
-/// Positions of K and V, per layer, that no cache writes again.
-#[derive(Debug)]
-struct Frozen {
-    positions: usize,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
-}
-
-/// One layer of a cache as attention reads it: keys and values of the
-/// shared positions `..base`, then of the own ones.
-struct LayerKv<'a> {
-    base: usize,
-    keys: [&'a [f32]; 2],
-    vals: [&'a [f32]; 2],
-}
-
-impl LayerKv<'_> {
-    /// `out[j] = q · key j` (values `at..at + q.len()` of each position):
-    /// the shared positions, then the own ones; a key's dot does not depend
-    /// on the keys beside it in a call.
-    fn dots(&self, ops: &VecOps, q: &[f32], at: usize, stride: usize, out: &mut [f32]) {
-        let (shared, own) = out.split_at_mut(self.base);
-        if self.base > 0 {
-            (ops.dots)(q, &self.keys[0][at..], stride, shared);
-        }
-        (ops.dots)(q, &self.keys[1][at..], stride, own);
-    }
-
-    /// `y += Σ_j p[j] · value j`, in position order as one call would add.
-    fn axpys(&self, ops: &VecOps, y: &mut [f32], p: &[f32], at: usize, stride: usize) {
-        let (shared, own) = p.split_at(self.base);
-        if self.base > 0 {
-            (ops.axpys)(y, shared, &self.vals[0][at..], stride);
-        }
-        (ops.axpys)(y, own, &self.vals[1][at..], stride);
-    }
-}
-
-impl Cache {
-    pub fn new(layers: usize) -> Cache {
-        Cache { shared: None, base: 0, k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
-    }
-
-    /// The first `len` positions, sharing this cache's frozen block: a
-    /// prefix inside it costs nothing; a longer one is frozen once (copied)
-    /// and then shared by every cache forked from the result.
-    pub fn prefix(&self, len: usize, kv_dim: usize) -> Cache {
-        let layers = self.k.len();
-        if len <= self.base {
-            return Cache { shared: self.shared.clone(), base: len, ..Cache::new(layers) };
-        }
-        let join = |shared: Option<&Vec<f32>>, own: &[f32]| {
-            let mut all = shared.map_or_else(Vec::new, |s| s[..self.base * kv_dim].to_vec());
-            all.extend_from_slice(&own[..((len - self.base) * kv_dim).min(own.len())]);
-            all
-        };
-        let k: Vec<Vec<f32>> = (0..layers).map(|l| join(self.shared.as_ref().map(|f| &f.k[l]), &self.k[l])).collect();
-        let v = (0..layers).map(|l| join(self.shared.as_ref().map(|f| &f.v[l]), &self.v[l])).collect();
-        let positions = k.first().map_or(0, |k| k.len() / kv_dim.max(1));
-        Cache { shared: Some(Arc::new(Frozen { positions, k, v })), base: positions, ..Cache::new(layers) }
-    }
-
-    /// Bytes of the positions the cache holds (shared ones included).
-    pub fn bytes(&self) -> usize {
-        let own: usize = self.k.iter().chain(&self.v).map(|l| l.len() * 4).sum();
-        let shared = self.shared.as_ref().map_or(0, |f| {
-            let all: usize = f.k.iter().chain(&f.v).map(|l| l.len() * 4).sum();
-            all / f.positions.max(1) * self.base
-        });
-        own + shared
-    }
-
-    /// Keeps the first `len` positions (O(1): no copy, capacity kept).
-    pub fn truncate(&mut self, len: usize, kv_dim: usize) {
-        let own = len.saturating_sub(self.base) * kv_dim;
-        self.base = self.base.min(len);
-        for l in self.k.iter_mut().chain(self.v.iter_mut()) {
-            l.truncate(own);
-        }
-    }
-
-    /// Appends one position of layer `li`.
-    fn push(&mut self, li: usize, k: &[f32], v: &[f32]) {
-        self.k[li].extend_from_slice(k);
-        self.v[li].extend_from_slice(v);
-    }
-
-    /// Layer `li` as attention reads it.
-    fn layer(&self, li: usize, kv_dim: usize) -> LayerKv<'_> {
-        let (k, v): (&[f32], &[f32]) = match &self.shared {
-            Some(f) => (&f.k[li][..self.base * kv_dim], &f.v[li][..self.base * kv_dim]),
-            None => (&[], &[]),
-        };
-        LayerKv { base: self.base, keys: [k, &self.k[li]], vals: [v, &self.v[li]] }
-    }
-}
 
 /// Matrices that read the same input, as one (fused) or several whose
 /// outputs are laid side by side.
@@ -428,7 +317,7 @@ impl Model {
         for s in segs.iter_mut() {
             for i in 0..s.tokens.len() {
                 let row = &b.qkv[(base + i) * width..(base + i + 1) * width];
-                s.cache.push(li, &row[qn..qn + kvn], &row[qn + kvn..]);
+                s.cache.push(li, &row[qn..qn + kvn], &row[qn + kvn..], cfg.head_dim);
             }
             base += s.tokens.len();
         }
@@ -457,9 +346,13 @@ impl Model {
         let width = qn + 2 * kvn;
         let window = cfg.windows.get(li).copied().flatten();
         let scale = 1.0 / (d as f32).sqrt();
-        // Work items: token × head.
+        // Work items: token × a run of query heads. A run is all the heads
+        // that read one KV head (its keys and values come from memory
+        // once), unless that leaves the threads too few items to share.
+        let per = if items.len() * nkv >= 4 * self.pool.threads() { rep } else { 1 };
+        let runs = nh / per;
         let next = AtomicUsize::new(0);
-        let total_items = items.len() * nh;
+        let total_items = items.len() * runs;
         let dst = Disjoint::new(out);
         self.pool.run(&|thread| {
             let mut sc = scores[thread].lock().unwrap_or_else(|e| e.into_inner());
@@ -468,48 +361,65 @@ impl Model {
                 if w >= total_items {
                     break;
                 }
-                let row = w / nh;
+                let row = w / runs;
                 let (si, i) = items[row];
-                let head = w % nh;
+                let first = w % runs * per;
                 let s = &segs[si];
-                let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
-                let kv = s.cache.layer(li, kvn);
-                let kvh = head / rep;
-                // Later tokens of the chunk are never visible.
-                let hi = s.past + i + 1;
-                let pi = s.positions[i];
-                sc.clear();
-                sc.resize(hi, 0.0);
-                kv.dots(&self.ops, q, kvh * d, kvn, &mut sc);
-                for j in 0..hi {
-                    let (visible, pj) = if j < s.past {
-                        (true, j)
-                    } else {
-                        let jj = j - s.past;
-                        (s.groups.is_none_or(|g| g[jj] == g[i]), s.positions[jj])
-                    };
-                    sc[j] = if visible && window.is_none_or(|w| pi.saturating_sub(pj) < w) {
-                        sc[j] * scale
-                    } else {
-                        f32::NEG_INFINITY
-                    };
+                let kv = s.cache.lane(li * nkv + first / rep, d);
+                for head in first..first + per {
+                    let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
+                    // SAFETY: work item `w` alone writes its heads' slices
+                    // of this token's output row.
+                    let y = unsafe { dst.slice(row * qn + head * d, d) };
+                    self.attend_head(s, i, q, &kv, scale, window, &mut sc, y);
                 }
-                let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for v in sc.iter_mut() {
-                    // exp(-inf) = 0: hidden tokens weigh nothing.
-                    *v = (*v - max).exp();
-                    sum += *v;
-                }
-                // SAFETY: work item `w` alone writes this head's slice of
-                // this token's output row.
-                let y = unsafe { dst.slice(row * qn + head * d, d) };
-                y.fill(0.0);
-                kv.axpys(&self.ops, y, &sc, kvh * d, kvn);
-                let inv = 1.0 / sum;
-                y.iter_mut().for_each(|v| *v *= inv);
             }
         });
+    }
+
+    /// One head of token `i` of `s`: softmax of its scaled scores against
+    /// the visible positions, and the values they weigh, into `y`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_head(
+        &self,
+        s: &Seg<'_>,
+        i: usize,
+        q: &[f32],
+        kv: &LaneKv<'_>,
+        scale: f32,
+        window: Option<usize>,
+        sc: &mut Vec<f32>,
+        y: &mut [f32],
+    ) {
+        // Later tokens of the chunk are never visible.
+        let hi = s.past + i + 1;
+        let pi = s.positions[i];
+        sc.clear();
+        sc.resize(hi, 0.0);
+        kv.dots(&self.ops, q, sc);
+        let (cached, chunk) = sc.split_at_mut(s.past);
+        match window {
+            None => cached.iter_mut().for_each(|v| *v *= scale),
+            Some(w) => {
+                for (j, v) in cached.iter_mut().enumerate() {
+                    *v = if pi.saturating_sub(j) < w { *v * scale } else { f32::NEG_INFINITY };
+                }
+            }
+        }
+        for (jj, v) in chunk.iter_mut().enumerate() {
+            let visible = s.groups.is_none_or(|g| g[jj] == g[i])
+                && window.is_none_or(|w| pi.saturating_sub(s.positions[jj]) < w);
+            *v = if visible { *v * scale } else { f32::NEG_INFINITY };
+        }
+        let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        sc.iter_mut().for_each(|v| *v -= max);
+        // exp(-inf) = 0: hidden tokens weigh nothing.
+        (self.ops.exps)(sc);
+        let sum = sc.iter().fold(0f32, |sum, &v| sum + v);
+        y.fill(0.0);
+        kv.axpys(&self.ops, y, sc);
+        let inv = 1.0 / sum;
+        y.iter_mut().for_each(|v| *v *= inv);
     }
 
     fn mlp_block(&self, cfg: &ModelConfig, l: &Layer, n: usize, b: &mut Bufs) {
@@ -519,10 +429,14 @@ impl Model {
         let normed = |t: usize, row: &mut [f32]| rms_norm(&x[t * h..(t + 1) * h], &l.mlp_norm, eps, row, h);
         l.gate_up.matmul(&self.pool, Input::Made(&normed), n, &mut b.gu, &mut b.part, &mut b.scratch);
         let gu = &b.gu;
+        let ops = &self.ops;
         let act = |t: usize, row: &mut [f32]| {
             let (g, u) = gu[t * 2 * m..(t + 1) * 2 * m].split_at(m);
+            // SiLU(g)·u = g / (1 + exp(-g)) · u.
+            row.iter_mut().zip(g).for_each(|(a, &g)| *a = -g);
+            (ops.exps)(row);
             for ((a, &g), &u) in row.iter_mut().zip(g).zip(u) {
-                *a = g / (1.0 + (-g).exp()) * u;
+                *a = g / (1.0 + *a) * u;
             }
         };
         l.down.matmul_from(&self.pool, Input::Made(&act), n, &mut b.proj, &mut b.scratch);

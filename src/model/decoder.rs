@@ -13,7 +13,7 @@ use candle_core::{DType, Device};
 
 use super::config::ModelConfig;
 use super::weights::Weights;
-use super::{candle_graph, cpu, ModelError};
+use super::{candle_graph, cpu, kv, ModelError};
 
 /// Which implementation runs the forward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,7 +64,7 @@ pub struct KvState {
 
 #[derive(Debug, Clone)]
 enum Cache {
-    Cpu(cpu::Cache, usize),
+    Cpu(kv::Cache, usize),
     Candle(candle_graph::Cache),
 }
 
@@ -72,7 +72,7 @@ impl KvState {
     /// A state no decoder computes into (a remote engine's run): it holds
     /// nothing, so truncating and forking it are free.
     pub fn detached() -> KvState {
-        KvState { tokens: Vec::new(), cache: Cache::Cpu(cpu::Cache::new(0), 0), last: None, stats: ForwardStats::default() }
+        KvState { tokens: Vec::new(), cache: Cache::Cpu(kv::Cache::new(0), 0), last: None, stats: ForwardStats::default() }
     }
 
     /// The tokens in the cache, in order.
@@ -99,10 +99,19 @@ impl KvState {
         self.tokens.truncate(len);
         self.last = None;
         match &mut self.cache {
-            Cache::Cpu(c, kv_dim) => c.truncate(len, *kv_dim),
+            Cache::Cpu(c, head_dim) => c.truncate(len, *head_dim),
             Cache::Candle(c) => candle_graph::truncate(c, len)?,
         }
         Ok(())
+    }
+
+    /// Makes the positions fed so far shared: copies and forks made from
+    /// now on read them from the same memory (nothing is copied, and
+    /// nothing changes for this state).
+    pub fn freeze(&mut self) {
+        if let Cache::Cpu(c, head_dim) = &mut self.cache {
+            c.freeze(*head_dim);
+        }
     }
 
     /// An independent copy: appending to either never changes the other.
@@ -116,7 +125,7 @@ impl KvState {
     pub fn fork_prefix(&self, len: usize) -> Result<KvState, ModelError> {
         let len = len.min(self.tokens.len());
         let cache = match &self.cache {
-            Cache::Cpu(c, kv_dim) => Cache::Cpu(c.prefix(len, *kv_dim), *kv_dim),
+            Cache::Cpu(c, head_dim) => Cache::Cpu(c.prefix(len, *head_dim), *head_dim),
             Cache::Candle(c) => {
                 let mut c = c.clone();
                 candle_graph::truncate(&mut c, len)?;
@@ -169,7 +178,7 @@ impl Decoder {
     pub fn new_state(&self) -> KvState {
         let cfg = &self.config;
         let cache = match &*self.backend {
-            Backend::Cpu(_) => Cache::Cpu(cpu::Cache::new(cfg.num_layers), cfg.num_kv_heads * cfg.head_dim),
+            Backend::Cpu(_) => Cache::Cpu(kv::Cache::new(cfg.num_layers * cfg.num_kv_heads), cfg.head_dim),
             Backend::Candle(_) => Cache::Candle(vec![None; cfg.num_layers]),
         };
         KvState { tokens: Vec::new(), cache, last: None, stats: ForwardStats::default() }

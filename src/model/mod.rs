@@ -16,6 +16,7 @@ pub mod hub;
 mod info;
 pub mod remote;
 pub mod kernels;
+mod kv;
 pub mod tokenizer;
 mod sample;
 mod weights;

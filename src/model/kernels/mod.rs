@@ -7,6 +7,7 @@
 //! stored eight at a time interleaved (`interleave.rs`), which their group
 //! kernels read.
 
+mod exp;
 mod interleave;
 mod pool;
 mod scalar;
@@ -322,14 +323,14 @@ pub struct VecOps {
     pub dots: fn(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]),
     /// `y += Σ_j p[j] · vals[row j]` (rows whose `p` is 0 are skipped).
     pub axpys: fn(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize),
-    /// `x[i] = exp(x[i])` for each value alone (the same result wherever
-    /// it sits in `x`); `exp(-∞) = 0`.
+    /// `x[i] = exp(x[i])`, every build bit for bit the portable
+    /// `exp::expf` (so also the same wherever a value sits in `x`).
     pub exps: fn(x: &mut [f32]),
 }
 
 /// `x[i] = exp(x[i])` with the fastest [`VecOps::exps`] this CPU runs
-/// (the log-probabilities of a vocabulary's logits, for every sampled token
-/// and scored option).
+/// (attention's weights, SiLU, the log-probabilities of a vocabulary's
+/// logits).
 pub fn exps(x: &mut [f32]) {
     static BEST: std::sync::OnceLock<fn(&mut [f32])> = std::sync::OnceLock::new();
     (BEST.get_or_init(|| VecOps::best().exps))(x)
@@ -358,7 +359,7 @@ impl VecOps {
 
     /// Plain loops (eight independent lanes, which compilers vectorize).
     pub fn portable() -> VecOps {
-        VecOps { dots: scalar::dots, axpys: scalar::axpys, exps: scalar::exps }
+        VecOps { dots: scalar::dots, axpys: scalar::axpys, exps: exp::exps }
     }
 }
 

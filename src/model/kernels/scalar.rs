@@ -271,10 +271,6 @@ pub(crate) fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
 }
 
 /// `out[j] = q · keys[j·stride..j·stride + q.len()]`.
-pub(crate) fn exps(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = v.exp());
-}
-
 pub(crate) fn dots(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
     super::check_strided(q.len(), keys.len(), stride, out.len());
     for (j, o) in out.iter_mut().enumerate() {

@@ -247,6 +247,59 @@ fn exps_match_f64_and_do_not_depend_on_position() {
     }
 }
 
+/// Every 97th f32 bit pattern (all exponents, both signs, subnormals,
+/// infinities and NaNs) plus the edges of `exp::expf`'s ranges.
+fn exp_inputs() -> Vec<f32> {
+    let mut xs: Vec<f32> = (0..u32::MAX / 97).map(|i| f32::from_bits(i * 97)).collect();
+    for b in [0x42b0_0000u32, 0x42b1_7217, 0x42b1_7218, 0xc2cf_f1b4, 0xc2cf_f1b5, 0xc2ce_8ecf, 0xc2ce_8ed0, 0xc2b0_0000] {
+        xs.extend([b - 1, b, b + 1].map(f32::from_bits));
+    }
+    xs.extend([f32::NEG_INFINITY, f32::INFINITY, f32::NAN, 0.0, -0.0]);
+    xs
+}
+
+/// The SIMD `exps` is bit for bit the portable spec, wherever a value sits
+/// in a slice (odd lengths leave a part-filled last vector).
+#[test]
+fn exps_every_build_equals_the_spec() {
+    let xs = exp_inputs();
+    let mut want = xs.clone();
+    exp::exps(&mut want);
+    for len in [xs.len(), 13, 7] {
+        let mut got = xs[..len].to_vec();
+        (VecOps::best().exps)(&mut got);
+        for ((x, g), w) in xs.iter().zip(&got).zip(&want) {
+            assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "exp({x:e}) = {g:e}, spec {w:e}");
+        }
+    }
+}
+
+/// The spec is glibc's `expf` (its FMA build, which glibc picks on CPUs
+/// with AVX2 and FMA): the model's numbers did not move when attention and
+/// SiLU left `f32::exp` for it. Checked where `f32::exp` is that function.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+#[test]
+fn expf_equals_glibc_expf() {
+    if !x86_group::has_avx2() {
+        eprintln!("expf_equals_glibc_expf: no AVX2 and FMA here, so glibc runs its other build; nothing to compare");
+        return;
+    }
+    for x in exp_inputs() {
+        let (got, want) = (exp::expf(x), x.exp());
+        assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "exp({x:e}) = {got:e}, glibc {want:e}");
+    }
+}
+
+/// The table is `2^(i/32)` (within an ulp of f64 `powf`), less `i·2⁴⁷`.
+#[test]
+fn exp_table_holds_powers_of_two() {
+    for (i, &t) in exp::EXP2_TABLE.iter().enumerate() {
+        let v = f64::from_bits(t + ((i as u64) << 47));
+        let want = 2f64.powf(i as f64 / 32.0);
+        assert!((v - want).abs() <= f64::EPSILON * want, "2^({i}/32) = {v}, not {want}");
+    }
+}
+
 #[test]
 fn magic_rounding_is_round_half_to_even() {
     for i in -1300..=1300 {

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{scalar, Kernel, QType};
+use super::{exp, scalar, Kernel, QType};
 
 /// The kernels for `ty`, when this CPU runs them.
 pub(super) fn table(ty: QType) -> Option<Kernel> {
@@ -107,29 +107,52 @@ unsafe fn exps_avx2(x: &mut [f32]) {
     }
 }
 
-/// `exp` of eight values (Cephes' `expf`: a degree-6 polynomial on
-/// `x - n·ln 2`, then `2ⁿ` through the exponent bits; within 2 ulp on
-/// [-87.3, 88.3]). Below -87.3 (and -∞) the result is 0; above 88.3 it
-/// stays at exp(88.3).
+/// [`exp::expf`] of eight values: its operations lane by lane, in f64
+/// four lanes at a time; lanes in its edge range take [`exp::edge`]'s
+/// result where it has one.
 // SAFETY (callers): The CPU has AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn exp8(x: __m256) -> __m256 {
-    let zero_below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.336_55));
-    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.336_55)), _mm256_set1_ps(88.376_26));
-    let n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E), _mm256_set1_ps(0.5)));
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    let lo = exp4(_mm256_cvtps_pd(_mm256_castps256_ps128(x)));
+    let hi = exp4(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x)));
+    let y = _mm256_set_m128(hi, lo);
+    let top = _mm256_and_si256(_mm256_srli_epi32::<20>(_mm256_castps_si256(x)), _mm256_set1_epi32(0x7ff));
+    let edge = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(exp::EDGE_TOP as i32 - 1))));
+    if edge == 0 {
+        return y;
     }
-    let y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0)));
-    // 2ⁿ: n + 127 in the exponent bits (n ≤ 128; 2¹²⁸ as 2·2¹²⁷).
-    let half = _mm256_floor_ps(_mm256_mul_ps(n, _mm256_set1_ps(0.5)));
-    let pow = |k: __m256| _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127))));
-    let y = _mm256_mul_ps(_mm256_mul_ps(y, pow(half)), pow(_mm256_sub_ps(n, half)));
-    _mm256_andnot_ps(zero_below, y)
+    let (mut xs, mut ys) = ([0f32; 8], [0f32; 8]);
+    _mm256_storeu_ps(xs.as_mut_ptr(), x);
+    _mm256_storeu_ps(ys.as_mut_ptr(), y);
+    for (l, (x, y)) in xs.iter().zip(ys.iter_mut()).enumerate() {
+        if edge >> l & 1 == 1 {
+            if let Some(v) = exp::edge(*x) {
+                *y = v;
+            }
+        }
+    }
+    _mm256_loadu_ps(ys.as_ptr())
+}
+
+/// The table-and-cubic part of [`exp::expf`] for four values (as f64).
+// SAFETY (callers): The CPU has AVX2 and FMA.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp4(xd: __m256d) -> __m128 {
+    let c = _mm256_set1_pd;
+    let kd = _mm256_fmadd_pd(c(exp::INV_LN2_32), xd, c(exp::SHIFT));
+    let ki = _mm256_castpd_si256(kd);
+    let kd = _mm256_sub_pd(kd, c(exp::SHIFT));
+    let r = _mm256_fmsub_pd(c(exp::INV_LN2_32), xd, kd);
+    // Indices masked to 0..32: the gather stays inside the table.
+    let t = _mm256_i64gather_epi64::<8>(exp::EXP2_TABLE.as_ptr() as *const i64, _mm256_and_si256(ki, _mm256_set1_epi64x(31)));
+    let s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64::<47>(ki)));
+    let z = _mm256_fmadd_pd(c(exp::C0), r, c(exp::C1));
+    let r2 = _mm256_mul_pd(r, r);
+    let y = _mm256_fmadd_pd(c(exp::C2), r, c(1.0));
+    let y = _mm256_fmadd_pd(z, r2, y);
+    _mm256_cvtpd_ps(_mm256_mul_pd(y, s))
 }
 
 fn vdots(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
