@@ -1,6 +1,7 @@
 //! lmt's CPU runtime against llama.cpp, side by side in one run, on the
 //! same GGUF files and thread count: prefill tokens/s at 128 and 512
-//! tokens, greedy decode tokens/s, and lmt's batched decode at 1, 4, 8 and
+//! tokens, greedy decode tokens/s after a short prompt and after 384
+//! tokens of context, and lmt's batched decode at 1, 4, 8 and
 //! 16 sequences. Prints a Markdown table (and each measurement as it goes).
 //!
 //! ```text
@@ -33,6 +34,9 @@ use lmt::model::{Decoder, KvState, LoadOptions, Model};
 
 const DECODE: usize = 64;
 const DECODE_PROMPT: &str = "The capital of France is";
+/// The context before the second decode figure (the TinyLlama-shaped
+/// files hold 512 positions).
+const DEEP: usize = 384;
 
 fn env_path(var: &str, default: &str) -> PathBuf {
     std::env::var_os(var)
@@ -114,6 +118,9 @@ fn lmt_batched(m: &Decoder, prompt: &[u32], n: usize) -> f64 {
 fn llama_cpp(bench: &Path, file: &Path, n_gen: usize, threads: usize, text: &str) -> Option<(usize, f64, f64)> {
     let out = Command::new(bench).arg(file).arg(n_gen.to_string()).arg(threads.to_string()).arg(text).output().ok()?;
     let s = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        eprintln!("llama.cpp's bench failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+    }
     let field = |line: &str, key: &str| -> Option<f64> {
         let at = line.find(key)? + key.len();
         line[at..].split_whitespace().next()?.parse().ok()
@@ -198,15 +205,20 @@ fn main() {
             row.push(cell(median(ours), theirs));
             eprintln!("{name}: prefill {} tokens (llama.cpp: {their_n}) done", ids.len());
         }
-        let prompt = model.tokenizer.encoder.encode(DECODE_PROMPT).unwrap();
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        for _ in 0..repeats {
-            ours.push(lmt_decode(m, &prompt));
-            if let Some((_, _, d)) = baseline.and_then(|b| llama_cpp(b, file, DECODE, threads, DECODE_PROMPT)) {
-                theirs.push(d);
+        // Decode after a short prompt, then after 512 tokens of context
+        // (where attention reads a long cache).
+        for text in [DECODE_PROMPT.to_string(), format!("{} {DECODE_PROMPT}", text_of(&model, DEEP))] {
+            let prompt = model.tokenizer.encoder.encode(&text).unwrap();
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            for _ in 0..repeats {
+                ours.push(lmt_decode(m, &prompt));
+                if let Some((_, _, d)) = baseline.and_then(|b| llama_cpp(b, file, DECODE, threads, &text)) {
+                    theirs.push(d);
+                }
             }
+            row.push(cell(median(ours), theirs));
         }
-        row.push(cell(median(ours), theirs));
+        let prompt = model.tokenizer.encoder.encode(DECODE_PROMPT).unwrap();
         // Medians of `repeats` runs, the sizes alternating (this machine's
         // speed drifts over seconds).
         let mut runs: [Vec<f64>; 4] = Default::default();
@@ -225,8 +237,8 @@ fn main() {
         rows.push(row);
     }
     println!("\n{threads} threads; lmt / llama.cpp tok/s (ratio), median of {repeats}\n");
-    println!("| file | prefill 128 | prefill 512 | decode {DECODE} | lmt batched decode 1 / 4 / 8 / 16 sequences |");
-    println!("|---|---|---|---|---|");
+    println!("| file | prefill 128 | prefill 512 | decode {DECODE} | decode {DECODE} after {DEEP} | lmt batched decode 1 / 4 / 8 / 16 sequences |");
+    println!("|---|---|---|---|---|---|");
     for r in rows {
         println!("| {} |", r.join(" | "));
     }
