@@ -55,8 +55,8 @@ impl LaneKv<'_> {
         frozen.chain(std::iter::once(own))
     }
 
-    /// Each part's keys, values and first position, up to `len`
-    /// positions.
+    /// Each part's keys and values with the positions it holds among the
+    /// first `len` (parts past them left out).
     fn upto(&self, len: usize) -> impl Iterator<Item = (&[f32], &[f32], std::ops::Range<usize>)> {
         self.parts()
             .scan(0, move |at, (k, v, n)| {
