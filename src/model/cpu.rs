@@ -317,7 +317,7 @@ impl Model {
         for s in segs.iter_mut() {
             for i in 0..s.tokens.len() {
                 let row = &b.qkv[(base + i) * width..(base + i + 1) * width];
-                s.cache.push(li, &row[qn..qn + kvn], &row[qn + kvn..], cfg.head_dim);
+                s.cache.push(li, &row[qn..qn + kvn], &row[qn + kvn..]);
             }
             base += s.tokens.len();
         }
@@ -365,7 +365,7 @@ impl Model {
                 let (si, i) = items[row];
                 let first = w % runs * per;
                 let s = &segs[si];
-                let kv = s.cache.lane(li * nkv + first / rep, d);
+                let kv = s.cache.lane(li * nkv + first / rep);
                 for head in first..first + per {
                     let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
                     // SAFETY: work item `w` alone writes its heads' slices

@@ -64,7 +64,7 @@ pub struct KvState {
 
 #[derive(Debug, Clone)]
 enum Cache {
-    Cpu(kv::Cache, usize),
+    Cpu(kv::Cache),
     Candle(candle_graph::Cache),
 }
 
@@ -72,7 +72,7 @@ impl KvState {
     /// A state no decoder computes into (a remote engine's run): it holds
     /// nothing, so truncating and forking it are free.
     pub fn detached() -> KvState {
-        KvState { tokens: Vec::new(), cache: Cache::Cpu(kv::Cache::new(0), 0), last: None, stats: ForwardStats::default() }
+        KvState { tokens: Vec::new(), cache: Cache::Cpu(kv::Cache::new(0, 0)), last: None, stats: ForwardStats::default() }
     }
 
     /// The tokens in the cache, in order.
@@ -99,7 +99,7 @@ impl KvState {
         self.tokens.truncate(len);
         self.last = None;
         match &mut self.cache {
-            Cache::Cpu(c, head_dim) => c.truncate(len, *head_dim),
+            Cache::Cpu(c) => c.truncate(len),
             Cache::Candle(c) => candle_graph::truncate(c, len)?,
         }
         Ok(())
@@ -109,8 +109,8 @@ impl KvState {
     /// now on read them from the same memory (nothing is copied, and
     /// nothing changes for this state).
     pub fn freeze(&mut self) {
-        if let Cache::Cpu(c, head_dim) = &mut self.cache {
-            c.freeze(*head_dim);
+        if let Cache::Cpu(c) = &mut self.cache {
+            c.freeze();
         }
     }
 
@@ -125,7 +125,7 @@ impl KvState {
     pub fn fork_prefix(&self, len: usize) -> Result<KvState, ModelError> {
         let len = len.min(self.tokens.len());
         let cache = match &self.cache {
-            Cache::Cpu(c, head_dim) => Cache::Cpu(c.prefix(len, *head_dim), *head_dim),
+            Cache::Cpu(c) => Cache::Cpu(c.prefix(len)),
             Cache::Candle(c) => {
                 let mut c = c.clone();
                 candle_graph::truncate(&mut c, len)?;
@@ -139,7 +139,7 @@ impl KvState {
     /// Bytes of K/V the state holds.
     pub fn cache_bytes(&self) -> usize {
         match &self.cache {
-            Cache::Cpu(c, _) => c.bytes(),
+            Cache::Cpu(c) => c.bytes(),
             Cache::Candle(c) => candle_graph::bytes(c),
         }
     }
@@ -178,7 +178,7 @@ impl Decoder {
     pub fn new_state(&self) -> KvState {
         let cfg = &self.config;
         let cache = match &*self.backend {
-            Backend::Cpu(_) => Cache::Cpu(kv::Cache::new(cfg.num_layers * cfg.num_kv_heads), cfg.head_dim),
+            Backend::Cpu(_) => Cache::Cpu(kv::Cache::new(cfg.num_layers * cfg.num_kv_heads, cfg.head_dim)),
             Backend::Candle(_) => Cache::Candle(vec![None; cfg.num_layers]),
         };
         KvState { tokens: Vec::new(), cache, last: None, stats: ForwardStats::default() }
@@ -413,7 +413,7 @@ impl Decoder {
                 let mut segs = Vec::with_capacity(passes.len());
                 for p in passes.iter_mut() {
                     let past = p.st.tokens.len();
-                    let Cache::Cpu(cache, _) = &mut p.st.cache else {
+                    let Cache::Cpu(cache) = &mut p.st.cache else {
                         return Err(ModelError::Runtime("a KV state of another decoder".into()));
                     };
                     let groups = match p.vis {

@@ -12,19 +12,19 @@ const MAX_BLOCKS: usize = 8;
 
 /// One sequence's K and V, per lane (layer × KV head, `li·kv_heads + h`):
 /// `head_dim` values a position, so the keys one attention head reads lie
-/// one after the other. The first `base` positions sit in frozen blocks
+/// one after the other. The first positions sit in frozen blocks
 /// that other caches forked from the same prefix read too (the rows of a
 /// dataset that fork one few-shot prefix keep, and their attention reads,
 /// one copy of it, which stays in the CPU's caches from row to row); the
 /// positions after them are the cache's own.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Cache {
+    /// Values a position, per lane.
+    head_dim: usize,
     /// Frozen blocks in position order, each with how many of its
     /// positions this cache reads (all but, after a truncation, the last).
     shared: Vec<(Arc<Frozen>, usize)>,
-    /// Positions read from `shared`: the sum of the counts.
-    base: usize,
-    /// Own positions `base..`, per lane.
+    /// Own positions after the shared ones, per lane.
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
 }
@@ -42,14 +42,13 @@ struct Frozen {
 pub(crate) struct LaneKv<'a> {
     cache: &'a Cache,
     lane: usize,
-    d: usize,
 }
 
 impl LaneKv<'_> {
     /// Keys and values of each part, in position order: (keys, values,
     /// positions).
     fn parts(&self) -> impl Iterator<Item = (&[f32], &[f32], usize)> {
-        let (lane, d) = (self.lane, self.d);
+        let (lane, d) = (self.lane, self.cache.head_dim);
         let frozen = self.cache.shared.iter().map(move |(f, n)| (&f.k[lane][..n * d], &f.v[lane][..n * d], *n));
         let own = (&self.cache.k[lane][..], &self.cache.v[lane][..], self.cache.k[lane].len() / d.max(1));
         frozen.chain(std::iter::once(own))
@@ -71,7 +70,7 @@ impl LaneKv<'_> {
     /// part: a key's dot does not depend on the keys beside it in a call.
     pub fn dots(&self, ops: &VecOps, q: &[f32], out: &mut [f32]) {
         for (keys, _, r) in self.upto(out.len()) {
-            (ops.dots)(q, keys, self.d, &mut out[r]);
+            (ops.dots)(q, keys, self.cache.head_dim, &mut out[r]);
         }
     }
 
@@ -79,20 +78,26 @@ impl LaneKv<'_> {
     /// position order as one call would add.
     pub fn axpys(&self, ops: &VecOps, y: &mut [f32], p: &[f32]) {
         for (_, vals, r) in self.upto(p.len()) {
-            (ops.axpys)(y, &p[r], vals, self.d);
+            (ops.axpys)(y, &p[r], vals, self.cache.head_dim);
         }
     }
 }
 
 impl Cache {
-    /// An empty cache of `lanes` (layers × KV heads) lanes.
-    pub fn new(lanes: usize) -> Cache {
-        Cache { shared: Vec::new(), base: 0, k: vec![Vec::new(); lanes], v: vec![Vec::new(); lanes] }
+    /// An empty cache of `lanes` (layers × KV heads) lanes of `head_dim`
+    /// values a position.
+    pub fn new(lanes: usize, head_dim: usize) -> Cache {
+        Cache { head_dim, shared: Vec::new(), k: vec![Vec::new(); lanes], v: vec![Vec::new(); lanes] }
     }
 
-    /// Positions held.
-    fn len(&self, head_dim: usize) -> usize {
-        self.base + self.k.first().map_or(0, |k| k.len() / head_dim.max(1))
+    /// Positions read from the frozen blocks.
+    fn base(&self) -> usize {
+        self.shared.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Own positions.
+    fn own(&self) -> usize {
+        self.k.first().map_or(0, |k| k.len() / self.head_dim.max(1))
     }
 
     /// Moves the own positions into a frozen block (no copy), so that the
@@ -100,47 +105,40 @@ impl Cache {
     /// at [`MAX_BLOCKS`] first has its blocks after the first (the prefix
     /// most often shared: a dataset's few-shot examples) copied into the
     /// new one.
-    pub fn freeze(&mut self, head_dim: usize) {
-        let own = self.len(head_dim) - self.base;
-        if own == 0 {
+    pub fn freeze(&mut self) {
+        if self.own() == 0 {
             return;
         }
-        let lanes = self.k.len();
-        let (mut k, mut v) = (
-            std::mem::replace(&mut self.k, vec![Vec::new(); lanes]),
-            std::mem::replace(&mut self.v, vec![Vec::new(); lanes]),
-        );
+        let (lanes, d) = (self.k.len(), self.head_dim);
+        let (mut k, mut v) =
+            (std::mem::replace(&mut self.k, vec![Vec::new(); lanes]), std::mem::replace(&mut self.v, vec![Vec::new(); lanes]));
         if self.shared.len() >= MAX_BLOCKS {
             let merged = self.shared.split_off(1);
             let join = |own: &mut Vec<f32>, part: fn(&Frozen) -> &Vec<Vec<f32>>, lane: usize| {
-                let mut all: Vec<f32> =
-                    merged.iter().flat_map(|(f, n)| part(f)[lane][..n * head_dim].iter().copied()).collect();
+                let mut all: Vec<f32> = merged.iter().flat_map(|(f, n)| part(f)[lane][..n * d].iter().copied()).collect();
                 all.append(own);
                 all
             };
             k = k.iter_mut().enumerate().map(|(l, own)| join(own, |f| &f.k, l)).collect();
             v = v.iter_mut().enumerate().map(|(l, own)| join(own, |f| &f.v, l)).collect();
-            self.base -= merged.iter().map(|(_, n)| n).sum::<usize>();
         }
-        let n = k.first().map_or(0, |k| k.len() / head_dim.max(1));
+        let n = k.first().map_or(0, |k| k.len() / d.max(1));
         self.shared.push((Arc::new(Frozen { positions: n, k, v }), n));
-        self.base += n;
     }
 
     /// The first `len` positions, reading this cache's frozen blocks; its
     /// own positions among them are frozen first (copied once), so every
     /// cache forked from the result shares them.
-    pub fn prefix(&self, len: usize, head_dim: usize) -> Cache {
-        let mut c = if len <= self.base {
-            Cache { shared: self.shared.clone(), base: self.base, ..Cache::new(self.k.len()) }
-        } else {
-            let own = (len - self.base) * head_dim;
+    pub fn prefix(&self, len: usize) -> Cache {
+        let base = self.base();
+        let mut c = Cache { shared: self.shared.clone(), ..Cache::new(self.k.len(), self.head_dim) };
+        if len > base {
+            let own = (len - base) * self.head_dim;
             let cut = |l: &Vec<Vec<f32>>| l.iter().map(|l| l[..own.min(l.len())].to_vec()).collect();
-            let mut c = Cache { shared: self.shared.clone(), base: self.base, k: cut(&self.k), v: cut(&self.v) };
-            c.freeze(head_dim);
-            c
-        };
-        c.truncate(len, head_dim);
+            (c.k, c.v) = (cut(&self.k), cut(&self.v));
+            c.freeze();
+        }
+        c.truncate(len);
         c
     }
 
@@ -151,45 +149,43 @@ impl Cache {
             .shared
             .first()
             .map_or(0, |(f, _)| f.k.iter().chain(&f.v).map(|l| l.len() * 4).sum::<usize>() / f.positions.max(1));
-        own + per_position * self.base
+        own + per_position * self.base()
     }
 
     /// Keeps the first `len` positions (O(1) for own positions: no copy,
     /// capacity kept; a cut among the frozen blocks drops the later ones).
-    pub fn truncate(&mut self, len: usize, head_dim: usize) {
-        if len < self.base {
-            let mut kept = 0;
-            let mut keep = 0;
-            for (_, n) in self.shared.iter_mut() {
-                if kept >= len {
-                    break;
-                }
-                *n = (*n).min(len - kept);
-                kept += *n;
-                keep += 1;
+    pub fn truncate(&mut self, len: usize) {
+        let mut kept = 0;
+        let mut keep = 0;
+        for (_, n) in self.shared.iter_mut() {
+            if kept >= len {
+                break;
             }
-            self.shared.truncate(keep);
-            self.base = kept;
+            *n = (*n).min(len - kept);
+            kept += *n;
+            keep += 1;
         }
-        let own = (len - self.base.min(len)) * head_dim;
+        self.shared.truncate(keep);
+        let own = (len - kept) * self.head_dim;
         for l in self.k.iter_mut().chain(self.v.iter_mut()) {
             l.truncate(own);
         }
     }
 
     /// Appends one position of layer `li`: `k` and `v` hold every KV
-    /// head's `head_dim` values.
-    pub fn push(&mut self, li: usize, k: &[f32], v: &[f32], head_dim: usize) {
-        let heads = k.len() / head_dim;
-        for (h, (k, v)) in k.chunks_exact(head_dim).zip(v.chunks_exact(head_dim)).enumerate() {
+    /// head's values.
+    pub fn push(&mut self, li: usize, k: &[f32], v: &[f32]) {
+        let d = self.head_dim;
+        let heads = k.len() / d;
+        for (h, (k, v)) in k.chunks_exact(d).zip(v.chunks_exact(d)).enumerate() {
             self.k[li * heads + h].extend_from_slice(k);
             self.v[li * heads + h].extend_from_slice(v);
         }
     }
 
     /// Lane `lane` as attention reads it.
-    pub fn lane(&self, lane: usize, head_dim: usize) -> LaneKv<'_> {
-        LaneKv { cache: self, lane, d: head_dim }
+    pub fn lane(&self, lane: usize) -> LaneKv<'_> {
+        LaneKv { cache: self, lane }
     }
 }
 
@@ -204,12 +200,12 @@ mod tests {
     fn push(c: &mut Cache, p: usize) {
         let k: Vec<f32> = (0..LANES * D).map(|x| (p * 10 + x / D) as f32 + (x % D) as f32 / 10.0).collect();
         let v: Vec<f32> = k.iter().map(|x| -x).collect();
-        c.push(0, &k, &v, D);
+        c.push(0, &k, &v);
     }
 
     /// Lane `l`'s keys and values in position order, as attention reads them.
     fn read(c: &Cache, l: usize) -> (Vec<f32>, Vec<f32>) {
-        let kv = c.lane(l, D);
+        let kv = c.lane(l);
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for (ks, vs, _) in kv.parts() {
             k.extend_from_slice(ks);
@@ -220,22 +216,22 @@ mod tests {
 
     /// What a cache of positions `0..n` holds, read flat.
     fn want(n: usize) -> Vec<(Vec<f32>, Vec<f32>)> {
-        let mut c = Cache::new(LANES);
+        let mut c = Cache::new(LANES, D);
         (0..n).for_each(|p| push(&mut c, p));
         (0..LANES).map(|l| read(&c, l)).collect()
     }
 
     fn check(c: &Cache, n: usize) {
-        assert_eq!(c.len(D), n);
+        assert_eq!(c.base() + c.own(), n);
         assert_eq!((0..LANES).map(|l| read(c, l)).collect::<Vec<_>>(), want(n), "{n} positions");
         assert_eq!(c.bytes(), n * LANES * D * 2 * 4);
     }
 
     #[test]
     fn frozen_blocks_read_as_one_cache_and_are_shared() {
-        let mut c = Cache::new(LANES);
+        let mut c = Cache::new(LANES, D);
         (0..5).for_each(|p| push(&mut c, p));
-        c.freeze(D);
+        c.freeze();
         let fork = c.clone();
         assert!(Arc::ptr_eq(&fork.shared[0].0, &c.shared[0].0), "a clone after a freeze shares the block");
         (5..9).for_each(|p| push(&mut c, p));
@@ -243,15 +239,15 @@ mod tests {
         check(&fork, 5);
         // Prefixes inside the blocks share them; longer ones freeze their own part once.
         for len in 0..=9 {
-            let p = c.prefix(len, D);
+            let p = c.prefix(len);
             check(&p, len);
             if len > 0 {
                 assert!(Arc::ptr_eq(&p.shared[0].0, &c.shared[0].0), "prefix {len} shares the first block");
             }
         }
         // Truncating into a block, then growing again.
-        let mut t = c.prefix(9, D);
-        t.truncate(3, D);
+        let mut t = c.prefix(9);
+        t.truncate(3);
         check(&t, 3);
         (3..7).for_each(|p| push(&mut t, p));
         check(&t, 7);
@@ -260,13 +256,13 @@ mod tests {
 
     #[test]
     fn long_chains_merge_behind_their_first_block() {
-        let mut c = Cache::new(LANES);
+        let mut c = Cache::new(LANES, D);
         push(&mut c, 0);
-        c.freeze(D);
+        c.freeze();
         let first = c.clone();
         for p in 1..3 * MAX_BLOCKS {
             push(&mut c, p);
-            c.freeze(D);
+            c.freeze();
             assert!(c.shared.len() <= MAX_BLOCKS);
             assert!(Arc::ptr_eq(&c.shared[0].0, &first.shared[0].0), "the first block stays shared");
             check(&c, p + 1);
@@ -276,19 +272,19 @@ mod tests {
     #[test]
     fn dots_and_axpys_over_parts_equal_one_call_over_the_whole() {
         let ops = VecOps::best();
-        let mut c = Cache::new(LANES);
+        let mut c = Cache::new(LANES, D);
         (0..6).for_each(|p| push(&mut c, p));
-        c.freeze(D);
+        c.freeze();
         (6..11).for_each(|p| push(&mut c, p));
         let (keys, vals) = read(&c, 1);
         let q = [0.5, -1.25, 2.0, 0.75];
         let p: Vec<f32> = (0..9).map(|j| j as f32 * 0.1).collect();
         let (mut got, mut want) = (vec![0f32; 9], vec![0f32; 9]);
-        c.lane(1, D).dots(&ops, &q, &mut got);
+        c.lane(1).dots(&ops, &q, &mut got);
         (ops.dots)(&q, &keys, D, &mut want);
         assert_eq!(got, want);
         let (mut y, mut z) = (vec![0f32; D], vec![0f32; D]);
-        c.lane(1, D).axpys(&ops, &mut y, &p);
+        c.lane(1).axpys(&ops, &mut y, &p);
         (ops.axpys)(&mut z, &p, &vals, D);
         assert_eq!(y, z);
     }
