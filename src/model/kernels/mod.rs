@@ -15,6 +15,8 @@ mod scalar;
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_group;
+#[cfg(target_arch = "x86_64")]
+mod x86_pair;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -190,6 +192,18 @@ struct GroupKernel {
     g4: TileFn<4>,
     /// Where a build has the registers to keep eight rows' sums.
     g8: Option<TileFn<8>>,
+    /// Where a build has 512-bit registers: two adjacent groups at once.
+    pairs: Option<PairKernel>,
+}
+
+/// Kernels of two adjacent groups (sixteen rows, stored one group after
+/// the other) against 1, 4 or 8 activation rows: `(groups, blocks per
+/// group, activations, out[t·16 + r])`.
+#[derive(Clone, Copy)]
+struct PairKernel {
+    p1: TileFn<1>,
+    p4: TileFn<4>,
+    p8: TileFn<8>,
 }
 
 /// The builds of the group kernels: what a matrix multiplies with (the
@@ -204,6 +218,8 @@ pub(crate) enum Simd {
     AvxVnni,
     /// AVX-512 VNNI (with VL): 8-row tiles.
     Avx512Vnni,
+    /// AVX-512 VNNI and BW, 512-bit registers: pairs of groups.
+    Avx512Pairs,
 }
 
 impl Simd {
@@ -221,12 +237,15 @@ impl Simd {
             if x86_group::has_vnni() {
                 all.push(Simd::Avx512Vnni);
             }
+            if x86_pair::has_avx512_pairs() {
+                all.push(Simd::Avx512Pairs);
+            }
         }
         all
     }
 
     /// The fastest build this CPU runs, or the one `LMT_SIMD` names
-    /// (`portable`, `avx2`, `avx-vnni`, `avx512-vnni`) when the CPU runs
+    /// (`portable`, `avx2`, `avx-vnni`, `avx512-vnni`, `avx512`) when the CPU runs
     /// it: to compare builds on one machine.
     fn best() -> Simd {
         static BEST: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
@@ -238,8 +257,13 @@ impl Simd {
     }
 
     /// The builds' names for `LMT_SIMD`.
-    const NAMES: [(&'static str, Simd); 4] =
-        [("portable", Simd::Portable), ("avx2", Simd::Avx2), ("avx-vnni", Simd::AvxVnni), ("avx512-vnni", Simd::Avx512Vnni)];
+    const NAMES: [(&'static str, Simd); 5] = [
+        ("portable", Simd::Portable),
+        ("avx2", Simd::Avx2),
+        ("avx-vnni", Simd::AvxVnni),
+        ("avx512-vnni", Simd::Avx512Vnni),
+        ("avx512", Simd::Avx512Pairs),
+    ];
 
     /// The group kernels of `ty` (the types stored interleaved) in this build.
     fn group_kernel(self, ty: QType) -> Option<GroupKernel> {
@@ -247,11 +271,11 @@ impl Simd {
             ($m:path, $g8:expr) => {{
                 use $m as m;
                 match ty {
-                    QType::Q4_0 => Some(GroupKernel { g1: m::q4x8::<1, false>, g4: m::q4x8::<4, false>, g8: $g8(m::q4x8::<8, false>) }),
-                    QType::Q4_1 => Some(GroupKernel { g1: m::q4x8::<1, true>, g4: m::q4x8::<4, true>, g8: $g8(m::q4x8::<8, true>) }),
-                    QType::Q5_0 => Some(GroupKernel { g1: m::q5_0x8::<1>, g4: m::q5_0x8::<4>, g8: $g8(m::q5_0x8::<8>) }),
-                    QType::Q8_0 => Some(GroupKernel { g1: m::q8_0x8::<1>, g4: m::q8_0x8::<4>, g8: $g8(m::q8_0x8::<8>) }),
-                    QType::Q4K => Some(GroupKernel { g1: m::q4_kx8::<1>, g4: m::q4_kx8::<4>, g8: $g8(m::q4_kx8::<8>) }),
+                    QType::Q4_0 => Some(GroupKernel { g1: m::q4x8::<1, false>, g4: m::q4x8::<4, false>, g8: $g8(m::q4x8::<8, false>), pairs: None }),
+                    QType::Q4_1 => Some(GroupKernel { g1: m::q4x8::<1, true>, g4: m::q4x8::<4, true>, g8: $g8(m::q4x8::<8, true>), pairs: None }),
+                    QType::Q5_0 => Some(GroupKernel { g1: m::q5_0x8::<1>, g4: m::q5_0x8::<4>, g8: $g8(m::q5_0x8::<8>), pairs: None }),
+                    QType::Q8_0 => Some(GroupKernel { g1: m::q8_0x8::<1>, g4: m::q8_0x8::<4>, g8: $g8(m::q8_0x8::<8>), pairs: None }),
+                    QType::Q4K => Some(GroupKernel { g1: m::q4_kx8::<1>, g4: m::q4_kx8::<4>, g8: $g8(m::q4_kx8::<8>), pairs: None }),
                     _ => None,
                 }
             }};
@@ -266,6 +290,19 @@ impl Simd {
             Simd::AvxVnni => build!(x86_group::avx_vnni, none),
             #[cfg(target_arch = "x86_64")]
             Simd::Avx512Vnni => build!(x86_group::vnni, Some),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512Pairs => {
+                use x86_pair as p;
+                let pairs = match ty {
+                    QType::Q4_0 => Some(PairKernel { p1: p::q4x16::<1, false>, p4: p::q4x16::<4, false>, p8: p::q4x16::<8, false> }),
+                    QType::Q4_1 => Some(PairKernel { p1: p::q4x16::<1, true>, p4: p::q4x16::<4, true>, p8: p::q4x16::<8, true> }),
+                    QType::Q5_0 => Some(PairKernel { p1: p::q5_0x16::<1>, p4: p::q5_0x16::<4>, p8: p::q5_0x16::<8> }),
+                    QType::Q8_0 => Some(PairKernel { p1: p::q8_0x16::<1>, p4: p::q8_0x16::<4>, p8: p::q8_0x16::<8> }),
+                    _ => None,
+                };
+                // A lone group (an odd one at the end of a chunk) takes the eight-row build.
+                build!(x86_group::vnni, Some).map(|g| GroupKernel { pairs, ..g })
+            }
             #[cfg(not(target_arch = "x86_64"))]
             _ => build!(interleave, none),
         }
@@ -522,8 +559,13 @@ impl QMatrix {
         let rb = self.data.len() / rows.max(1);
         let threads = pool.threads();
         // Rows are handed out in chunks from a counter, so a thread slowed
-        // by other work takes fewer; chunks are whole groups of eight.
-        let chunk = (rows / (threads * 8)).clamp(8, 64) / 8 * 8; // ≤ 64: `local` below
+        // by other work takes fewer. Chunks shrink as the rows run out
+        // (guided scheduling): few claims on the shared counter, and the
+        // threads finish close together. Chunks are whole groups of eight
+        // (pairs of groups where a build multiplies two at once), and at
+        // most 64 rows when the rows are plain (`local` below).
+        let unit = if self.group_kernel.is_some_and(|g| g.pairs.is_some()) { 16 } else { 8 };
+        let most = if self.groups > 0 { 256 } else { 64 };
         let grouped = 8 * self.groups;
         let next = AtomicUsize::new(0);
         let dst = Disjoint::new(out);
@@ -559,12 +601,7 @@ impl QMatrix {
             let acts = unsafe { acts_out.shared() };
             let a = |t: usize| &acts[t * arow..(t + 1) * arow];
             let mut local = [0f32; 64 * 4];
-            loop {
-                let r0 = next.fetch_add(chunk, Ordering::Relaxed);
-                if r0 >= rows {
-                    break;
-                }
-                let end = (r0 + chunk).min(rows);
+            while let Some((r0, end)) = claim_rows(&next, rows, threads, unit, most) {
                 // Interleaved groups first, then plain rows: a row always
                 // goes through the same kernel, whatever the batch.
                 let split = grouped.clamp(r0, end);
@@ -578,16 +615,30 @@ impl QMatrix {
                             _ if n - t >= 4 => 4,
                             _ => 1,
                         };
-                        let mut sums = [0f32; 64];
-                        let sums = &mut sums[..8 * tile];
-                        for g0 in (r0..split).step_by(8) {
+                        let mut sums = [0f32; 128];
+                        let mut g0 = r0;
+                        while g0 < split {
+                            if let Some(p) = gk.pairs.filter(|_| g0 + 16 <= split) {
+                                let sums = &mut sums[..16 * tile];
+                                let groups = &self.data[g0 * rb..(g0 + 16) * rb];
+                                match tile {
+                                    8 => (p.p8)(groups, nb, std::array::from_fn(|i| a(t + i)), sums),
+                                    4 => (p.p4)(groups, nb, std::array::from_fn(|i| a(t + i)), sums),
+                                    _ => (p.p1)(groups, nb, [a(t)], sums),
+                                }
+                                put_rows(&dst, sums, 16, rows, t, g0);
+                                g0 += 16;
+                                continue;
+                            }
+                            let sums = &mut sums[..8 * tile];
                             let group = &self.data[g0 * rb..(g0 + 8) * rb];
                             match (tile, gk.g8) {
                                 (8, Some(g8)) => g8(group, nb, std::array::from_fn(|i| a(t + i)), sums),
                                 (4, _) => (gk.g4)(group, nb, std::array::from_fn(|i| a(t + i)), sums),
                                 _ => (gk.g1)(group, nb, [a(t)], sums),
                             }
-                            put_group(&dst, sums, rows, t, g0);
+                            put_rows(&dst, sums, 8, rows, t, g0);
+                            g0 += 8;
                         }
                         t += tile;
                     }
@@ -618,12 +669,30 @@ impl QMatrix {
     }
 }
 
-/// A group kernel's sums (`sums[i·8 + r]`) into output rows `t + i`,
-/// columns `g0..g0 + 8`.
-fn put_group(dst: &Disjoint<'_>, sums: &[f32], rows: usize, t: usize, g0: usize) {
-    for (i, s) in sums.chunks_exact(8).enumerate() {
+/// Claims the next rows `r0..end` of `rows` from `next`: a share of those
+/// left for `threads`, `unit` rows at least (a multiple of it) and `most`
+/// at most; `None` once every row is taken.
+fn claim_rows(next: &AtomicUsize, rows: usize, threads: usize, unit: usize, most: usize) -> Option<(usize, usize)> {
+    let mut r0 = next.load(Ordering::Relaxed);
+    loop {
+        if r0 >= rows {
+            return None;
+        }
+        let size = ((rows - r0) / (2 * threads)).clamp(unit, most) / unit * unit;
+        let end = (r0 + size).min(rows);
+        match next.compare_exchange_weak(r0, end, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Some((r0, end)),
+            Err(now) => r0 = now,
+        }
+    }
+}
+
+/// A group or pair kernel's sums (`sums[i·width + r]`) into output rows
+/// `t + i`, columns `g0..g0 + width`.
+fn put_rows(dst: &Disjoint<'_>, sums: &[f32], width: usize, rows: usize, t: usize, g0: usize) {
+    for (i, s) in sums.chunks_exact(width).enumerate() {
         // SAFETY: the group's rows are in the calling thread's chunk alone.
-        unsafe { dst.slice((t + i) * rows + g0, 8) }.copy_from_slice(s);
+        unsafe { dst.slice((t + i) * rows + g0, width) }.copy_from_slice(s);
     }
 }
 

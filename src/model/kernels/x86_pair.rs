@@ -1,0 +1,228 @@
+//! AVX-512 kernels over pairs of groups: the sixteen interleaved rows of
+//! two adjacent groups (`interleave.rs`) in one 512-bit register, against
+//! `T` activation rows, `out[t·16 + r]` (rows 0..8 the first group's, 8..16
+//! the second's). Where [`super::x86_group`]'s AVX-512 VNNI build keeps
+//! eight rows in a 256-bit register, these take sixteen: each unpacking
+//! step, `vpdpbusd`, conversion and FMA serves twice the rows, and the
+//! activations are broadcast to all sixteen lanes straight from memory.
+//! Every lane computes the same exact integer sum and the same float
+//! operations in the same order as the portable kernels (`interleave.rs`),
+//! so the results are theirs bit for bit.
+
+use std::arch::x86_64::*;
+
+use super::x86::load;
+
+/// Whether this CPU runs the pair kernels.
+pub(super) fn has_avx512_pairs() -> bool {
+    super::x86_group::has_vnni() && is_x86_feature_detected!("avx512bw")
+}
+
+/// The two groups' 32-byte chunks at offset `off` of their blocks `pa`,
+/// `pb` as one register (`pa`'s in the low half).
+// SAFETY (callers): the CPU has AVX-512F; both chunks lie in the caller's group blocks.
+#[inline]
+#[target_feature(enable = "avx2,avx512f")]
+unsafe fn pair(pa: *const u8, pb: *const u8, off: usize) -> __m512i {
+    _mm512_inserti64x4(_mm512_castsi256_si512(load(pa.add(off))), load(pb.add(off)), 1)
+}
+
+/// The two groups' eight f16 fields at offset `off` of their blocks, as sixteen f32 lanes.
+// SAFETY (callers): as for [`pair`], with 16 bytes at each offset.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f")]
+unsafe fn halves(pa: *const u8, pb: *const u8, off: usize) -> __m512 {
+    let lo = _mm_loadu_si128(pa.add(off) as *const __m128i);
+    let hi = _mm_loadu_si128(pb.add(off) as *const __m128i);
+    _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1))
+}
+
+/// The four activation bytes at `p` in every 32-bit lane.
+// SAFETY (callers): the CPU has AVX-512F; `p..p+4` lies in an activation row.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn four(p: *const u8) -> __m512i {
+    _mm512_set1_epi32(std::ptr::read_unaligned(p as *const i32))
+}
+
+/// The f32 at `p` in every lane.
+// SAFETY (callers): the CPU has AVX-512F; `p..p+4` lies in an activation row.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn scalar(p: *const u8) -> __m512 {
+    _mm512_set1_ps(std::ptr::read_unaligned(p as *const f32))
+}
+
+/// Bits `from..from+4` of each 32-bit lane of `qh` as bytes 0..4 of that
+/// lane: 0x10 where the bit is set (`x86_group::fifth_bits`, 16 lanes).
+// SAFETY (callers): the CPU has AVX-512F and BW.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn fifth_bits(qh: __m512i, from: u32) -> __m512i {
+    let x = _mm512_srlv_epi32(qh, _mm512_set1_epi32(from as i32));
+    // The lane's low byte in all four of its bytes (indices within each 128-bit quarter).
+    let spread = _mm512_shuffle_epi8(
+        x,
+        _mm512_broadcast_i32x4(_mm_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0)),
+    );
+    let probe = _mm512_set1_epi32(0x0804_0201);
+    let set = _mm512_cmpeq_epi8_mask(_mm512_and_si512(spread, probe), probe);
+    _mm512_maskz_mov_epi8(set, _mm512_set1_epi8(0x10))
+}
+
+/// Asks for the blocks [`AHEAD`] blocks after block `b` of the pair at `g`
+/// (`nb` blocks of `bytes` a group) to be brought into cache: the same
+/// block of both groups, or past their end, of the next pair (a thread's
+/// chunk holds pairs one after another). The hardware prefetchers alone
+/// left the kernels waiting on weight loads.
+// SAFETY (callers): the CPU has AVX2. A prefetch never faults and the
+// addresses are computed with `wrapping_add`, so any pointer is sound.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn ahead(g: *const u8, nb: usize, b: usize, bytes: usize) {
+    let k = b + AHEAD;
+    let (pair, block) = if k < nb { (g, k) } else { (g.wrapping_add(2 * nb * bytes), k - nb) };
+    let first = pair.wrapping_add(block * bytes);
+    for p in [first, first.wrapping_add(nb * bytes)] {
+        let mut off = 0;
+        while off < bytes {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8);
+            off += 64;
+        }
+    }
+}
+
+/// How many blocks ahead [`ahead`] asks for.
+const AHEAD: usize = 8;
+
+/// Stores the sixteen rows' sums of each activation row into `out[t·16 + r]`.
+// SAFETY (callers): the CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn put<const T: usize>(acc: [__m512; T], out: &mut [f32]) {
+    for (o, a) in out.chunks_exact_mut(16).zip(acc) {
+        _mm512_storeu_ps(o.as_mut_ptr(), a);
+    }
+}
+
+/// The 4- and 5-bit types of [`nibbles16_k`]: `Q4_0`, `Q4_1`, `Q5_0`.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+
+/// Sixteen interleaved `Q4_1` rows (`Q4_0` when not `MIN`), two groups of
+/// `nb` blocks one after the other, against `T` activation rows with sums.
+pub(crate) fn q4x16<const T: usize, const MIN: bool>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    if MIN {
+        nibbles16::<T, Q4_1>(groups, nb, a, out)
+    } else {
+        nibbles16::<T, Q4_0>(groups, nb, a, out)
+    }
+}
+
+/// Sixteen interleaved `Q5_0` rows against `T` activation rows with sums.
+pub(crate) fn q5_0x16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    nibbles16::<T, Q5_0>(groups, nb, a, out)
+}
+
+fn nibbles16<const T: usize, const KIND: u8>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let gbytes = [144, 160, 176][KIND as usize];
+    assert!(groups.len() == 2 * nb * gbytes && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 40), "pair kernel shapes");
+    // SAFETY: `Simd::group_kernel` hands these kernels out only after
+    // `has_avx512_pairs`; the body reads the two groups' `nb` blocks and
+    // `nb` 40-byte blocks of each activation row, which the assertion
+    // guarantees are there, and writes `out`'s 16·T values.
+    unsafe { nibbles16_k::<T, KIND>(groups, nb, a, out) }
+}
+
+/// Sixteen rows of unsigned 4- or 5-bit weights with a min (`KIND`): per
+/// row and block the exact integer sum against the activations, then
+/// `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`.
+// SAFETY (callers): see `nibbles16`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let (gbytes, qs) = [(144, 16), (160, 32), (176, 48)][KIND as usize];
+    let mask = _mm512_set1_epi8(0xF);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let pa = g.as_ptr().add(b * gbytes);
+        let pb = pa.add(nb * gbytes);
+        ahead(g.as_ptr(), nb, b, gbytes);
+        let qh = if KIND == Q5_0 { pair(pa, pb, 16) } else { _mm512_setzero_si512() };
+        let mut s = [_mm512_setzero_si512(); T];
+        for c in 0..4 {
+            let x = pair(pa, pb, qs + 32 * c);
+            let mut lo = _mm512_and_si512(x, mask);
+            // A 32-bit shift moves each byte's high nibble down; the mask drops what crossed from its neighbour.
+            let mut hi = _mm512_and_si512(_mm512_srli_epi32(x, 4), mask);
+            if KIND == Q5_0 {
+                lo = _mm512_or_si512(lo, fifth_bits(qh, 4 * c as u32));
+                hi = _mm512_or_si512(hi, fifth_bits(qh, 16 + 4 * c as u32));
+            }
+            for t in 0..T {
+                let qa = a[t].as_ptr().add(b * 40 + 8);
+                s[t] = _mm512_dpbusd_epi32(s[t], lo, four(qa.add(4 * c)));
+                s[t] = _mm512_dpbusd_epi32(s[t], hi, four(qa.add(16 + 4 * c)));
+            }
+        }
+        let d = halves(pa, pb, 0);
+        let m = match KIND {
+            Q4_1 => halves(pa, pb, 16),
+            Q4_0 => _mm512_mul_ps(d, _mm512_set1_ps(-8.0)),
+            _ => _mm512_mul_ps(d, _mm512_set1_ps(-16.0)),
+        };
+        for t in 0..T {
+            let ab = a[t].as_ptr().add(b * 40);
+            let dd = _mm512_mul_ps(d, scalar(ab));
+            acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s[t]), acc[t]);
+            acc[t] = _mm512_fmadd_ps(m, scalar(ab.add(4)), acc[t]);
+        }
+    }
+    put(acc, out);
+}
+
+/// Sixteen interleaved `Q8_0` rows against `T` `Q8_0` activation rows.
+pub(crate) fn q8_0x16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(groups.len() == 2 * nb * 272 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 36), "pair kernel shapes");
+    // SAFETY: as for `q4x16`.
+    unsafe { q8_0x16_k::<T>(groups, nb, a, out) }
+}
+
+// SAFETY (callers): see `q8_0x16`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q8_0x16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    // `vpdpbusd` takes one unsigned operand: the activations go in offset
+    // by 128 (`a ^ 0x80` = a + 128 as a byte), which adds 128·Σw to each
+    // row's sum; one `vpdpbusd` of 128s against the weights per chunk
+    // gives that term, subtracted once per block. Both sums are exact in
+    // 32 bits (|Σ| ≤ 32·255·128).
+    let bias = _mm256_set1_epi8(-128);
+    let ones128 = _mm512_set1_epi8(-128);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let mut shifted = [[0u8; 32]; T];
+    for b in 0..nb {
+        let pa = g.as_ptr().add(b * 272);
+        let pb = pa.add(nb * 272);
+        ahead(g.as_ptr(), nb, b, 272);
+        for t in 0..T {
+            let q = load(a[t].as_ptr().add(b * 36 + 4));
+            _mm256_storeu_si256(shifted[t].as_mut_ptr() as *mut __m256i, _mm256_xor_si256(q, bias));
+        }
+        let mut s = [_mm512_setzero_si512(); T];
+        let mut wsum = _mm512_setzero_si512();
+        for c in 0..8 {
+            let x = pair(pa, pb, 16 + 32 * c);
+            wsum = _mm512_dpbusd_epi32(wsum, ones128, x);
+            for t in 0..T {
+                s[t] = _mm512_dpbusd_epi32(s[t], four(shifted[t].as_ptr().add(4 * c)), x);
+            }
+        }
+        let d = halves(pa, pb, 0);
+        for t in 0..T {
+            let dd = _mm512_mul_ps(d, scalar(a[t].as_ptr().add(b * 36)));
+            let sum = _mm512_sub_epi32(s[t], wsum);
+            acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), acc[t]);
+        }
+    }
+    put(acc, out);
+}
