@@ -184,7 +184,7 @@ fn main() {
             // Only batched decode of `n` sequences, over and over (for a profiler).
             let prompt = model.tokenizer.encoder.encode(DECODE_PROMPT).unwrap();
             for _ in 0..repeats {
-                eprintln!("{name}: {n} sequences {:.0} tok/s", lmt_batched(m, &prompt, n));
+                eprintln!("{name}: {n} sequences {:.1} tok/s", lmt_batched(m, &prompt, n));
             }
             continue;
         }

@@ -304,6 +304,35 @@ unsafe fn vaxpy_avx2(y: &mut [f32], p: f32, x: &[f32]) {
     }
 }
 
+/// Asks for the `bytes` at [`AHEAD`] bytes after `p` to be brought into
+/// cache. The kernels read weights once per pass, front to back; the
+/// hardware prefetchers alone left them waiting on weight loads (on a
+/// 1.1B model, whose weights stream from memory, 16 KB ahead read 6 %
+/// faster than 1 KB).
+// SAFETY (callers): The CPU has AVX2 (every build that calls this). A
+// prefetch never faults, and the address is computed with `wrapping_add`,
+// without `add`'s in-bounds requirement, so any `p` is sound.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn ahead(p: *const u8, bytes: usize) {
+    prefetch(p.wrapping_add(AHEAD), bytes);
+}
+
+/// Asks for the `bytes` at `p` to be brought into cache.
+// SAFETY (callers): as for [`ahead`].
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn prefetch(p: *const u8, bytes: usize) {
+    let mut off = 0;
+    while off < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8);
+        off += 64;
+    }
+}
+
+/// How far ahead [`ahead`] asks for weights.
+const AHEAD: usize = 16 << 10;
+
 /// Safe entry points: rows of `row_bytes` (whole blocks) one after another
 /// in `w` against `T` activation rows; `out[r·T + t]`. Each checks the
 /// shapes, then runs its `*_avx2` body on every row inside one
@@ -324,6 +353,7 @@ macro_rules! entry {
             #[target_feature(enable = "avx2,fma,f16c")]
             unsafe fn each_row<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], nb: usize, out: &mut [f32]) {
                 for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
+                    ahead(row.as_ptr(), row_bytes);
                     o.copy_from_slice(&$body::<T>(row, a, nb));
                 }
             }

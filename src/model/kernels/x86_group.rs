@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86::load;
+use super::x86::{ahead, load};
 
 /// Whether this CPU runs the [`avx2`] build.
 pub(super) fn has_avx2() -> bool {
@@ -81,25 +81,6 @@ unsafe fn fifth_bits(qh: __m256i, from: i32) -> __m256i {
     let probe = _mm256_set1_epi32(0x0804_0201);
     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe), _mm256_set1_epi8(0x10))
 }
-
-/// Asks for the group block [`AHEAD`] blocks after the one at `p` (of
-/// `bytes`) to be brought into cache: the hardware prefetchers alone left
-/// the kernels waiting on weight loads.
-// SAFETY (callers): The CPU has AVX2 (every build that calls this). A
-// prefetch never faults, and the address is computed with `wrapping_add`, without `add`'s in-bounds requirement, so any `p` is sound.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn ahead(p: *const u8, bytes: usize) {
-    let at = p.wrapping_add(AHEAD * bytes);
-    let mut off = 0;
-    while off < bytes {
-        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8);
-        off += 64;
-    }
-}
-
-/// How many group blocks ahead [`ahead`] asks for.
-const AHEAD: usize = 8;
 
 /// The broadcast activation bytes `p..p+4` in every 32-bit lane.
 // SAFETY (callers): The CPU has AVX2; `p..p+4` is inside an activation row.

@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86::load;
+use super::x86::{load, prefetch};
 
 /// Whether this CPU runs the pair kernels.
 pub(super) fn has_avx512_pairs() -> bool {
@@ -72,24 +72,20 @@ unsafe fn fifth_bits(qh: __m512i, from: u32) -> __m512i {
 
 /// Asks for the blocks [`AHEAD`] blocks after block `b` of the pair at `g`
 /// (`nb` blocks of `bytes` a group) to be brought into cache: the same
-/// block of both groups, or past their end, of the next pair (a thread's
+/// block of both groups, or past their end, of a later pair (a thread's
 /// chunk holds pairs one after another). The hardware prefetchers alone
-/// left the kernels waiting on weight loads.
+/// left the kernels waiting on weight loads; a plain distance in bytes
+/// would ask for the second group's blocks long after their first use.
 // SAFETY (callers): the CPU has AVX2. A prefetch never faults and the
 // addresses are computed with `wrapping_add`, so any pointer is sound.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn ahead(g: *const u8, nb: usize, b: usize, bytes: usize) {
     let k = b + AHEAD;
-    let (pair, block) = if k < nb { (g, k) } else { (g.wrapping_add(2 * nb * bytes), k - nb) };
+    let (pair, block) = (g.wrapping_add(k / nb * 2 * nb * bytes), k % nb);
     let first = pair.wrapping_add(block * bytes);
-    for p in [first, first.wrapping_add(nb * bytes)] {
-        let mut off = 0;
-        while off < bytes {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8);
-            off += 64;
-        }
-    }
+    prefetch(first, bytes);
+    prefetch(first.wrapping_add(nb * bytes), bytes);
 }
 
 /// How many blocks ahead [`ahead`] asks for.
