@@ -279,9 +279,9 @@ impl Model {
         let mut normed = vec![0f32; picked.len()];
         rms_norm(&picked, &self.norm, cfg.rms_norm_eps, &mut normed, h);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let mut logits = vec![0f32; nr * head.rows()];
-        head.matmul(&self.pool, &normed, nr, &mut logits, &mut b.scratch);
-        let mut rows = logits.chunks_exact(head.rows()).map(<[f32]>::to_vec);
+        let mut logits: Vec<Vec<f32>> = (0..nr).map(|_| vec![0f32; head.rows()]).collect();
+        head.matmul_rows(&self.pool, &normed, &mut logits, &mut b.scratch);
+        let mut rows = logits.into_iter();
         segs.iter().map(|s| s.rows.iter().map(|_| rows.next().unwrap_or_default()).collect()).collect()
     }
 

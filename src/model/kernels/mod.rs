@@ -545,6 +545,22 @@ impl QMatrix {
     /// row once, before any thread multiplies.
     pub fn matmul_from(&self, pool: &Pool, input: Input<'_>, n: usize, out: &mut [f32], scratch: &mut Scratch) {
         assert!(out.len() == n * self.rows, "matmul shapes");
+        let dst: Vec<Disjoint<'_>> = out.chunks_exact_mut(self.rows.max(1)).map(Disjoint::new).collect();
+        self.multiply(pool, input, n, &dst, scratch);
+    }
+
+    /// [`QMatrix::matmul`] into one output row of its own per input row
+    /// (`outs[t]`, each `rows` long): a model's logits, handed out without
+    /// a copy.
+    pub fn matmul_rows(&self, pool: &Pool, x: &[f32], outs: &mut [Vec<f32>], scratch: &mut Scratch) {
+        let n = outs.len();
+        assert!(x.len() == n * self.cols && outs.iter().all(|o| o.len() == self.rows), "matmul shapes");
+        let dst: Vec<Disjoint<'_>> = outs.iter_mut().map(|o| Disjoint::new(o)).collect();
+        self.multiply(pool, Input::Rows(x), n, &dst, scratch);
+    }
+
+    /// The multiplication behind both: output row `t` is `dst[t]`.
+    fn multiply(&self, pool: &Pool, input: Input<'_>, n: usize, dst: &[Disjoint<'_>], scratch: &mut Scratch) {
         let act = self.ty.act();
         let (av, ab) = act.block();
         let (cols, arow) = (self.cols, self.cols / av * ab);
@@ -568,7 +584,6 @@ impl QMatrix {
         let most = if self.groups > 0 { 256 } else { 64 };
         let grouped = 8 * self.groups;
         let next = AtomicUsize::new(0);
-        let dst = Disjoint::new(out);
         pool.run(&|_| {
             // Input rows first, taken one at a time from a counter; a row
             // counts as ready even if making it panicked, so no thread
@@ -626,7 +641,7 @@ impl QMatrix {
                                     4 => (p.p4)(groups, nb, std::array::from_fn(|i| a(t + i)), sums),
                                     _ => (p.p1)(groups, nb, [a(t)], sums),
                                 }
-                                put_rows(&dst, sums, 16, rows, t, g0);
+                                put_rows(dst, sums, 16, t, g0);
                                 g0 += 16;
                                 continue;
                             }
@@ -637,7 +652,7 @@ impl QMatrix {
                                 (4, _) => (gk.g4)(group, nb, std::array::from_fn(|i| a(t + i)), sums),
                                 _ => (gk.g1)(group, nb, [a(t)], sums),
                             }
-                            put_rows(&dst, sums, 8, rows, t, g0);
+                            put_rows(dst, sums, 8, t, g0);
                             g0 += 8;
                         }
                         t += tile;
@@ -656,7 +671,7 @@ impl QMatrix {
                         }
                         for i in 0..tile {
                             // SAFETY: rows r0..end are this thread's chunk alone.
-                            let o = unsafe { dst.slice((t + i) * rows + split, end - split) };
+                            let o = unsafe { dst[t + i].slice(split, end - split) };
                             for (r, o) in o.iter_mut().enumerate() {
                                 *o = local[r * tile + i];
                             }
@@ -689,10 +704,10 @@ fn claim_rows(next: &AtomicUsize, rows: usize, threads: usize, unit: usize, most
 
 /// A group or pair kernel's sums (`sums[i·width + r]`) into output rows
 /// `t + i`, columns `g0..g0 + width`.
-fn put_rows(dst: &Disjoint<'_>, sums: &[f32], width: usize, rows: usize, t: usize, g0: usize) {
+fn put_rows(dst: &[Disjoint<'_>], sums: &[f32], width: usize, t: usize, g0: usize) {
     for (i, s) in sums.chunks_exact(width).enumerate() {
         // SAFETY: the group's rows are in the calling thread's chunk alone.
-        unsafe { dst.slice((t + i) * rows + g0, width) }.copy_from_slice(s);
+        unsafe { dst[t + i].slice(g0, width) }.copy_from_slice(s);
     }
 }
 
