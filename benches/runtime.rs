@@ -1,8 +1,10 @@
 //! lmt's CPU runtime against llama.cpp, side by side in one run, on the
 //! same GGUF files and thread count: prefill tokens/s at 128 and 512
 //! tokens, greedy decode tokens/s after a short prompt and after 384
-//! tokens of context, and lmt's batched decode at 1, 4, 8 and
-//! 16 sequences. Prints a Markdown table (and each measurement as it goes).
+//! tokens of context, and batched decode of 1, 4, 8 and 16 sequences
+//! (lmt's `Decoder::append_batch`; llama.cpp's `llama_decode` of one token
+//! per sequence id, `benches/llama_cpp/batched.cpp`, compiled here once).
+//! Prints a Markdown table (and each measurement as it goes).
 //!
 //! ```text
 //! cargo bench --bench runtime -- [FILE.gguf …]
@@ -131,6 +133,44 @@ fn llama_cpp(bench: &Path, file: &Path, n_gen: usize, threads: usize, text: &str
     Some((tokens, field(pre, "= ")?, field(dec, "= ")?))
 }
 
+/// llama.cpp's batched decode harness (`benches/llama_cpp/batched.cpp`),
+/// compiled once beside the `bench` harness against its library; `None`
+/// when that fails (lmt's batched figures then stand alone).
+fn batched_harness(llama_dir: &Path) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/llama_cpp/batched.cpp");
+    let bin = llama_dir.join("lmt-batched");
+    let stale = |b: &Path| -> bool {
+        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        m(b).is_none() || m(b) < m(&src)
+    };
+    if stale(&bin) {
+        let d = |s: &str| llama_dir.join(s).display().to_string();
+        let built = Command::new("g++")
+            .args(["-O2", "-std=c++17"])
+            .arg(&src)
+            .args(["-I", &d("src/include"), "-I", &d("src/ggml/include"), "-L", &d("build/bin")])
+            .args(["-lllama", "-lggml", "-lggml-base"])
+            .arg(format!("-Wl,-rpath,{}", d("build/bin")))
+            .arg("-o")
+            .arg(&bin)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !built {
+            eprintln!("could not build {}: no llama.cpp batched baseline", src.display());
+            return None;
+        }
+    }
+    Some(bin)
+}
+
+/// llama.cpp's batched decode of `n` sequences: tokens/s.
+fn llama_cpp_batched(harness: &Path, file: &Path, n: usize, threads: usize) -> Option<f64> {
+    let out = Command::new(harness).arg(file).arg(n.to_string()).arg("32").arg(threads.to_string()).arg(DECODE_PROMPT).output().ok()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    let line = s.lines().find(|l| l.contains("tok/s"))?;
+    line.split("= ").nth(1)?.split_whitespace().next()?.parse().ok()
+}
+
 /// The TinyLlama-shaped files (Q8_0 written here, Q4_K_M by llama.cpp).
 fn tinyllama_files(dir: &Path, llama: Option<&Path>) {
     let q8 = dir.join("tinyllama-1.1b-random-q8_0.gguf");
@@ -159,6 +199,7 @@ fn main() {
     if baseline.is_none() {
         eprintln!("no llama.cpp baseline at {} (../shared/scripts/llama-cpp/build.sh): lmt alone", bench.display());
     }
+    let batched_baseline = baseline.and_then(|_| batched_harness(&llama_dir));
     let models_dir = env_path("LMT_BENCH_MODELS", ".cache/lmt-bench-models");
     let mut files: Vec<PathBuf> =
         std::env::args().skip(1).filter(|a| !a.starts_with("--")).map(PathBuf::from).collect();
@@ -219,25 +260,30 @@ fn main() {
             row.push(cell(median(ours), theirs));
         }
         let prompt = model.tokenizer.encoder.encode(DECODE_PROMPT).unwrap();
-        // Medians of `repeats` runs, the sizes alternating (this machine's
-        // speed drifts over seconds).
-        let mut runs: [Vec<f64>; 4] = Default::default();
+        // Medians of `repeats` runs, the sizes and programs alternating
+        // (this machine's speed drifts over seconds).
+        let sizes = [1, 4, 8, 16];
+        let (mut runs, mut theirs): ([Vec<f64>; 4], [Vec<f64>; 4]) = Default::default();
         for _ in 0..repeats {
-            for (i, n) in [1, 4, 8, 16].into_iter().enumerate() {
+            for (i, n) in sizes.into_iter().enumerate() {
                 runs[i].push(lmt_batched(m, &prompt, n));
+                if let Some(t) = batched_baseline.as_deref().and_then(|h| llama_cpp_batched(h, file, n, threads)) {
+                    theirs[i].push(t);
+                }
             }
         }
-        let [one, rest @ ..] = runs.map(median);
-        let mut batched = format!("{one:.0}");
-        for r in rest {
-            batched.push_str(&format!(" / {r:.0} ({:.1}×)", r / one));
+        let ours = runs.map(median);
+        let mut batched = String::new();
+        for (i, theirs) in theirs.into_iter().enumerate() {
+            let sep = if i == 0 { "" } else { " · " };
+            batched.push_str(&format!("{sep}{} ({:.1}× one)", cell(ours[i], theirs), ours[i] / ours[0]));
         }
         row.push(batched);
         eprintln!("{}", row.join(" | "));
         rows.push(row);
     }
     println!("\n{threads} threads; lmt / llama.cpp tok/s (ratio), median of {repeats}\n");
-    println!("| file | prefill 128 | prefill 512 | decode {DECODE} | decode {DECODE} after {DEEP} | lmt batched decode 1 / 4 / 8 / 16 sequences |");
+    println!("| file | prefill 128 | prefill 512 | decode {DECODE} | decode {DECODE} after {DEEP} | batched decode of 1 · 4 · 8 · 16 sequences |");
     println!("|---|---|---|---|---|---|");
     for r in rows {
         println!("| {} |", r.join(" | "));

@@ -298,6 +298,7 @@ impl Simd {
                     QType::Q4_1 => Some(PairKernel { p1: p::q4x16::<1, true>, p4: p::q4x16::<4, true>, p8: p::q4x16::<8, true> }),
                     QType::Q5_0 => Some(PairKernel { p1: p::q5_0x16::<1>, p4: p::q5_0x16::<4>, p8: p::q5_0x16::<8> }),
                     QType::Q8_0 => Some(PairKernel { p1: p::q8_0x16::<1>, p4: p::q8_0x16::<4>, p8: p::q8_0x16::<8> }),
+                    QType::Q4K => Some(PairKernel { p1: p::q4_kx16::<1>, p4: p::q4_kx16::<4>, p8: p::q4_kx16::<8> }),
                     _ => None,
                 };
                 // A lone group (an odd one at the end of a chunk) takes the eight-row build.

@@ -344,8 +344,8 @@ fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
 #[test]
 fn every_build_agrees_on_tall_matrices() {
     let pool = Pool::new(2);
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0] {
-        let (rows, cols) = (272, 96);
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q4K] {
+        let (rows, cols) = (272, ty.block().0.max(32) * 3);
         let (m, _) = matrix(ty, rows, cols, 77);
         let portable = m.clone().portable();
         for simd in Simd::available() {

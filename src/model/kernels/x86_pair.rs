@@ -222,3 +222,92 @@ unsafe fn q8_0x16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
     }
     put(acc, out);
 }
+
+/// The sixteen rows' scale and min of sub-block `j` (as 32-bit lanes) from
+/// the three chunks of packed scale bytes (`x86_group::scale_min_x8`, 16 lanes).
+// SAFETY (callers): the CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn scale_min_x16(c: [__m512i; 3], j: usize) -> (__m512i, __m512i) {
+    let m6 = _mm512_set1_epi32(63);
+    let m4 = _mm512_set1_epi32(0xF);
+    // Byte k of each lane of a chunk, as a 32-bit lane.
+    let byte = |x: __m512i, k: usize| _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_set1_epi32(8 * k as i32)), _mm512_set1_epi32(0xFF));
+    if j < 4 {
+        (_mm512_and_si512(byte(c[0], j), m6), _mm512_and_si512(byte(c[1], j), m6))
+    } else {
+        let k = j - 4;
+        let (b8, b0, b4) = (byte(c[2], k), byte(c[0], k), byte(c[1], k));
+        let sc = _mm512_or_si512(_mm512_and_si512(b8, m4), _mm512_slli_epi32(_mm512_srli_epi32(b0, 6), 4));
+        let mn = _mm512_or_si512(_mm512_srli_epi32(b8, 4), _mm512_slli_epi32(_mm512_srli_epi32(b4, 6), 4));
+        (sc, mn)
+    }
+}
+
+/// Sixteen interleaved `Q4_K` rows against `T` `Q8_K` activation rows.
+pub(crate) fn q4_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(groups.len() == 2 * nb * 1152 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 292), "pair kernel shapes");
+    // SAFETY: as for `nibbles16`.
+    unsafe { q4_kx16_k::<T>(groups, nb, a, out) }
+}
+
+/// Per row and super-block the exact integer sums `Σ_j sc_j·Σ(q·a)` and
+/// `Σ_j m_j·Σa`, then `acc = fma(d·d_a, sums, acc)` and `mins =
+/// fma(dmin·d_a, msums, mins)`; the result is `acc − mins`
+/// (`interleave::q4_kx8`).
+// SAFETY (callers): see `q4_kx16`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q4_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let mask = _mm512_set1_epi8(0xF);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let mut mins = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let pa = g.as_ptr().add(b * 1152);
+        let pb = pa.add(nb * 1152);
+        ahead(g.as_ptr(), nb, b, 1152);
+        let chunks = [pair(pa, pb, 32), pair(pa, pb, 64), pair(pa, pb, 96)];
+        let mut sums = [_mm512_setzero_si512(); T];
+        let mut msums = [_mm512_setzero_si512(); T];
+        for gi in 0..4 {
+            let (sl, ml) = scale_min_x16(chunks, 2 * gi);
+            let (sh, mh) = scale_min_x16(chunks, 2 * gi + 1);
+            // Per token: sub-blocks 2g (low nibbles) and 2g+1 (high).
+            let mut lo_s = [_mm512_setzero_si512(); T];
+            let mut hi_s = [_mm512_setzero_si512(); T];
+            for k in 0..8 {
+                let x = pair(pa, pb, 128 + 32 * (8 * gi + k));
+                let lo = _mm512_and_si512(x, mask);
+                let hi = _mm512_and_si512(_mm512_srli_epi32(x, 4), mask);
+                for t in 0..T {
+                    let y = a[t].as_ptr().add(b * 292 + 4 + 64 * gi + 4 * k);
+                    lo_s[t] = _mm512_dpbusd_epi32(lo_s[t], lo, four(y));
+                    hi_s[t] = _mm512_dpbusd_epi32(hi_s[t], hi, four(y.add(32)));
+                }
+            }
+            for t in 0..T {
+                let l = _mm512_mullo_epi32(lo_s[t], sl);
+                let h = _mm512_mullo_epi32(hi_s[t], sh);
+                sums[t] = _mm512_add_epi32(sums[t], _mm512_add_epi32(l, h));
+                let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * gi) as *const i16;
+                let bsum = |k: usize| i32::from(std::ptr::read_unaligned(bs.add(k)));
+                let (bl, bh) = (bsum(0) + bsum(1), bsum(2) + bsum(3));
+                let m = _mm512_add_epi32(
+                    _mm512_mullo_epi32(ml, _mm512_set1_epi32(bl)),
+                    _mm512_mullo_epi32(mh, _mm512_set1_epi32(bh)),
+                );
+                msums[t] = _mm512_add_epi32(msums[t], m);
+            }
+        }
+        let d = halves(pa, pb, 0);
+        let dmin = halves(pa, pb, 16);
+        for t in 0..T {
+            let da = scalar(a[t].as_ptr().add(b * 292));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(sums[t]), acc[t]);
+            mins[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msums[t]), mins[t]);
+        }
+    }
+    for t in 0..T {
+        acc[t] = _mm512_sub_ps(acc[t], mins[t]);
+    }
+    put(acc, out);
+}
