@@ -349,7 +349,7 @@ impl Model {
         // Work items: token × a run of query heads. A run is all the heads
         // that read one KV head (its keys and values come from memory
         // once), unless that leaves the threads too few items to share.
-        let per = if items.len() * nkv >= 4 * self.pool.threads() && rep <= MAX_RUN { rep } else { 1 };
+        let per = if items.len() * nkv >= 4 * self.pool.threads() { rep } else { 1 };
         let runs = nh / per;
         let next = AtomicUsize::new(0);
         let total_items = items.len() * runs;
@@ -373,11 +373,10 @@ impl Model {
                 let hi = s.past + i + 1;
                 sc.clear();
                 sc.resize(per * hi, 0.0);
-                let mut sums = [0f32; MAX_RUN];
                 for (k, p) in sc.chunks_exact_mut(hi).enumerate() {
                     let head = first + k;
                     let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
-                    sums[k] = self.weights(s, i, q, &kv, scale, window, p);
+                    self.weights(s, i, q, &kv, scale, window, p);
                 }
                 for (k, p) in sc.chunks_exact(hi).enumerate() {
                     let head = first + k;
@@ -386,7 +385,7 @@ impl Model {
                     let y = unsafe { dst.slice(row * qn + head * d, d) };
                     y.fill(0.0);
                     kv.axpys(&self.ops, y, p);
-                    let inv = 1.0 / sums[k];
+                    let inv = 1.0 / p.iter().fold(0f32, |sum, &v| sum + v);
                     y.iter_mut().for_each(|v| *v *= inv);
                 }
             }
@@ -395,9 +394,9 @@ impl Model {
 
     /// One head of token `i` of `s`: the unnormalised softmax weights of
     /// its scaled scores against the visible positions, into `sc` (one per
-    /// position), and their sum.
+    /// position).
     #[allow(clippy::too_many_arguments)]
-    fn weights(&self, s: &Seg<'_>, i: usize, q: &[f32], kv: &LaneKv<'_>, scale: f32, window: Option<usize>, sc: &mut [f32]) -> f32 {
+    fn weights(&self, s: &Seg<'_>, i: usize, q: &[f32], kv: &LaneKv<'_>, scale: f32, window: Option<usize>, sc: &mut [f32]) {
         // Later tokens of the chunk are never visible.
         let pi = s.positions[i];
         kv.dots(&self.ops, q, sc);
@@ -419,7 +418,6 @@ impl Model {
         sc.iter_mut().for_each(|v| *v -= max);
         // exp(-inf) = 0: hidden tokens weigh nothing.
         (self.ops.exps)(sc);
-        sc.iter().fold(0f32, |sum, &v| sum + v)
     }
 
     fn mlp_block(&self, cfg: &ModelConfig, l: &Layer, n: usize, b: &mut Bufs) {
@@ -443,10 +441,6 @@ impl Model {
         b.x.iter_mut().zip(&b.proj).for_each(|(x, p)| *x += p);
     }
 }
-
-/// Most query heads of one KV head that a work item of attention takes
-/// together (more take one head an item).
-const MAX_RUN: usize = 16;
 
 /// RMSNorm of each `dim`-row of `x` into `out` (sums of squares in f64).
 fn rms_norm(x: &[f32], w: &[f32], eps: f64, out: &mut [f32], dim: usize) {

@@ -546,8 +546,7 @@ impl QMatrix {
     /// row once, before any thread multiplies.
     pub fn matmul_from(&self, pool: &Pool, input: Input<'_>, n: usize, out: &mut [f32], scratch: &mut Scratch) {
         assert!(out.len() == n * self.rows, "matmul shapes");
-        let dst: Vec<Disjoint<'_>> = out.chunks_exact_mut(self.rows.max(1)).map(Disjoint::new).collect();
-        self.multiply(pool, input, n, &dst, scratch);
+        self.multiply(pool, input, n, Out::Flat(Disjoint::new(out), self.rows), scratch);
     }
 
     /// [`QMatrix::matmul`] into one output row of its own per input row
@@ -556,12 +555,12 @@ impl QMatrix {
     pub fn matmul_rows(&self, pool: &Pool, x: &[f32], outs: &mut [Vec<f32>], scratch: &mut Scratch) {
         let n = outs.len();
         assert!(x.len() == n * self.cols && outs.iter().all(|o| o.len() == self.rows), "matmul shapes");
-        let dst: Vec<Disjoint<'_>> = outs.iter_mut().map(|o| Disjoint::new(o)).collect();
-        self.multiply(pool, Input::Rows(x), n, &dst, scratch);
+        let rows: Vec<Disjoint<'_>> = outs.iter_mut().map(|o| Disjoint::new(o)).collect();
+        self.multiply(pool, Input::Rows(x), n, Out::Rows(&rows), scratch);
     }
 
-    /// The multiplication behind both: output row `t` is `dst[t]`.
-    fn multiply(&self, pool: &Pool, input: Input<'_>, n: usize, dst: &[Disjoint<'_>], scratch: &mut Scratch) {
+    /// The multiplication behind both, into `dst`.
+    fn multiply(&self, pool: &Pool, input: Input<'_>, n: usize, dst: Out<'_, '_>, scratch: &mut Scratch) {
         let act = self.ty.act();
         let (av, ab) = act.block();
         let (cols, arow) = (self.cols, self.cols / av * ab);
@@ -634,27 +633,22 @@ impl QMatrix {
                         let mut sums = [0f32; 128];
                         let mut g0 = r0;
                         while g0 < split {
-                            if let Some(p) = gk.pairs.filter(|_| g0 + 16 <= split) {
-                                let sums = &mut sums[..16 * tile];
-                                let groups = &self.data[g0 * rb..(g0 + 16) * rb];
-                                match tile {
-                                    8 => (p.p8)(groups, nb, std::array::from_fn(|i| a(t + i)), sums),
-                                    4 => (p.p4)(groups, nb, std::array::from_fn(|i| a(t + i)), sums),
-                                    _ => (p.p1)(groups, nb, [a(t)], sums),
-                                }
-                                put_rows(dst, sums, 16, t, g0);
-                                g0 += 16;
-                                continue;
+                            // Two groups at once where the build can, else one.
+                            let pair = gk.pairs.filter(|_| g0 + 16 <= split);
+                            let width = if pair.is_some() { 16 } else { 8 };
+                            let sums = &mut sums[..width * tile];
+                            let rows_of = &self.data[g0 * rb..(g0 + width) * rb];
+                            let many = |i| a(t + i);
+                            match (pair, tile, gk.g8) {
+                                (Some(p), 8, _) => (p.p8)(rows_of, nb, std::array::from_fn(many), sums),
+                                (Some(p), 4, _) => (p.p4)(rows_of, nb, std::array::from_fn(many), sums),
+                                (Some(p), _, _) => (p.p1)(rows_of, nb, [a(t)], sums),
+                                (None, 8, Some(g8)) => g8(rows_of, nb, std::array::from_fn(many), sums),
+                                (None, 4, _) => (gk.g4)(rows_of, nb, std::array::from_fn(many), sums),
+                                (None, _, _) => (gk.g1)(rows_of, nb, [a(t)], sums),
                             }
-                            let sums = &mut sums[..8 * tile];
-                            let group = &self.data[g0 * rb..(g0 + 8) * rb];
-                            match (tile, gk.g8) {
-                                (8, Some(g8)) => g8(group, nb, std::array::from_fn(|i| a(t + i)), sums),
-                                (4, _) => (gk.g4)(group, nb, std::array::from_fn(|i| a(t + i)), sums),
-                                _ => (gk.g1)(group, nb, [a(t)], sums),
-                            }
-                            put_rows(dst, sums, 8, t, g0);
-                            g0 += 8;
+                            put_rows(&dst, sums, width, t, g0);
+                            g0 += width;
                         }
                         t += tile;
                     }
@@ -672,7 +666,7 @@ impl QMatrix {
                         }
                         for i in 0..tile {
                             // SAFETY: rows r0..end are this thread's chunk alone.
-                            let o = unsafe { dst[t + i].slice(split, end - split) };
+                            let o = unsafe { dst.slice(t + i, split, end - split) };
                             for (r, o) in o.iter_mut().enumerate() {
                                 *o = local[r * tile + i];
                             }
@@ -705,10 +699,34 @@ fn claim_rows(next: &AtomicUsize, rows: usize, threads: usize, unit: usize, most
 
 /// A group or pair kernel's sums (`sums[i·width + r]`) into output rows
 /// `t + i`, columns `g0..g0 + width`.
-fn put_rows(dst: &[Disjoint<'_>], sums: &[f32], width: usize, t: usize, g0: usize) {
+fn put_rows(dst: &Out<'_, '_>, sums: &[f32], width: usize, t: usize, g0: usize) {
     for (i, s) in sums.chunks_exact(width).enumerate() {
         // SAFETY: the group's rows are in the calling thread's chunk alone.
-        unsafe { dst[t + i].slice(g0, width) }.copy_from_slice(s);
+        unsafe { dst.slice(t + i, g0, width) }.copy_from_slice(s);
+    }
+}
+
+/// The output rows of [`QMatrix::multiply`]: one buffer of `rows`-long rows
+/// one after another, or a buffer per row.
+enum Out<'a, 'b> {
+    Flat(Disjoint<'a>, usize),
+    Rows(&'b [Disjoint<'a>]),
+}
+
+impl Out<'_, '_> {
+    /// Columns `start..start + len` of output row `t`.
+    ///
+    /// # Safety
+    /// As [`Disjoint::slice`]: no other thread touches them meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, t: usize, start: usize, len: usize) -> &mut [f32] {
+        // SAFETY: the caller's promise, passed on (bounds are checked there).
+        unsafe {
+            match self {
+                Out::Flat(d, rows) => d.slice(t * rows + start, len),
+                Out::Rows(r) => r[t].slice(start, len),
+            }
+        }
     }
 }
 

@@ -180,7 +180,7 @@ unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&
 /// Sixteen interleaved `Q8_0` rows against `T` `Q8_0` activation rows.
 pub(crate) fn q8_0x16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     assert!(groups.len() == 2 * nb * 272 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 36), "pair kernel shapes");
-    // SAFETY: as for `q4x16`.
+    // SAFETY: as for `nibbles16`.
     unsafe { q8_0x16_k::<T>(groups, nb, a, out) }
 }
 
