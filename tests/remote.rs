@@ -18,16 +18,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// A llama-server child process, killed when dropped.
+/// A llama-server under a watchdog shell that kills it once its standard
+/// input closes: when the `Server` is dropped, and also when this test
+/// process ends without dropping it (the shared server lives in a static,
+/// which Rust never drops) or is killed.
 struct Server {
-    child: Child,
+    watchdog: Child,
     url: String,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self.watchdog.stdin.take());
+        let _ = self.watchdog.wait();
     }
 }
 
@@ -52,14 +55,17 @@ fn free_port() -> u16 {
 fn start_server(extra: &[&str]) -> Option<Server> {
     let (bin, model) = (server_binary()?, common::smollm2_gguf()?);
     let port = free_port();
-    let child = Command::new(bin)
+    let watchdog = Command::new("sh")
+        .args(["-c", r#""$0" "$@" & s=$!; read -r _; kill "$s"; wait "$s""#])
+        .arg(bin)
         .args(["-m", model.to_str().unwrap(), "--host", "127.0.0.1", "--port", &port.to_string(), "-t", "2", "-c", "8192", "--parallel", "4"])
         .args(extra)
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let server = Server { child, url: format!("http://127.0.0.1:{port}") };
+    let server = Server { watchdog, url: format!("http://127.0.0.1:{port}") };
     let started = Instant::now();
     while ureq::get(&format!("{}/health", server.url)).call().is_err() {
         assert!(started.elapsed() < Duration::from_secs(120), "llama-server did not start");
