@@ -81,7 +81,6 @@ struct Bufs {
     x: Vec<f32>,
     qkv: Vec<f32>,
     att: Vec<f32>,
-    proj: Vec<f32>,
     gu: Vec<f32>,
     part: Vec<f32>,
     cos: Vec<f32>,
@@ -293,6 +292,10 @@ impl Model {
         b.qkv.resize(n * width, 0.0);
         let (x, eps) = (&b.x, cfg.rms_norm_eps);
         let normed = |t: usize, row: &mut [f32]| rms_norm(&x[t * h..(t + 1) * h], &l.attn_norm, eps, row, h);
+        // The caches' next positions arrive while the projection runs.
+        for s in segs.iter() {
+            s.cache.prefetch_push(li, nkv);
+        }
         l.qkv.matmul(&self.pool, Input::Made(&normed), n, &mut b.qkv, &mut b.part, &mut b.scratch);
         let half = cfg.rope.dim / 2;
         let (cos, sin) = (&b.cos, &b.sin);
@@ -323,9 +326,7 @@ impl Model {
         }
         b.att.resize(n * qn, 0.0);
         self.attend(cfg, li, segs, &b.tokens, &b.qkv, &mut b.att, &b.scores);
-        b.proj.resize(n * h, 0.0);
-        l.o.matmul(&self.pool, &b.att, n, &mut b.proj, &mut b.scratch);
-        b.x.iter_mut().zip(&b.proj).for_each(|(x, p)| *x += p);
+        l.o.matmul_add(&self.pool, Input::Rows(&b.att), n, &mut b.x, &mut b.scratch);
     }
 
     /// Attention of every (token, head) of the pass, spread over the pool.
@@ -437,8 +438,7 @@ impl Model {
                 *a = g / (1.0 + *a) * u;
             }
         };
-        l.down.matmul_from(&self.pool, Input::Made(&act), n, &mut b.proj, &mut b.scratch);
-        b.x.iter_mut().zip(&b.proj).for_each(|(x, p)| *x += p);
+        l.down.matmul_add(&self.pool, Input::Made(&act), n, &mut b.x, &mut b.scratch);
     }
 }
 
@@ -460,20 +460,38 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f64) {
     }
 }
 
-/// `1 / sqrt(mean(x²) + eps)`, the sum in f64.
+/// `1 / sqrt(mean(x²) + eps)`, the sum in f64. Each square is exact in
+/// f64; they go into eight running sums (lanes the compiler vectorises,
+/// where one running sum waits on each add), so the f64 total can differ
+/// from a sequential sum's in its last bits, far below the f32 result's.
 fn rms_scale(x: &[f32], eps: f64) -> f32 {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let mut lanes = [0f64; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in chunks.by_ref() {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += (v as f64) * (v as f64);
+        }
+    }
+    let rest: f64 = chunks.remainder().iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let ss = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])) + rest;
     (1.0 / (ss / x.len() as f64 + eps).sqrt()) as f32
 }
 
 /// Rotary embedding of one head on its first `2·cos.len()` values:
 /// adjacent pairs (interleaved, llama.cpp's GGUF layout) or halves (NeoX).
+// Written as zipped slices, one loop per layout: no bounds checks or
+// branch in the loop, so the compiler vectorises it.
 fn rotate(x: &mut [f32], cos: &[f32], sin: &[f32], interleaved: bool) {
     let half = cos.len();
-    for k in 0..half {
-        let (a, b) = if interleaved { (2 * k, 2 * k + 1) } else { (k, k + half) };
-        let (x0, x1) = (x[a], x[b]);
-        x[a] = x0 * cos[k] - x1 * sin[k];
-        x[b] = x0 * sin[k] + x1 * cos[k];
+    let turn = |x0: f32, x1: f32, c: f32, s: f32| (x0 * c - x1 * s, x0 * s + x1 * c);
+    if interleaved {
+        for ((p, &c), &s) in x[..2 * half].chunks_exact_mut(2).zip(cos).zip(sin) {
+            (p[0], p[1]) = turn(p[0], p[1], c, s);
+        }
+    } else {
+        let (lo, hi) = x[..2 * half].split_at_mut(half);
+        for (((a, b), &c), &s) in lo.iter_mut().zip(hi.iter_mut()).zip(cos).zip(sin) {
+            (*a, *b) = turn(*a, *b, c, s);
+        }
     }
 }

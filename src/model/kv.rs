@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::kernels::VecOps;
+use super::kernels::{prefetch_line, VecOps};
 
 /// Frozen blocks a cache may chain before a new freeze merges all but the
 /// first into one (a bound on attention's calls per head).
@@ -180,6 +180,17 @@ impl Cache {
         for (h, (k, v)) in k.chunks_exact(d).zip(v.chunks_exact(d)).enumerate() {
             self.k[li * heads + h].extend_from_slice(k);
             self.v[li * heads + h].extend_from_slice(v);
+        }
+    }
+
+    /// Asks for the memory that [`Cache::push`] of layer `li` will write
+    /// to be brought into cache (a hint; pushes work without it).
+    pub fn prefetch_push(&self, li: usize, heads: usize) {
+        for l in self.k[li * heads..(li + 1) * heads].iter().chain(&self.v[li * heads..(li + 1) * heads]) {
+            let tail = l.as_ptr().wrapping_add(l.len()) as *const u8;
+            for off in (0..self.head_dim * 4 + 64).step_by(64) {
+                prefetch_line(tail.wrapping_add(off));
+            }
         }
     }
 

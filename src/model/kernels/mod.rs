@@ -353,6 +353,19 @@ impl Kernel {
     }
 }
 
+/// Asks for the cache line at `p` to be brought into cache (a hint: any
+/// address is fine, nothing is read).
+#[inline]
+pub fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64; a prefetch never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// f32 vector operations: attention's over rows `j·stride..j·stride + d`
 /// of a cache slice (one KV head's keys or values), and `exp`.
 #[derive(Clone, Copy)]
@@ -546,7 +559,14 @@ impl QMatrix {
     /// row once, before any thread multiplies.
     pub fn matmul_from(&self, pool: &Pool, input: Input<'_>, n: usize, out: &mut [f32], scratch: &mut Scratch) {
         assert!(out.len() == n * self.rows, "matmul shapes");
-        self.multiply(pool, input, n, Out::Flat(Disjoint::new(out), self.rows), scratch);
+        self.multiply(pool, input, n, Out::Flat(Disjoint::new(out), self.rows, Write::Set), scratch);
+    }
+
+    /// [`QMatrix::matmul_from`] added to `out` (`out[t·rows + r] +=`): a
+    /// residual connection, with no buffer of products between.
+    pub fn matmul_add(&self, pool: &Pool, input: Input<'_>, n: usize, out: &mut [f32], scratch: &mut Scratch) {
+        assert!(out.len() == n * self.rows, "matmul shapes");
+        self.multiply(pool, input, n, Out::Flat(Disjoint::new(out), self.rows, Write::Add), scratch);
     }
 
     /// [`QMatrix::matmul`] into one output row of its own per input row
@@ -667,8 +687,10 @@ impl QMatrix {
                         for i in 0..tile {
                             // SAFETY: rows r0..end are this thread's chunk alone.
                             let o = unsafe { dst.slice(t + i, split, end - split) };
+                            let add = dst.write() == Write::Add;
                             for (r, o) in o.iter_mut().enumerate() {
-                                *o = local[r * tile + i];
+                                let v = local[r * tile + i];
+                                *o = if add { *o + v } else { v };
                             }
                         }
                         t += tile;
@@ -676,6 +698,7 @@ impl QMatrix {
                 }
             }
         });
+
     }
 }
 
@@ -702,18 +725,36 @@ fn claim_rows(next: &AtomicUsize, rows: usize, threads: usize, unit: usize, most
 fn put_rows(dst: &Out<'_, '_>, sums: &[f32], width: usize, t: usize, g0: usize) {
     for (i, s) in sums.chunks_exact(width).enumerate() {
         // SAFETY: the group's rows are in the calling thread's chunk alone.
-        unsafe { dst.slice(t + i, g0, width) }.copy_from_slice(s);
+        let o = unsafe { dst.slice(t + i, g0, width) };
+        match dst.write() {
+            Write::Set => o.copy_from_slice(s),
+            Write::Add => o.iter_mut().zip(s).for_each(|(o, s)| *o += s),
+        }
     }
 }
 
 /// The output rows of [`QMatrix::multiply`]: one buffer of `rows`-long rows
 /// one after another, or a buffer per row.
 enum Out<'a, 'b> {
-    Flat(Disjoint<'a>, usize),
+    Flat(Disjoint<'a>, usize, Write),
     Rows(&'b [Disjoint<'a>]),
 }
 
+/// How products reach the output: stored, or added to what is there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Write {
+    Set,
+    Add,
+}
+
 impl Out<'_, '_> {
+    fn write(&self) -> Write {
+        match self {
+            Out::Flat(_, _, w) => *w,
+            Out::Rows(_) => Write::Set,
+        }
+    }
+
     /// Columns `start..start + len` of output row `t`.
     ///
     /// # Safety
@@ -723,7 +764,7 @@ impl Out<'_, '_> {
         // SAFETY: the caller's promise, passed on (bounds are checked there).
         unsafe {
             match self {
-                Out::Flat(d, rows) => d.slice(t * rows + start, len),
+                Out::Flat(d, rows, _) => d.slice(t * rows + start, len),
                 Out::Rows(r) => r[t].slice(start, len),
             }
         }

@@ -330,6 +330,26 @@ fn a_rows_result_is_the_same_alone_and_in_any_batch() {
     }
 }
 
+/// `matmul_add` adds to each output what `matmul` stores, bit for bit,
+/// through group, pair and plain rows alike (48 rows: a pair, a lone
+/// group and plain rows where the type interleaves).
+#[test]
+fn matmul_add_is_matmul_then_add() {
+    let pool = Pool::new(2);
+    for (i, ty) in ALL.into_iter().enumerate() {
+        let cols = ty.block().0.max(32) * 2;
+        let (rows, n) = (8 * 3 + 5, 9);
+        let (m, _) = matrix(ty, rows, cols, 300 + i as u64);
+        let x = randoms(n * cols, 31 + i as u64);
+        let base = randoms(n * rows, 57 + i as u64);
+        let want: Vec<f32> = run(&m, &pool, &x, n).iter().zip(&base).map(|(p, b)| b + p).collect();
+        let mut got = base.clone();
+        m.matmul_add(&pool, Input::Rows(&x), n, &mut got, &mut Scratch::default());
+        let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{ty:?}: matmul_add differs from matmul then add");
+    }
+}
+
 /// Interleaved rows read back as they were stored, and the SIMD group
 /// kernels compute bit for bit what the portable ones specify.
 #[test]

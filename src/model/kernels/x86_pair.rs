@@ -204,6 +204,11 @@ unsafe fn q8_0x16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
             let q = load(a[t].as_ptr().add(b * 36 + 4));
             _mm256_storeu_si256(shifted[t].as_mut_ptr() as *mut __m256i, _mm256_xor_si256(q, bias));
         }
+        // Read back from memory: left to itself the compiler keeps the
+        // shifted bytes in registers and spends two shuffles on each
+        // broadcast (the port every `vpdpbusd` also needs); from memory a
+        // broadcast is part of the `vpdpbusd`'s load.
+        std::hint::black_box(&mut shifted);
         let mut s = [_mm512_setzero_si512(); T];
         let mut wsum = _mm512_setzero_si512();
         for c in 0..8 {
