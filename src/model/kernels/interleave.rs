@@ -13,7 +13,8 @@
 //! `Q4_1` the eight `d` then the eight `m`; for `Q8_0` the eight `d`), then
 //! the quantized bytes in chunks of 32: in chunk `c`, bytes `4r..4r+4` are
 //! row `r`'s `qs[4c..4c+4]`. (`Q4_0`, `Q4_1`: 4 chunks, low nibbles values
-//! `4c..4c+4`, high nibbles `16+4c..16+4c+4`; `Q8_0`: 8 chunks.)
+//! `4c..4c+4`, high nibbles `16+4c..16+4c+4`; `Q8_0`: 8 chunks; `Q6_K`:
+//! the eight `d`, then scales, `ql` and `qh` as 4, 32 and 16 chunks.)
 //!
 //! A matrix keeps its first `8·⌊rows/8⌋` rows as groups and the rest as
 //! plain rows after them.
@@ -28,12 +29,27 @@ pub(crate) fn shape(ty: QType) -> Option<(usize, usize)> {
         QType::Q5_0 => Some((22, 1)),
         QType::Q8_0 => Some((34, 1)),
         QType::Q4K => Some((144, 2)),
+        QType::Q6K => Some((210, 1)),
         _ => None,
     }
 }
 
-/// Where byte `i` of row `r`'s block goes in its group block.
-fn place(fields: usize, r: usize, i: usize) -> usize {
+/// Byte `i` of a block of `ty` in field-first order: `Q6_K` keeps its
+/// `d` (bytes 208..210) and scales (192..208) last; its group blocks put
+/// them first like every other type's (`d`, then the scales as four
+/// chunks, then `ql`, then `qh`). Other types are in that order already.
+fn ordered(ty: QType, i: usize) -> usize {
+    match (ty, i) {
+        (QType::Q6K, 208..) => i - 208,
+        (QType::Q6K, 192..) => i - 190,
+        (QType::Q6K, _) => i + 18,
+        _ => i,
+    }
+}
+
+/// Where byte `i` of row `r`'s block of `ty` goes in its group block.
+fn place(ty: QType, fields: usize, r: usize, i: usize) -> usize {
+    let i = ordered(ty, i);
     if i < 2 * fields {
         16 * (i / 2) + 2 * r + i % 2
     } else {
@@ -56,7 +72,7 @@ pub(crate) fn interleave(ty: QType, data: &[u8], row_bytes: usize) -> (Vec<u8>, 
             let row = &data[(8 * g + r) * row_bytes..(8 * g + r + 1) * row_bytes];
             for b in 0..nb {
                 for i in 0..block {
-                    dst[b * 8 * block + place(fields, r, i)] = row[b * block + i];
+                    dst[b * 8 * block + place(ty, fields, r, i)] = row[b * block + i];
                 }
             }
         }
@@ -72,7 +88,7 @@ pub(crate) fn row_of(ty: QType, data: &[u8], row_bytes: usize, r: usize) -> Vec<
     let mut row = vec![0u8; row_bytes];
     for b in 0..nb {
         for i in 0..block {
-            row[b * block + i] = group[b * 8 * block + place(fields, r % 8, i)];
+            row[b * block + i] = group[b * 8 * block + place(ty, fields, r % 8, i)];
         }
     }
     row
@@ -167,6 +183,32 @@ pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
         (scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0)).mul_add(sum as f32, acc)
     };
     rows_x8(group, 272, nb, a, 36, out, step, |acc| acc);
+}
+
+/// The portable `Q6_K` group kernel and the specification of the SIMD one:
+/// eight rows (`nb` group blocks of 1,680 bytes: `d` at 0, scales at 16,
+/// `ql` at 144, `qh` at 1,168) against `T` `Q8_K` activation rows. Per row
+/// and super-block the exact integer sum `Σ_j sc_j·Σ(q−32)·a` over the
+/// sixteen sub-blocks of 16, then `acc += (d·d_a)·sum`: the arithmetic of
+/// the row kernel (`scalar::dot_q6_k`), so a row gives the same bits
+/// interleaved or not.
+pub(crate) fn q6_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let step = |gb: &[u8], ab: &[u8], r: usize, acc: f32| {
+        let byte = |base: usize, k: usize| gb[base + 32 * (k / 4) + 4 * r + k % 4];
+        let mut s = 0i32;
+        for v in 0..256 {
+            // Value v: half h, quarter k of the half, position l in it.
+            let (h, k, l) = (v / 128, v % 128 / 32, v % 32);
+            let ql = byte(144, 64 * h + 32 * (k % 2) + l);
+            let low = if k >= 2 { ql >> 4 } else { ql & 0xF };
+            let high = (byte(1168, 32 * h + l) >> (2 * k)) & 3;
+            let q = i32::from(low | high << 4) - 32;
+            let sc = i32::from(byte(16, 8 * h + 2 * k + l / 16) as i8);
+            s += sc * q * i32::from(ab[4 + v] as i8);
+        }
+        acc + scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0) * s as f32
+    };
+    rows_x8(group, 1680, nb, a, 292, out, step, |acc| acc);
 }
 
 /// The portable `Q4_K` group kernel and the specification of the SIMD one:

@@ -276,6 +276,16 @@ impl Simd {
                     QType::Q5_0 => Some(GroupKernel { g1: m::q5_0x8::<1>, g4: m::q5_0x8::<4>, g8: $g8(m::q5_0x8::<8>), pairs: None }),
                     QType::Q8_0 => Some(GroupKernel { g1: m::q8_0x8::<1>, g4: m::q8_0x8::<4>, g8: $g8(m::q8_0x8::<8>), pairs: None }),
                     QType::Q4K => Some(GroupKernel { g1: m::q4_kx8::<1>, g4: m::q4_kx8::<4>, g8: $g8(m::q4_kx8::<8>), pairs: None }),
+                    // Only the pair build multiplies `Q6_K` groups itself
+                    // (`QMatrix::new` interleaves them for it alone); the
+                    // others run the specification, for lone groups and
+                    // for tests that switch builds.
+                    QType::Q6K => Some(GroupKernel {
+                        g1: interleave::q6_kx8::<1>,
+                        g4: interleave::q6_kx8::<4>,
+                        g8: Some(interleave::q6_kx8::<8>),
+                        pairs: None,
+                    }),
                     _ => None,
                 }
             }};
@@ -299,6 +309,7 @@ impl Simd {
                     QType::Q5_0 => Some(PairKernel { p1: p::q5_0x16::<1>, p4: p::q5_0x16::<4>, p8: p::q5_0x16::<8> }),
                     QType::Q8_0 => Some(PairKernel { p1: p::q8_0x16::<1>, p4: p::q8_0x16::<4>, p8: p::q8_0x16::<8> }),
                     QType::Q4K => Some(PairKernel { p1: p::q4_kx16::<1>, p4: p::q4_kx16::<4>, p8: p::q4_kx16::<8> }),
+                    QType::Q6K => Some(PairKernel { p1: p::q6_kx16::<1>, p4: p::q6_kx16::<4>, p8: p::q6_kx16::<8> }),
                     _ => None,
                 };
                 // A lone group (an odd one at the end of a chunk) takes the eight-row build.
@@ -452,7 +463,9 @@ impl QMatrix {
         if data.len() != rb * rows {
             return Err(format!("{} bytes for {rows}×{cols} {ty:?} (expected {})", data.len(), rb * rows));
         }
-        let group_kernel = Simd::best().group_kernel(ty);
+        // `Q6_K` groups pay only where a build multiplies them itself (the
+        // pairs); elsewhere its rows stay plain, on the row kernels.
+        let group_kernel = Simd::best().group_kernel(ty).filter(|g| ty != QType::Q6K || g.pairs.is_some());
         let (data, groups) = match group_kernel {
             Some(_) if rows >= 8 => interleave::interleave(ty, &data, rb),
             _ => (data, 0),

@@ -354,8 +354,39 @@ fn matmul_add_is_matmul_then_add() {
 /// kernels compute bit for bit what the portable ones specify.
 #[test]
 fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q8_0, QType::Q4K] {
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q8_0, QType::Q4K, QType::Q6K] {
         interleaved_type_round_trips(ty);
+    }
+}
+
+/// The portable `Q6_K` group kernel computes each row's bits as the row
+/// kernel does (so a row gives the same result interleaved or not, on
+/// every CPU, whichever build stores it).
+#[test]
+fn q6_k_groups_compute_the_row_kernels_bits() {
+    let (rows, cols) = (16, 512);
+    let values = randoms(rows * cols, 91);
+    let t = Tensor::from_vec(values, (rows, cols), &Device::Cpu).unwrap();
+    let plain = QTensor::quantize(&t, QType::Q6K.ggml()).unwrap().data().unwrap().into_owned();
+    let rb = QType::Q6K.row_bytes(cols).unwrap();
+    let (grouped, groups) = interleave::interleave(QType::Q6K, &plain, rb);
+    assert_eq!(groups, 2);
+    let acts: Vec<Vec<u8>> = (0..3)
+        .map(|i| {
+            let mut a = vec![0u8; cols / 256 * 292];
+            scalar::quantize_q8_k(&randoms(cols, 7 + i), &mut a);
+            a
+        })
+        .collect();
+    for g in 0..groups {
+        let mut out = [0f32; 8 * 3];
+        interleave::q6_kx8::<3>(&grouped[g * 8 * rb..(g + 1) * 8 * rb], cols / 256, [&acts[0], &acts[1], &acts[2]], &mut out);
+        for (t, a) in acts.iter().enumerate() {
+            for r in 0..8 {
+                let row = &plain[(8 * g + r) * rb..(8 * g + r + 1) * rb];
+                assert_eq!(out[t * 8 + r].to_bits(), scalar::dot_q6_k(row, a).to_bits(), "group {g} row {r} token {t}");
+            }
+        }
     }
 }
 
@@ -364,7 +395,7 @@ fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
 #[test]
 fn every_build_agrees_on_tall_matrices() {
     let pool = Pool::new(2);
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q4K] {
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q4K, QType::Q6K] {
         let (rows, cols) = (272, ty.block().0.max(32) * 3);
         let (m, _) = matrix(ty, rows, cols, 77);
         let portable = m.clone().portable();
@@ -383,7 +414,9 @@ fn every_build_agrees_on_tall_matrices() {
 fn interleaved_type_round_trips(ty: QType) {
     let (rows, cols) = (21, ty.block().0.max(32) * 3);
     let (m, _) = matrix(ty, rows, cols, 41);
-    assert_eq!(m.groups, 2, "two groups of eight, five plain rows");
+    // `Q6_K` is stored in groups only where the best build has pairs.
+    let grouped = ty != QType::Q6K || Simd::best().group_kernel(ty).is_some_and(|g| g.pairs.is_some());
+    assert_eq!(m.groups, if grouped { 2 } else { 0 }, "two groups of eight, five plain rows");
     let rb = ty.row_bytes(cols).unwrap();
     let plain = {
         let values = randoms(rows * cols, 41);

@@ -316,3 +316,78 @@ unsafe fn q4_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
     }
     put(acc, out);
 }
+
+/// Sixteen interleaved `Q6_K` rows against `T` `Q8_K` activation rows.
+pub(crate) fn q6_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(groups.len() == 2 * nb * 1680 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 292), "pair kernel shapes");
+    // SAFETY: as for `nibbles16`.
+    unsafe { q6_kx16_k::<T>(groups, nb, a, out) }
+}
+
+/// Per row and super-block the exact integer sum `Σ_j sc_j·Σ(q−32)·a`
+/// over the sixteen sub-blocks of 16 values, then `acc += (d·d_a)·sum`
+/// (`interleave::q6_kx8`). The weights go in signed (`q − 32`) and the
+/// activations offset by 128 (`a ^ 0x80`, as in [`q8_0x16_k`]): each
+/// sub-block's sum takes back 128·Σw, one `vpdpbusd` of 128s per chunk.
+// SAFETY (callers): see `q6_kx16`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q6_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let (nib, two, off) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30), _mm512_set1_epi8(32));
+    let ones128 = _mm512_set1_epi8(-128);
+    let bias = _mm256_set1_epi8(-128);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let mut shifted = [[0u8; 256]; T];
+    for b in 0..nb {
+        let pa = g.as_ptr().add(b * 1680);
+        let pb = pa.add(nb * 1680);
+        ahead(g.as_ptr(), nb, b, 1680);
+        for t in 0..T {
+            for c in 0..8 {
+                let q = load(a[t].as_ptr().add(b * 292 + 4 + 32 * c));
+                _mm256_storeu_si256(shifted[t].as_mut_ptr().add(32 * c) as *mut __m256i, _mm256_xor_si256(q, bias));
+            }
+        }
+        // Read back from memory, as in `q8_0x16_k`.
+        std::hint::black_box(&mut shifted);
+        let mut s = [_mm512_setzero_si512(); T];
+        for j in 0..16 {
+            // Sub-block j: half h, quarter k of the half, run `is` of 16.
+            let (h, k, is) = (j / 8, j % 8 / 2, j % 2);
+            // Scale j of each row, sign-extended from byte j % 4 of its lane.
+            let up = _mm512_set1_epi32(24 - 8 * (j as i32 % 4));
+            let sc = _mm512_srai_epi32(_mm512_sllv_epi32(pair(pa, pb, 16 + 32 * (j / 4)), up), 24);
+            let mut d = [_mm512_setzero_si512(); T];
+            let mut wsum = _mm512_setzero_si512();
+            for c in 0..4 {
+                let l = 16 * is + 4 * c;
+                let ql = pair(pa, pb, 144 + 8 * (64 * h + 32 * (k % 2) + l));
+                let qh = pair(pa, pb, 1168 + 8 * (32 * h + l));
+                let low = if k >= 2 { _mm512_and_si512(_mm512_srli_epi32(ql, 4), nib) } else { _mm512_and_si512(ql, nib) };
+                // Bits 2k, 2k+1 of each qh byte at bits 4, 5 (a 32-bit shift; the mask drops what crossed bytes).
+                let high = _mm512_and_si512(
+                    if k >= 2 {
+                        _mm512_srlv_epi32(qh, _mm512_set1_epi32(2 * k as i32 - 4))
+                    } else {
+                        _mm512_sllv_epi32(qh, _mm512_set1_epi32(4 - 2 * k as i32))
+                    },
+                    two,
+                );
+                let w = _mm512_sub_epi8(_mm512_or_si512(low, high), off);
+                wsum = _mm512_dpbusd_epi32(wsum, ones128, w);
+                let v = 128 * h + 32 * k + l;
+                for t in 0..T {
+                    d[t] = _mm512_dpbusd_epi32(d[t], four(shifted[t].as_ptr().add(v)), w);
+                }
+            }
+            for t in 0..T {
+                s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(_mm512_sub_epi32(d[t], wsum), sc));
+            }
+        }
+        let dw = halves(pa, pb, 0);
+        for t in 0..T {
+            let dd = _mm512_mul_ps(dw, scalar(a[t].as_ptr().add(b * 292)));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[t])));
+        }
+    }
+    put(acc, out);
+}
