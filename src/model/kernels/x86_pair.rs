@@ -91,6 +91,26 @@ unsafe fn ahead(g: *const u8, nb: usize, b: usize, bytes: usize) {
 /// How many blocks ahead [`ahead`] asks for.
 const AHEAD: usize = 8;
 
+/// The `N` bytes at `off` of each activation row offset by 128 (`a ^ 0x80`:
+/// `vpdpbusd` takes one unsigned operand) into `dst`, then hidden from the
+/// optimiser, so that the kernel reads each broadcast back from memory as
+/// part of its `vpdpbusd`; left in registers, every broadcast cost two
+/// shuffles on the port `vpdpbusd` needs (8 rows ran at 98 G MAC/s
+/// instead of 143).
+// SAFETY (callers): the CPU has AVX2; each row holds `off + N` bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn offset128<const T: usize, const N: usize>(a: [&[u8]; T], off: usize, dst: &mut [[u8; N]; T]) {
+    let bias = _mm256_set1_epi8(-128);
+    for (row, d) in a.iter().zip(dst.iter_mut()) {
+        for c in 0..N / 32 {
+            let q = load(row.as_ptr().add(off + 32 * c));
+            _mm256_storeu_si256(d.as_mut_ptr().add(32 * c) as *mut __m256i, _mm256_xor_si256(q, bias));
+        }
+    }
+    std::hint::black_box(dst);
+}
+
 /// Stores the sixteen rows' sums of each activation row into `out[t·16 + r]`.
 // SAFETY (callers): the CPU has AVX-512F.
 #[inline]
@@ -192,7 +212,6 @@ unsafe fn q8_0x16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
     // row's sum; one `vpdpbusd` of 128s against the weights per chunk
     // gives that term, subtracted once per block. Both sums are exact in
     // 32 bits (|Σ| ≤ 32·255·128).
-    let bias = _mm256_set1_epi8(-128);
     let ones128 = _mm512_set1_epi8(-128);
     let mut acc = [_mm512_setzero_ps(); T];
     let mut shifted = [[0u8; 32]; T];
@@ -200,15 +219,7 @@ unsafe fn q8_0x16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
         let pa = g.as_ptr().add(b * 272);
         let pb = pa.add(nb * 272);
         ahead(g.as_ptr(), nb, b, 272);
-        for t in 0..T {
-            let q = load(a[t].as_ptr().add(b * 36 + 4));
-            _mm256_storeu_si256(shifted[t].as_mut_ptr() as *mut __m256i, _mm256_xor_si256(q, bias));
-        }
-        // Read back from memory: left to itself the compiler keeps the
-        // shifted bytes in registers and spends two shuffles on each
-        // broadcast (the port every `vpdpbusd` also needs); from memory a
-        // broadcast is part of the `vpdpbusd`'s load.
-        std::hint::black_box(&mut shifted);
+        offset128(a, b * 36 + 4, &mut shifted);
         let mut s = [_mm512_setzero_si512(); T];
         let mut wsum = _mm512_setzero_si512();
         for c in 0..8 {
@@ -334,21 +345,13 @@ pub(crate) fn q6_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], o
 unsafe fn q6_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     let (nib, two, off) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30), _mm512_set1_epi8(32));
     let ones128 = _mm512_set1_epi8(-128);
-    let bias = _mm256_set1_epi8(-128);
     let mut acc = [_mm512_setzero_ps(); T];
     let mut shifted = [[0u8; 256]; T];
     for b in 0..nb {
         let pa = g.as_ptr().add(b * 1680);
         let pb = pa.add(nb * 1680);
         ahead(g.as_ptr(), nb, b, 1680);
-        for t in 0..T {
-            for c in 0..8 {
-                let q = load(a[t].as_ptr().add(b * 292 + 4 + 32 * c));
-                _mm256_storeu_si256(shifted[t].as_mut_ptr().add(32 * c) as *mut __m256i, _mm256_xor_si256(q, bias));
-            }
-        }
-        // Read back from memory, as in `q8_0x16_k`.
-        std::hint::black_box(&mut shifted);
+        offset128(a, b * 292 + 4, &mut shifted);
         let mut s = [_mm512_setzero_si512(); T];
         for j in 0..16 {
             // Sub-block j: half h, quarter k of the half, run `is` of 16.
