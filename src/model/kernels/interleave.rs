@@ -189,9 +189,9 @@ pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
 /// eight rows (`nb` group blocks of 1,680 bytes: `d` at 0, scales at 16,
 /// `ql` at 144, `qh` at 1,168) against `T` `Q8_K` activation rows. Per row
 /// and super-block the exact integer sum `Σ_j sc_j·Σ(q−32)·a` over the
-/// sixteen sub-blocks of 16, then `acc += (d·d_a)·sum`: the arithmetic of
-/// the row kernel (`scalar::dot_q6_k`), so a row gives the same bits
-/// interleaved or not.
+/// sixteen sub-blocks of 16, then `acc += (d·d_a)·sum`: the portable row
+/// kernel's arithmetic (`scalar::dot_q6_k`; the AVX2 row kernel adds eight
+/// float partial sums, as llama.cpp does, and differs in the last bits).
 pub(crate) fn q6_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     let step = |gb: &[u8], ab: &[u8], r: usize, acc: f32| {
         let byte = |base: usize, k: usize| gb[base + 32 * (k / 4) + 4 * r + k % 4];

@@ -331,8 +331,8 @@ fn a_rows_result_is_the_same_alone_and_in_any_batch() {
 }
 
 /// `matmul_add` adds to each output what `matmul` stores, bit for bit,
-/// through group, pair and plain rows alike (48 rows: a pair, a lone
-/// group and plain rows where the type interleaves).
+/// through group, pair and plain rows alike (29 rows: a pair, a lone
+/// group and five plain rows where the type interleaves).
 #[test]
 fn matmul_add_is_matmul_then_add() {
     let pool = Pool::new(2);
@@ -359,9 +359,9 @@ fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
     }
 }
 
-/// The portable `Q6_K` group kernel computes each row's bits as the row
-/// kernel does (so a row gives the same result interleaved or not, on
-/// every CPU, whichever build stores it).
+/// The portable `Q6_K` group kernel computes each row's bits as the
+/// portable row kernel does (checked on every CPU, whether or not its best
+/// build stores `Q6_K` in groups).
 #[test]
 fn q6_k_groups_compute_the_row_kernels_bits() {
     let (rows, cols) = (16, 512);
