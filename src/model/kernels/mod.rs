@@ -617,6 +617,7 @@ impl QMatrix {
         let most = if self.groups > 0 { 256 } else { 64 };
         let grouped = 8 * self.groups;
         let next = AtomicUsize::new(0);
+        let add = dst.write() == Write::Add;
         pool.run(&|_| {
             // Input rows first, taken one at a time from a counter; a row
             // counts as ready even if making it panicked, so no thread
@@ -700,7 +701,6 @@ impl QMatrix {
                         for i in 0..tile {
                             // SAFETY: rows r0..end are this thread's chunk alone.
                             let o = unsafe { dst.slice(t + i, split, end - split) };
-                            let add = dst.write() == Write::Add;
                             for (r, o) in o.iter_mut().enumerate() {
                                 let v = local[r * tile + i];
                                 *o = if add { *o + v } else { v };

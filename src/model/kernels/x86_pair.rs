@@ -97,7 +97,10 @@ const AHEAD: usize = 8;
 /// part of its `vpdpbusd`; left in registers, every broadcast cost two
 /// shuffles on the port `vpdpbusd` needs (8 rows ran at 98 G MAC/s
 /// instead of 143).
-// SAFETY (callers): the CPU has AVX2; each row holds `off + N` bytes.
+// SAFETY (callers): the CPU has AVX2; each row of `a` holds at least
+// `off + N` bytes (the callers pass block `b`'s quantized values, inside
+// the `nb` activation blocks their safe wrappers assert).
+// `dst` is the caller's own array, written in bounds (`N / 32` chunks of 32).
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn offset128<const T: usize, const N: usize>(a: [&[u8]; T], off: usize, dst: &mut [[u8; N]; T]) {
@@ -331,7 +334,11 @@ unsafe fn q4_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
 /// Sixteen interleaved `Q6_K` rows against `T` `Q8_K` activation rows.
 pub(crate) fn q6_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     assert!(groups.len() == 2 * nb * 1680 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 292), "pair kernel shapes");
-    // SAFETY: as for `nibbles16`.
+    // SAFETY: `Simd::group_kernel` hands this out only after
+    // `has_avx512_pairs`; the body reads the two groups' `nb` 1,680-byte
+    // blocks (at offsets below 1,680: scales to 144, `ql` to 1,168, `qh` to
+    // 1,680) and each activation row's `nb` 292-byte blocks, which the
+    // assertion guarantees, and writes `out`'s 16·T values.
     unsafe { q6_kx16_k::<T>(groups, nb, a, out) }
 }
 
