@@ -13,7 +13,9 @@
 //! (default `~/.cache/lmt-bench-models`) plus the SmolLM2 Q4_1 file of the
 //! tests. `LMT_BENCH_TINYLLAMA=1` first writes a TinyLlama-1.1B-shaped
 //! Q8_0 file (random weights, the Llama-2 tokenizer) there, and a Q4_K_M
-//! one by llama.cpp's quantizer. The baseline is the `bench` harness of
+//! one by llama.cpp's quantizer; `LMT_BENCH_LOWBIT=1` has llama.cpp's
+//! quantizer (`benches/llama_cpp/quantize.cpp`) write SmolLM2 Q3_K_M and
+//! Q2_K files there from the Q4_1 one. The baseline is the `bench` harness of
 //! `../shared/scripts/llama-cpp/build.sh` (`$LMT_LLAMA_CPP`, default
 //! `~/.cache/lmt-llama-cpp`); without it, lmt runs alone. Threads:
 //! `LMT_BENCH_THREADS` (default 2). Each figure is the median of
@@ -133,12 +135,13 @@ fn llama_cpp(bench: &Path, file: &Path, n_gen: usize, threads: usize, text: &str
     Some((tokens, field(pre, "= ")?, field(dec, "= ")?))
 }
 
-/// llama.cpp's batched decode harness (`benches/llama_cpp/batched.cpp`),
-/// compiled once beside the `bench` harness against its library; `None`
-/// when that fails (lmt's batched figures then stand alone).
-fn batched_harness(llama_dir: &Path) -> Option<PathBuf> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/llama_cpp/batched.cpp");
-    let bin = llama_dir.join("lmt-batched");
+/// One of lmt's llama.cpp harnesses (`benches/llama_cpp/NAME.cpp`: the
+/// batched decode, the quantizer of low-bit mixes), compiled once beside
+/// the `bench` harness against its library; `None` when that fails (lmt's
+/// figures then stand alone).
+fn harness(llama_dir: &Path, name: &str) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("benches/llama_cpp/{name}.cpp"));
+    let bin = llama_dir.join(format!("lmt-{name}"));
     let stale = |b: &Path| -> bool {
         let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
         m(b).is_none() || m(b) < m(&src)
@@ -156,7 +159,7 @@ fn batched_harness(llama_dir: &Path) -> Option<PathBuf> {
             .status()
             .is_ok_and(|s| s.success());
         if !built {
-            eprintln!("could not build {}: no llama.cpp batched baseline", src.display());
+            eprintln!("could not build {}: no llama.cpp {name} harness", src.display());
             return None;
         }
     }
@@ -190,6 +193,22 @@ fn tinyllama_files(dir: &Path, llama: Option<&Path>) {
     }
 }
 
+/// SmolLM2's Q3_K_M and Q2_K mixes, made once by llama.cpp's quantizer
+/// from the shipped Q4_1 file (requantized: for speed, not quality).
+fn low_bit_files(q4_1: &Path, dir: &Path, quantize: Option<&Path>) {
+    let Some(quantize) = quantize else {
+        eprintln!("no llama.cpp quantizer: no low-bit files");
+        return;
+    };
+    for ty in ["q3_k_m", "q2_k"] {
+        let out = dir.join(format!("smollm2-{ty}.gguf"));
+        if !out.is_file() {
+            let ok = Command::new(quantize).arg(q4_1).arg(&out).arg(ty).output().is_ok_and(|o| o.status.success());
+            assert!(ok, "llama.cpp's quantizer failed to write {}", out.display());
+        }
+    }
+}
+
 fn main() {
     let threads = env_usize("LMT_BENCH_THREADS", 2);
     let repeats = env_usize("LMT_BENCH_REPEATS", 3).max(1);
@@ -199,8 +218,13 @@ fn main() {
     if baseline.is_none() {
         eprintln!("no llama.cpp baseline at {} (../shared/scripts/llama-cpp/build.sh): lmt alone", bench.display());
     }
-    let batched_baseline = baseline.and_then(|_| batched_harness(&llama_dir));
+    let batched_baseline = baseline.and_then(|_| harness(&llama_dir, "batched"));
     let models_dir = env_path("LMT_BENCH_MODELS", ".cache/lmt-bench-models");
+    let smol = env_path("LMT_TEST_MODELS", ".cache/lmt-test-models").join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if std::env::var("LMT_BENCH_LOWBIT").is_ok_and(|v| v == "1") && smol.is_file() {
+        std::fs::create_dir_all(&models_dir).unwrap();
+        low_bit_files(&smol, &models_dir, baseline.and_then(|_| harness(&llama_dir, "quantize")).as_deref());
+    }
     let mut files: Vec<PathBuf> =
         std::env::args().skip(1).filter(|a| !a.starts_with("--")).map(PathBuf::from).collect();
     if files.is_empty() {
@@ -208,7 +232,6 @@ fn main() {
         if std::env::var("LMT_BENCH_TINYLLAMA").is_ok_and(|v| v == "1") {
             tinyllama_files(&models_dir, baseline.map(|_| llama_dir.as_path()));
         }
-        let smol = env_path("LMT_TEST_MODELS", ".cache/lmt-test-models").join("SmolLM2-135M-Instruct.Q4_1.gguf");
         files.extend(smol.is_file().then_some(smol));
         let mut more: Vec<PathBuf> = std::fs::read_dir(&models_dir)
             .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "gguf")).collect())

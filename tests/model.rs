@@ -219,8 +219,11 @@ fn gguf_q4k_matches_quantized_llama() {
 /// (d·Σq) is llama.cpp's in lmt (the f32 product, rounded to f16 once)
 /// but candle multiplies a rounded Σq by a rounded d in f16, an error the
 /// min of every block multiplies — the greedy drift from llama.cpp that
-/// candle's runtime showed on Q4_1 files. Q2_K and Q3_K run as f16 with f32
-/// activations. Q6_K rows stored in groups (where the AVX-512 pair kernels
+/// candle's runtime showed on Q4_1 files. Q2_K's products agree with
+/// candle's to 4e-6 (`every_block_type_matches_candles_quantized_matmul`),
+/// but over the layers of this random model with 2-bit weights those
+/// float-rounding differences grow to ≈ 0.044 in the logits (the same with
+/// every build of lmt's kernels, the portable one included). Q6_K rows stored in groups (where the AVX-512 pair kernels
 /// run) sum each block exactly and multiply once, as `scalar::dot_q6_k`
 /// does, where candle adds eight float partial sums: layer 0's q/k/v agree
 /// to 1e-7, but the next product's 8-bit activations round one value the
@@ -229,7 +232,7 @@ fn gguf_q4k_matches_quantized_llama() {
 fn every_gguf_block_type_matches_quantized_llama() {
     use GgmlDType::*;
     for (ty, tol) in
-        [(F16, 1e-3), (Q4_0, 1e-3), (Q4_1, 0.1), (Q5_0, 1e-3), (Q5_1, 0.1), (Q5K, 1e-3), (Q6K, 0.1), (Q2K, 0.15), (Q3K, 0.15)]
+        [(F16, 1e-3), (Q4_0, 1e-3), (Q4_1, 0.1), (Q5_0, 1e-3), (Q5_1, 0.1), (Q5K, 1e-3), (Q6K, 0.1), (Q2K, 0.1), (Q3K, 1e-3)]
     {
         gguf_case(ty, tol);
     }

@@ -45,7 +45,11 @@ pub enum QType {
     Q5_1,
     /// 8-bit, one scale per 32 values.
     Q8_0,
-    /// k-quant 4-bit (256-value super-blocks).
+    /// k-quant 2-bit (256-value super-blocks, 4-bit scales and mins).
+    Q2K,
+    /// k-quant 3-bit (6-bit scales).
+    Q3K,
+    /// k-quant 4-bit.
     Q4K,
     /// k-quant 5-bit.
     Q5K,
@@ -115,6 +119,8 @@ impl QType {
             GgmlDType::Q5_0 => QType::Q5_0,
             GgmlDType::Q5_1 => QType::Q5_1,
             GgmlDType::Q8_0 => QType::Q8_0,
+            GgmlDType::Q2K => QType::Q2K,
+            GgmlDType::Q3K => QType::Q3K,
             GgmlDType::Q4K => QType::Q4K,
             GgmlDType::Q5K => QType::Q5K,
             GgmlDType::Q6K => QType::Q6K,
@@ -133,6 +139,8 @@ impl QType {
             QType::Q5_0 => GgmlDType::Q5_0,
             QType::Q5_1 => GgmlDType::Q5_1,
             QType::Q8_0 => GgmlDType::Q8_0,
+            QType::Q2K => GgmlDType::Q2K,
+            QType::Q3K => GgmlDType::Q3K,
             QType::Q4K => GgmlDType::Q4K,
             QType::Q5K => GgmlDType::Q5K,
             QType::Q6K => GgmlDType::Q6K,
@@ -149,6 +157,8 @@ impl QType {
             QType::Q5_0 => (32, 22),
             QType::Q5_1 => (32, 24),
             QType::Q8_0 => (32, 34),
+            QType::Q2K => (256, 84),
+            QType::Q3K => (256, 110),
             QType::Q4K => (256, 144),
             QType::Q5K => (256, 176),
             QType::Q6K => (256, 210),
@@ -161,7 +171,7 @@ impl QType {
             QType::Q4_0 | QType::Q5_0 => Act::Q8_0S,
             QType::Q8_0 => Act::Q8_0,
             QType::Q4_1 | QType::Q5_1 => Act::Q8_1,
-            QType::Q4K | QType::Q5K | QType::Q6K => Act::Q8K,
+            QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K => Act::Q8K,
         }
     }
 
@@ -357,6 +367,8 @@ impl Kernel {
             QType::Q5_0 => portable!(scalar::dot_q5_0),
             QType::Q5_1 => portable!(scalar::dot_q5_1),
             QType::Q8_0 => portable!(scalar::dot_q8_0),
+            QType::Q2K => portable!(scalar::dot_q2_k),
+            QType::Q3K => portable!(scalar::dot_q3_k),
             QType::Q4K => portable!(scalar::dot_q4_k),
             QType::Q5K => portable!(scalar::dot_q5_k),
             QType::Q6K => portable!(scalar::dot_q6_k),

@@ -6,6 +6,7 @@
 //! Byte layouts are GGUF's (ggml's `block_*` structs, little-endian):
 //! `Q4_0` d·f16 qs[16] · `Q4_1` d m qs[16] · `Q5_0` d qh[4] qs[16] ·
 //! `Q5_1` d m qh[4] qs[16] · `Q8_0` d qs[32]·i8 (32 values a block);
+//! `Q2_K` scales[16] qs[64] d dmin · `Q3_K` hmask[32] qs[64] scales[12] d ·
 //! `Q4_K` d dmin scales[12] qs[128] · `Q5_K` d dmin scales[12] qh[32]
 //! qs[128] · `Q6_K` ql[128] qh[64] scales[16]·i8 d (256 values a block).
 //! Activations are lmt's own (never stored): `Q8_0` d·f32 qs[32]·i8,
@@ -210,6 +211,67 @@ fn dot_k(w: &[u8], a: &[u8], wb: usize, value: impl Fn(&[u8], usize, usize) -> (
         }
         let ad = f32_at(ab, 0);
         acc += f16_at(blk, 0) * ad * s as f32 - f16_at(blk, 2) * ad * k_mins(scales, ab) as f32;
+    }
+    acc
+}
+
+/// The 16-bit signed sum of sub-block `j` (16 values) of a `Q8_K` block.
+fn bsum(ab: &[u8], j: usize) -> i32 {
+    i16::from_le_bytes([ab[260 + 2 * j], ab[261 + 2 * j]]) as i32
+}
+
+/// Where value `v` (0..256) of a `Q2_K`/`Q3_K` block sits: the byte of
+/// its 2-bit field among the 64 `qs` bytes, the field's shift, and the
+/// index of its byte among 32 (`Q3_K`'s high-bit mask).
+#[inline]
+fn crumb_at(v: usize) -> (usize, usize, usize) {
+    let (h, k, i) = (v / 128, v % 128 / 32, v % 32);
+    (32 * h + i, 2 * k, i)
+}
+
+/// Scale `j` (0..16) of a `Q3_K` block's 12 packed bytes (6 bits each,
+/// stored with 32 added): low nibbles from bytes 0..8, high bits from
+/// bytes 8..12.
+#[inline]
+pub(crate) fn scale_k3(s: &[u8], j: usize) -> i32 {
+    let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
+    let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    (low | high << 4) as i32 - 32
+}
+
+/// `Q2_K`: 16 sub-blocks of 16 values, each `d·sc·q − dmin·m` with 4-bit
+/// `sc` and `m`; llama.cpp's sum: exact integers, then `d·d_a` and
+/// `dmin·d_a` once a block.
+pub(crate) fn dot_q2_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for (blk, ab) in w.chunks_exact(84).zip(a.chunks_exact(292)) {
+        let (sc, qs) = (&blk[..16], &blk[16..80]);
+        let mut s = 0i32;
+        for (v, y) in (0..256).zip(4..) {
+            let (byte, shift, _) = crumb_at(v);
+            s += (sc[v / 16] & 0xF) as i32 * ((qs[byte] >> shift) & 3) as i32 * act_i8(ab, y, 0);
+        }
+        let mins: i32 = (0..16).map(|j| (sc[j] >> 4) as i32 * bsum(ab, j)).sum();
+        let ad = f32_at(ab, 0);
+        acc += f16_at(blk, 80) * ad * s as f32 - f16_at(blk, 82) * ad * mins as f32;
+    }
+    acc
+}
+
+/// `Q3_K`: 16 sub-blocks of 16 values, each `d·sc·(q − 4·!h)` with a
+/// 2-bit `q`, its high bit `h` and a 6-bit signed `sc`.
+pub(crate) fn dot_q3_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for (blk, ab) in w.chunks_exact(110).zip(a.chunks_exact(292)) {
+        let (hm, qs, sc) = (&blk[..32], &blk[32..96], &blk[96..108]);
+        let mut s = 0i32;
+        for (v, y) in (0..256).zip(4..) {
+            let (byte, shift, i) = crumb_at(v);
+            let high = (hm[i] >> (v / 32)) & 1;
+            let q = ((qs[byte] >> shift) & 3) as i32 - if high == 1 { 0 } else { 4 };
+            s += scale_k3(sc, v / 16) * q * act_i8(ab, y, 0);
+        }
+        acc += f16_at(blk, 108) * f32_at(ab, 0) * s as f32;
     }
     acc
 }

@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor};
 
 use super::*;
 
-const ALL: [QType; 11] = [
+const ALL: [QType; 13] = [
     QType::F32,
     QType::F16,
     QType::BF16,
@@ -17,6 +17,8 @@ const ALL: [QType; 11] = [
     QType::Q5_0,
     QType::Q5_1,
     QType::Q8_0,
+    QType::Q2K,
+    QType::Q3K,
     QType::Q4K,
     QType::Q5K,
     QType::Q6K,
@@ -436,6 +438,30 @@ fn interleaved_type_round_trips(ty: QType) {
             // The interleaved rows (the plain ones' kernels differ in order).
             let same = fast.iter().zip(&slow).enumerate().all(|(i, (a, b))| i % rows >= 16 || a.to_bits() == b.to_bits());
             assert!(same, "{ty:?} {simd:?}, {n} rows: {fast:?} vs {slow:?}");
+        }
+    }
+}
+
+/// Every block type against candle's own quantized matmul (its kernels
+/// quantize the activations to the same 8-bit formats): the sums differ
+/// only in float rounding, except where candle rounds `Q8_1`'s `d·Σq`
+/// differently (`Q4_1`, `Q5_1`: see tests/model.rs).
+#[test]
+fn every_block_type_matches_candles_quantized_matmul() {
+    use candle_core::Module;
+    let pool = Pool::new(2);
+    for (i, ty) in ALL.into_iter().filter(|t| !matches!(t, QType::F32 | QType::F16 | QType::BF16)).enumerate() {
+        let (rows, cols, n) = (48, 512, 3);
+        let values = randoms(rows * cols, 5 + i as u64);
+        let q = QTensor::quantize(&Tensor::from_vec(values, (rows, cols), &Device::Cpu).unwrap(), ty.ggml()).unwrap();
+        let m = QMatrix::new(ty, rows, cols, q.data().unwrap().into_owned()).unwrap();
+        let x = randoms(n * cols, 77 + i as u64);
+        let xt = Tensor::from_vec(x.clone(), (n, cols), &Device::Cpu).unwrap();
+        let mm = candle_core::quantized::QMatMul::from_qtensor(q).unwrap();
+        let want = mm.forward(&xt).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let tol = if matches!(ty, QType::Q4_1 | QType::Q5_1) { 2e-3 } else { 1e-5 } * (cols as f32).sqrt();
+        for (k, (got, want)) in run(&m, &pool, &x, n).iter().zip(&want).enumerate() {
+            assert!((got - want).abs() <= tol, "{ty:?} [{k}]: lmt {got}, candle {want} (tol {tol})");
         }
     }
 }
