@@ -145,12 +145,33 @@ fn bad_models_get_clear_errors() {
     std::fs::write(&fake, b"not a gguf file at all").unwrap();
     let err = load(&fake);
     assert!(err.contains("not a readable GGUF"), "{err}");
+    // A GGUF of a tensor type lmt does not read (IQ4_XS), named.
+    let iq4 = dir.join("iq4_xs.gguf");
+    spec.write_gguf(&iq4, candle_core::quantized::GgmlDType::F32);
+    set_first_tensor_type(&iq4, "token_embd.weight", 23);
+    let err = load(&iq4);
+    assert!(err.contains("IQ4_XS (GGML type 23)") && err.contains("Q4_K_M"), "{err}");
     // A config with heads that cannot share key/value heads.
     let mut bad = spec.config_json();
     bad["num_key_value_heads"] = serde_json::json!(3);
     std::fs::write(notok.join("config.json"), bad.to_string()).unwrap();
     let err = load(&notok);
     assert!(err.contains("key/value heads"), "{err}");
+}
+
+/// Rewrites the GGML type of tensor `name` in the GGUF at `path` (its
+/// description: name as u64 length and bytes, u32 dimensions, u64 sizes,
+/// then the u32 type).
+fn set_first_tensor_type(path: &Path, name: &str, ty: u32) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes.windows(key.len()).position(|w| w == key.as_slice()).expect("the tensor's description") + key.len();
+    let dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let t = at + 4 + 8 * dims;
+    assert!(u32::from_le_bytes(bytes[t..t + 4].try_into().unwrap()) == 0, "an F32 tensor");
+    bytes[t..t + 4].copy_from_slice(&ty.to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
 }
 
 fn lmt_complete(args: &[&str], vars: &[(&str, &str)]) -> std::process::Output {

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::gguf_file;
 
+use super::kernels::QType;
 use super::{load_tokenizer, safetensors_files, weights_path, LoadOptions, ModelConfig, ModelError};
 use crate::model::tokenizer::{GgufVocab, ModelTokenizer};
 
@@ -57,13 +57,13 @@ impl ModelInfo {
             (config, None)
         } else {
             let mut f = std::fs::File::open(&weights).map_err(|e| ModelError::io(&weights, e))?;
-            let content = gguf_file::Content::read(&mut f)
-                .map_err(|e| ModelError::Weights(format!("`{}` is not a readable GGUF file: {e}", weights.display())))?;
+            let content = super::weights::read_gguf(&weights, &mut f)?;
             for t in content.tensor_infos.values() {
                 let elems = t.shape.elem_count() as u64;
                 parameters += elems;
                 let bytes = elems / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
-                let e = types.entry(format!("{:?}", t.ggml_dtype).to_uppercase()).or_default();
+                let name = QType::from_ggml(t.ggml_dtype).map_or_else(|| format!("{:?}", t.ggml_dtype).to_uppercase(), |q| q.name().into());
+                let e = types.entry(name).or_default();
                 e.0 += 1;
                 e.1 += bytes;
             }

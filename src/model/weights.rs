@@ -12,6 +12,7 @@ use candle_core::quantized::{gguf_file, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{Arch, ModelConfig, Rope, RopeScaling};
+use super::kernels::QType;
 use super::ModelError;
 
 /// A linear layer: `x W^T (+ b)`.
@@ -257,11 +258,57 @@ pub(crate) fn load_safetensors(
     Ok(Weights { embed: Embed::Dense(embed), layers, norm: get("model.norm.weight")?, lm_head, bytes })
 }
 
+/// GGML tensor types lmt does not read, by their GGUF ids (ggml.h), to
+/// name them in the error.
+const UNREAD_TYPES: [(u32, &str); 17] = [
+    (16, "IQ2_XXS"),
+    (17, "IQ2_XS"),
+    (18, "IQ3_XXS"),
+    (19, "IQ1_S"),
+    (20, "IQ4_NL"),
+    (21, "IQ3_S"),
+    (22, "IQ2_S"),
+    (23, "IQ4_XS"),
+    (24, "I8"),
+    (25, "I16"),
+    (26, "I32"),
+    (27, "I64"),
+    (28, "F64"),
+    (29, "IQ1_M"),
+    (34, "TQ1_0"),
+    (35, "TQ2_0"),
+    (39, "MXFP4"),
+];
+
+/// The header of the GGUF file at `path` (metadata and tensor
+/// descriptions; no weights are read), from `file`.
+pub(crate) fn read_gguf(path: &Path, file: &mut File) -> Result<gguf_file::Content, ModelError> {
+    gguf_file::Content::read(file).map_err(|e| {
+        let e = e.to_string();
+        // candle's reader stops at the first tensor of a type it has no block for.
+        // (Its first line: candle adds a backtrace when RUST_BACKTRACE is set.)
+        let first = e.lines().next().unwrap_or_default();
+        let id = first.strip_prefix("unknown dtype for tensor ").and_then(|n| n.trim().parse::<u32>().ok());
+        match id {
+            Some(id) => {
+                let name = UNREAD_TYPES.iter().find(|(i, _)| *i == id).map_or("an unknown type", |(_, n)| n);
+                let read: Vec<&str> = QType::ALL.iter().map(|t| t.name()).collect();
+                ModelError::Weights(format!(
+                    "`{}` stores tensors as {name} (GGML type {id}), which lmt does not read; it reads GGUF files \
+                     of {} (e.g. the Q4_K_M or Q8_0 file of the same model)",
+                    path.display(),
+                    read.join(", ")
+                ))
+            }
+            None => ModelError::Weights(format!("`{}` is not a readable GGUF file: {e}", path.display())),
+        }
+    })
+}
+
 /// A GGUF file's configuration and weights.
 pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, Weights, gguf_file::Content), ModelError> {
     let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-    let content = gguf_file::Content::read(&mut file)
-        .map_err(|e| ModelError::Weights(format!("`{}` is not a readable GGUF file: {e}", path.display())))?;
+    let content = read_gguf(path, &mut file)?;
     let mut cfg = gguf_config(&content)?;
     let mut r = GgufReader { content: &content, file, device, bytes: 0 };
     let lin = |t: QTensor, b: Option<Tensor>| -> Result<Linear, ModelError> { Ok(Linear { w: QMatMul::from_qtensor(t)?, b }) };

@@ -108,6 +108,42 @@ fn best_block_q8() -> scalar::BlockQ8 {
 }
 
 impl QType {
+    /// Every type, as GGUF files are listed (dense, then the blocks).
+    pub const ALL: [QType; 13] = [
+        QType::F32,
+        QType::F16,
+        QType::BF16,
+        QType::Q8_0,
+        QType::Q4_0,
+        QType::Q4_1,
+        QType::Q5_0,
+        QType::Q5_1,
+        QType::Q2K,
+        QType::Q3K,
+        QType::Q4K,
+        QType::Q5K,
+        QType::Q6K,
+    ];
+
+    /// The name llama.cpp and the Hugging Face hub give the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            QType::F32 => "F32",
+            QType::F16 => "F16",
+            QType::BF16 => "BF16",
+            QType::Q4_0 => "Q4_0",
+            QType::Q4_1 => "Q4_1",
+            QType::Q5_0 => "Q5_0",
+            QType::Q5_1 => "Q5_1",
+            QType::Q8_0 => "Q8_0",
+            QType::Q2K => "Q2_K",
+            QType::Q3K => "Q3_K",
+            QType::Q4K => "Q4_K",
+            QType::Q5K => "Q5_K",
+            QType::Q6K => "Q6_K",
+        }
+    }
+
     /// The type of a GGUF tensor, when the kernels take it as it is.
     pub fn from_ggml(t: GgmlDType) -> Option<QType> {
         Some(match t {

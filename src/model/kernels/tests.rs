@@ -8,21 +8,7 @@ use candle_core::{Device, Tensor};
 
 use super::*;
 
-const ALL: [QType; 13] = [
-    QType::F32,
-    QType::F16,
-    QType::BF16,
-    QType::Q4_0,
-    QType::Q4_1,
-    QType::Q5_0,
-    QType::Q5_1,
-    QType::Q8_0,
-    QType::Q2K,
-    QType::Q3K,
-    QType::Q4K,
-    QType::Q5K,
-    QType::Q6K,
-];
+const ALL: [QType; 13] = QType::ALL;
 
 /// SplitMix64 floats in [-1, 1).
 fn randoms(n: usize, seed: u64) -> Vec<f32> {
