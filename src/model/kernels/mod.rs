@@ -17,6 +17,8 @@ mod x86;
 mod x86_group;
 #[cfg(target_arch = "x86_64")]
 mod x86_pair;
+#[cfg(target_arch = "x86_64")]
+mod x86_low;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};

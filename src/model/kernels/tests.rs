@@ -451,3 +451,35 @@ fn every_block_type_matches_candles_quantized_matmul() {
         }
     }
 }
+
+/// The `Q2_K` row kernels' builds (AVX2; VNNI, whose weights carry their
+/// scales) compute the same bits, one and four activation rows at a time.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn q2_k_builds_agree_bit_for_bit() {
+    let builds = x86::q2_k_builds();
+    let (rows, cols) = (5, 768);
+    let (m, _) = matrix(QType::Q2K, rows, cols, 41);
+    let x = randoms(4 * cols, 43);
+    let rb = QType::Q2K.row_bytes(cols).unwrap();
+    let mut acts = vec![0u8; 4 * cols / 256 * 292];
+    Act::Q8K.quantize(&x, &mut acts);
+    let a: Vec<&[u8]> = acts.chunks_exact(cols / 256 * 292).collect();
+    let run = |k: &Kernel| {
+        let (mut one, mut four) = (vec![0f32; rows], vec![0f32; 4 * rows]);
+        (k.rows1)(&m.data, rb, [a[1]], &mut one);
+        (k.rows4)(&m.data, rb, [a[0], a[1], a[2], a[3]], &mut four);
+        (one, four)
+    };
+    let want = run(&Kernel::portable(QType::Q2K));
+    for k in &builds {
+        let (one, four) = run(k);
+        // The same bits as each other, and close to the portable spec (whose sums are in one lane).
+        assert_eq!(run(&builds[0]).0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), one.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!(run(&builds[0]).1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), four.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        for (r, v) in one.iter().enumerate() {
+            assert_eq!(v.to_bits(), four[r * 4 + 1].to_bits(), "row {r}: alone and in a tile of four");
+            assert!((v - want.0[r]).abs() < 1e-3, "row {r}: {v} vs portable {}", want.0[r]);
+        }
+    }
+}

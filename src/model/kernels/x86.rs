@@ -10,6 +10,8 @@
 
 use std::arch::x86_64::*;
 
+use super::x86_low::{q2_k_avx2, q2_k_vnni, q3_k_avx2};
+
 use super::{exp, scalar, Kernel, QType};
 
 /// The kernels for `ty`, when this CPU runs them.
@@ -23,6 +25,8 @@ pub(super) fn table(ty: QType) -> Option<Kernel> {
         QType::Q5_0 => Kernel { rows1: q5_0::<1>, rows4: q5_0::<4> },
         QType::Q5_1 => Kernel { rows1: q5_1::<1>, rows4: q5_1::<4> },
         QType::Q8_0 => Kernel { rows1: q8_0::<1>, rows4: q8_0::<4> },
+        // With VNNI, one `vpdpbusd` a chunk (scales folded into the weights).
+        QType::Q2K if super::x86_group::has_vnni() => Kernel { rows1: q2_k_v::<1>, rows4: q2_k_v::<4> },
         QType::Q2K => Kernel { rows1: q2_k::<1>, rows4: q2_k::<4> },
         QType::Q3K => Kernel { rows1: q3_k::<1>, rows4: q3_k::<4> },
         QType::Q4K => Kernel { rows1: q4_k::<1>, rows4: q4_k::<4> },
@@ -32,6 +36,19 @@ pub(super) fn table(ty: QType) -> Option<Kernel> {
         QType::F16 => Kernel { rows1: f16s::<1>, rows4: f16s::<4> },
         QType::BF16 => Kernel { rows1: bf16s::<1>, rows4: bf16s::<4> },
     })
+}
+
+/// Every build of the `Q2_K` row kernels this CPU runs (tests compare them).
+#[cfg(test)]
+pub(super) fn q2_k_builds() -> Vec<Kernel> {
+    let mut all = Vec::new();
+    if table(QType::Q4_0).is_some() {
+        all.push(Kernel { rows1: q2_k::<1>, rows4: q2_k::<4> });
+        if super::x86_group::has_vnni() {
+            all.push(Kernel { rows1: q2_k_v::<1>, rows4: q2_k_v::<4> });
+        }
+    }
+    all
 }
 
 /// f32 vector operations for attention, when this CPU runs them.
@@ -337,10 +354,14 @@ const AHEAD: usize = 16 << 10;
 
 /// Safe entry points: rows of `row_bytes` (whole blocks) one after another
 /// in `w` against `T` activation rows; `out[r·T + t]`. Each checks the
-/// shapes, then runs its `*_avx2` body on every row inside one
-/// AVX2-compiled loop (the body inlines; no call per row).
+/// shapes, then runs its body on every row inside one loop compiled for
+/// the body's features (AVX2, FMA and F16C unless named; the body inlines,
+/// no call per row).
 macro_rules! entry {
     ($name:ident, $body:ident, $wb:expr, $ab:expr) => {
+        entry!($name, $body, $wb, $ab, "avx2,fma,f16c");
+    };
+    ($name:ident, $body:ident, $wb:expr, $ab:expr, $features:literal) => {
         fn $name<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
             let nb = row_bytes / $wb;
             let rows = if row_bytes == 0 { 0 } else { w.len() / row_bytes };
@@ -352,7 +373,7 @@ macro_rules! entry {
                 "kernel shapes"
             );
             // SAFETY (callers): As for the body: the CPU has the features and the shapes were asserted.
-            #[target_feature(enable = "avx2,fma,f16c")]
+            #[target_feature(enable = $features)]
             unsafe fn each_row<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], nb: usize, out: &mut [f32]) {
                 for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
                     ahead(row.as_ptr(), row_bytes);
@@ -360,7 +381,7 @@ macro_rules! entry {
                 }
             }
             // SAFETY: `table` hands these functions out only after detecting
-            // AVX2, FMA and F16C; the body reads `nb` blocks of `$wb` bytes
+            // `$features`; the body reads `nb` blocks of `$wb` bytes
             // from each row and of `$ab` bytes from each row of `a`, which
             // the assertion above guarantees are there.
             unsafe { each_row::<T>(w, row_bytes, a, nb, out) }
@@ -374,6 +395,7 @@ entry!(q5_0, q5_0_avx2, 22, 40);
 entry!(q5_1, q5_1_avx2, 24, 40);
 entry!(q8_0, q8_0_avx2, 34, 36);
 entry!(q2_k, q2_k_avx2, 84, 292);
+entry!(q2_k_v, q2_k_vnni, 84, 292, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
 entry!(q3_k, q3_k_avx2, 110, 292);
 entry!(q4_k, q4_k_avx2, 144, 292);
 entry!(q5_k, q5_k_avx2, 176, 292);
@@ -387,7 +409,7 @@ entry!(bf16s, bf16_avx2, 2, 4);
 // caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
@@ -400,7 +422,7 @@ unsafe fn hsum(v: __m256) -> f32 {
 // caller's block (each caller passes a block pointer of its row slice).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16x2(p: *const u8) -> __m128 {
+pub(super) unsafe fn f16x2(p: *const u8) -> __m128 {
     let bits = std::ptr::read_unaligned(p as *const u32);
     _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
 }
@@ -736,108 +758,6 @@ unsafe fn q6_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
         for t in 0..T {
             let ad = scalar::f32_at(a[t], b * 292);
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ad), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-        }
-    }
-    finish!(acc, T)
-}
-
-/// The integer sums of a `Q2_K`/`Q3_K` block against `T` activation
-/// blocks (`y[t]`: their 256 quantized values): `q[h][k]` holds the
-/// unsigned values of positions `128h + 32k ..+ 32` (sub-blocks `8h + 2k`
-/// and `8h + 2k + 1`), `sc` the 16 sub-block scales. Eight exact i32 lanes
-/// a row.
-// SAFETY (callers): The CPU has AVX2; each `y[t]` points at 256 readable bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scaled_sums<const T: usize>(q: &[[__m256i; 4]; 2], sc: &[i16; 16], y: [*const u8; T]) -> [__m256i; T] {
-    let mut sums = [_mm256_setzero_si256(); T];
-    for h in 0..2 {
-        for k in 0..4 {
-            let j = 8 * h + 2 * k;
-            // maddubs pairs bytes 0..16 into the low 128 bits: the first sub-block's scale there.
-            let s = _mm256_set_m128i(_mm_set1_epi16(sc[j + 1]), _mm_set1_epi16(sc[j]));
-            for t in 0..T {
-                let yk = load(y[t].add(128 * h + 32 * k));
-                sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[h][k], yk), s));
-            }
-        }
-    }
-    sums
-}
-
-/// The 2-bit fields of `x`'s bytes: bits 0..2, 2..4, 4..6, 6..8.
-// SAFETY (callers): The CPU has AVX2.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn crumbs(x: __m256i) -> [__m256i; 4] {
-    let m3 = _mm256_set1_epi8(3);
-    [
-        _mm256_and_si256(x, m3),
-        _mm256_and_si256(_mm256_srli_epi16(x, 2), m3),
-        _mm256_and_si256(_mm256_srli_epi16(x, 4), m3),
-        _mm256_and_si256(_mm256_srli_epi16(x, 6), m3),
-    ]
-}
-
-// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
-// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q2_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    let m4 = _mm_set1_epi8(0xF);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for b in 0..nb {
-        let p = w.as_ptr().add(b * 84);
-        // Scales in the low nibbles of the first 16 bytes, mins in the high ones.
-        let packed = _mm_loadu_si128(p as *const __m128i);
-        let mut sc = [0i16; 16];
-        _mm256_storeu_si256(sc.as_mut_ptr() as *mut __m256i, _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4)));
-        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-        let q = [crumbs(load(p.add(16))), crumbs(load(p.add(48)))];
-        let sums = scaled_sums::<T>(&q, &sc, std::array::from_fn(|t| a[t].as_ptr().add(b * 292 + 4)));
-        let dm = f16x2(p.add(80));
-        let (d, dmin) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_shuffle_ps(dm, dm, 1)));
-        for t in 0..T {
-            let ab = a[t].as_ptr().add(b * 292);
-            let ad = scalar::f32_at(a[t], b * 292);
-            // Σ m_j·bsum_j, eight lanes.
-            let m = _mm256_madd_epi16(load(ab.add(260)), mins);
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ad), _mm256_cvtepi32_ps(sums[t]), acc[t]);
-            acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * ad), _mm256_cvtepi32_ps(m), acc[t]);
-        }
-    }
-    finish!(acc, T)
-}
-
-// SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
-// each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q3_k_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    let one = _mm256_set1_epi8(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for b in 0..nb {
-        let p = w.as_ptr().add(b * 110);
-        let block = &w[b * 110..(b + 1) * 110];
-        let sc: [i16; 16] = std::array::from_fn(|j| scalar::scale_k3(&block[96..108], j) as i16);
-        // Stored values are `q − 4` where the high bit is clear: the sums
-        // take `q | 4·bit` (0..8) and then 4·Σ_j s_j·bsum_j off.
-        let hm = load(p);
-        let mut q = [crumbs(load(p.add(32))), crumbs(load(p.add(64)))];
-        for (h, qh) in q.iter_mut().enumerate() {
-            for (k, v) in qh.iter_mut().enumerate() {
-                let bit = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128((4 * h + k) as i32)), one);
-                *v = _mm256_or_si256(*v, _mm256_slli_epi16(bit, 2));
-            }
-        }
-        let sums = scaled_sums::<T>(&q, &sc, std::array::from_fn(|t| a[t].as_ptr().add(b * 292 + 4)));
-        let scales = _mm256_loadu_si256(sc.as_ptr() as *const __m256i);
-        let d = scalar::f16_at(block, 108);
-        for t in 0..T {
-            let ab = a[t].as_ptr().add(b * 292);
-            let off = _mm256_slli_epi32(_mm256_madd_epi16(load(ab.add(260)), scales), 2);
-            let dd = _mm256_set1_ps(d * scalar::f32_at(a[t], b * 292));
-            acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(_mm256_sub_epi32(sums[t], off)), acc[t]);
         }
     }
     finish!(acc, T)
