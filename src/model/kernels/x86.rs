@@ -6,7 +6,9 @@
 //! signed 8-bit activations, pairs summed in 32 bits, scaled in f32.
 //!
 //! The kernels are reachable only through [`table`], which returns `None`
-//! unless the CPU has the three features.
+//! unless the CPU has the three features (and hands out `Q2_K`'s VNNI
+//! build only where the CPU has AVX-512 VNNI). The 2- and 3-bit k-quants'
+//! bodies are in `x86_low.rs`.
 
 use std::arch::x86_64::*;
 
