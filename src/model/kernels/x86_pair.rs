@@ -53,21 +53,20 @@ unsafe fn scalar(p: *const u8) -> __m512 {
     _mm512_set1_ps(std::ptr::read_unaligned(p as *const f32))
 }
 
-/// Bits `from..from+4` of each 32-bit lane of `qh` as bytes 0..4 of that
-/// lane: 0x10 where the bit is set (`x86_group::fifth_bits`, 16 lanes).
+/// Which bytes of `qh`'s 32-bit lanes have their fifth bit set: byte `i`
+/// of a lane takes bit `from + i` of that lane's `qh` (`from` a multiple
+/// of 4). One shuffle puts the byte holding bits `from..from+4` in all
+/// four bytes of its lane, and one test picks a bit for each: no shift
+/// (`x86_group::fifth_bits` shifts; the bits are the same).
 // SAFETY (callers): the CPU has AVX-512F and BW.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn fifth_bits(qh: __m512i, from: u32) -> __m512i {
-    let x = _mm512_srlv_epi32(qh, _mm512_set1_epi32(from as i32));
-    // The lane's low byte in all four of its bytes (indices within each 128-bit quarter).
-    let spread = _mm512_shuffle_epi8(
-        x,
-        _mm512_broadcast_i32x4(_mm_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0)),
-    );
-    let probe = _mm512_set1_epi32(0x0804_0201);
-    let set = _mm512_cmpeq_epi8_mask(_mm512_and_si512(spread, probe), probe);
-    _mm512_maskz_mov_epi8(set, _mm512_set1_epi8(0x10))
+unsafe fn fifth_bits(qh: __m512i, from: u32) -> __mmask64 {
+    let at = (from / 8) as i8;
+    // Indices within each 128-bit quarter: its four lanes' byte `at`.
+    let pick = _mm_set_epi8(12 + at, 12 + at, 12 + at, 12 + at, 8 + at, 8 + at, 8 + at, 8 + at, 4 + at, 4 + at, 4 + at, 4 + at, at, at, at, at);
+    let spread = _mm512_shuffle_epi8(qh, _mm512_broadcast_i32x4(pick));
+    _mm512_test_epi8_mask(spread, _mm512_set1_epi32(0x0804_0201 << (from % 8)))
 }
 
 /// Asks for the blocks [`AHEAD`] blocks after block `b` of the pair at `g`
@@ -175,8 +174,10 @@ unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&
             // A 32-bit shift moves each byte's high nibble down; the mask drops what crossed from its neighbour.
             let mut hi = _mm512_and_si512(_mm512_srli_epi32(x, 4), mask);
             if KIND == Q5_0 {
-                lo = _mm512_or_si512(lo, fifth_bits(qh, 4 * c as u32));
-                hi = _mm512_or_si512(hi, fifth_bits(qh, 16 + 4 * c as u32));
+                // Nibbles are below 16: adding 16 where the fifth bit is set is or-ing it in.
+                let sixteen = _mm512_set1_epi8(0x10);
+                lo = _mm512_mask_add_epi8(lo, fifth_bits(qh, 4 * c as u32), lo, sixteen);
+                hi = _mm512_mask_add_epi8(hi, fifth_bits(qh, 16 + 4 * c as u32), hi, sixteen);
             }
             for t in 0..T {
                 let qa = a[t].as_ptr().add(b * 40 + 8);
