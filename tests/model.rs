@@ -223,9 +223,10 @@ fn gguf_q4k_matches_quantized_llama() {
 /// candle's to 4e-6 (`every_block_type_matches_candles_quantized_matmul`),
 /// but over the layers of this random model with 2-bit weights those
 /// float-rounding differences grow to ≈ 0.044 in the logits (the same with
-/// every build of lmt's kernels, the portable one included). Q6_K rows stored in groups (where the AVX-512 pair kernels
-/// run) sum each block exactly and multiply once, as `scalar::dot_q6_k`
-/// does, where candle adds eight float partial sums: layer 0's q/k/v agree
+/// every build of lmt's kernels, the portable one included). Q6_K rows
+/// stored in groups (where the AVX-512 pair kernels run) sum each block
+/// exactly and multiply once, as `scalar::dot_q6_k` does, where candle
+/// adds eight float partial sums: layer 0's q/k/v agree
 /// to 1e-7, but the next product's 8-bit activations round one value the
 /// other way, which this random model carries to ≈ 0.055 in the logits.
 #[test]

@@ -148,7 +148,7 @@ fn bad_models_get_clear_errors() {
     // A GGUF of a tensor type lmt does not read (IQ4_XS), named.
     let iq4 = dir.join("iq4_xs.gguf");
     spec.write_gguf(&iq4, candle_core::quantized::GgmlDType::F32);
-    set_first_tensor_type(&iq4, "token_embd.weight", 23);
+    set_tensor_type(&iq4, "token_embd.weight", 23);
     let err = load(&iq4);
     assert!(err.contains("IQ4_XS (GGML type 23)") && err.contains("Q4_K_M"), "{err}");
     // A config with heads that cannot share key/value heads.
@@ -162,7 +162,7 @@ fn bad_models_get_clear_errors() {
 /// Rewrites the GGML type of tensor `name` in the GGUF at `path` (its
 /// description: name as u64 length and bytes, u32 dimensions, u64 sizes,
 /// then the u32 type).
-fn set_first_tensor_type(path: &Path, name: &str, ty: u32) {
+fn set_tensor_type(path: &Path, name: &str, ty: u32) {
     let mut bytes = std::fs::read(path).unwrap();
     let mut key = (name.len() as u64).to_le_bytes().to_vec();
     key.extend_from_slice(name.as_bytes());

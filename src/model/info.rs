@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-
 use super::kernels::QType;
 use super::{load_tokenizer, safetensors_files, weights_path, LoadOptions, ModelConfig, ModelError};
 use crate::model::tokenizer::{GgufVocab, ModelTokenizer};
@@ -62,7 +61,8 @@ impl ModelInfo {
                 let elems = t.shape.elem_count() as u64;
                 parameters += elems;
                 let bytes = elems / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
-                let name = QType::from_ggml(t.ggml_dtype).map_or_else(|| format!("{:?}", t.ggml_dtype).to_uppercase(), |q| q.name().into());
+                let name = QType::from_ggml(t.ggml_dtype)
+                    .map_or_else(|| format!("{:?}", t.ggml_dtype).to_uppercase(), |q| q.name().into());
                 let e = types.entry(name).or_default();
                 e.0 += 1;
                 e.1 += bytes;
