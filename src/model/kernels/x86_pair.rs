@@ -304,18 +304,18 @@ unsafe fn q4_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
                     hi_s[t] = _mm512_dpbusd_epi32(hi_s[t], hi, four(y.add(32)));
                 }
             }
+            // Each min twice in its lane (two i16), against the pair of
+            // 16-value sums that make its sub-block's: one `vpdpwssd` adds
+            // m·(bsum₀ + bsum₁), the same integer as m·bl (|bsum| ≤ 2,032).
+            let (ml, mh) = (_mm512_or_si512(ml, _mm512_slli_epi32(ml, 16)), _mm512_or_si512(mh, _mm512_slli_epi32(mh, 16)));
             for t in 0..T {
                 let l = _mm512_mullo_epi32(lo_s[t], sl);
                 let h = _mm512_mullo_epi32(hi_s[t], sh);
                 sums[t] = _mm512_add_epi32(sums[t], _mm512_add_epi32(l, h));
-                let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * gi) as *const i16;
-                let bsum = |k: usize| i32::from(std::ptr::read_unaligned(bs.add(k)));
-                let (bl, bh) = (bsum(0) + bsum(1), bsum(2) + bsum(3));
-                let m = _mm512_add_epi32(
-                    _mm512_mullo_epi32(ml, _mm512_set1_epi32(bl)),
-                    _mm512_mullo_epi32(mh, _mm512_set1_epi32(bh)),
-                );
-                msums[t] = _mm512_add_epi32(msums[t], m);
+                let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * gi);
+                let pair_at = |off: usize| _mm512_set1_epi32(std::ptr::read_unaligned(bs.add(off) as *const i32));
+                msums[t] = _mm512_dpwssd_epi32(msums[t], ml, pair_at(0));
+                msums[t] = _mm512_dpwssd_epi32(msums[t], mh, pair_at(4));
             }
         }
         let d = halves(pa, pb, 0);
