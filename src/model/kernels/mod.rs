@@ -148,22 +148,7 @@ impl QType {
 
     /// The type of a GGUF tensor, when the kernels take it as it is.
     pub fn from_ggml(t: GgmlDType) -> Option<QType> {
-        Some(match t {
-            GgmlDType::F32 => QType::F32,
-            GgmlDType::F16 => QType::F16,
-            GgmlDType::BF16 => QType::BF16,
-            GgmlDType::Q4_0 => QType::Q4_0,
-            GgmlDType::Q4_1 => QType::Q4_1,
-            GgmlDType::Q5_0 => QType::Q5_0,
-            GgmlDType::Q5_1 => QType::Q5_1,
-            GgmlDType::Q8_0 => QType::Q8_0,
-            GgmlDType::Q2K => QType::Q2K,
-            GgmlDType::Q3K => QType::Q3K,
-            GgmlDType::Q4K => QType::Q4K,
-            GgmlDType::Q5K => QType::Q5K,
-            GgmlDType::Q6K => QType::Q6K,
-            _ => return None,
-        })
+        QType::ALL.into_iter().find(|q| q.ggml() == t)
     }
 
     /// The same type in candle's terms.

@@ -189,8 +189,7 @@ pub(crate) fn scale_min_k4(s: &[u8], j: usize) -> (u8, u8) {
 pub(crate) fn k_mins(scales: &[u8], ab: &[u8]) -> i32 {
     (0..8)
         .map(|j| {
-            let b = |i: usize| i16::from_le_bytes([ab[260 + 2 * i], ab[261 + 2 * i]]) as i32;
-            scale_min_k4(scales, j).1 as i32 * (b(2 * j) + b(2 * j + 1))
+            scale_min_k4(scales, j).1 as i32 * (bsum(ab, 2 * j) + bsum(ab, 2 * j + 1))
         })
         .sum()
 }
@@ -233,7 +232,7 @@ fn crumb_at(v: usize) -> (usize, usize, usize) {
 /// stored with 32 added): low nibbles from bytes 0..8, high bits from
 /// bytes 8..12.
 #[inline]
-pub(crate) fn scale_k3(s: &[u8], j: usize) -> i32 {
+fn scale_k3(s: &[u8], j: usize) -> i32 {
     let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
     let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
     (low | high << 4) as i32 - 32

@@ -407,8 +407,8 @@ entry!(f32s, f32_avx2, 4, 4);
 entry!(f16s, f16_avx2, 2, 4);
 entry!(bf16s, bf16_avx2, 2, 4);
 
-// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
-// caller's block (each caller passes a block pointer of its row slice).
+/// The sum of `v`'s eight lanes.
+// SAFETY (callers): The CPU has AVX2 and FMA (registers only; no memory is read).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn hsum(v: __m256) -> f32 {

@@ -13,7 +13,7 @@ use super::scalar;
 use super::x86::{f16x2, hsum, load};
 
 /// The horizontal sums of `T` accumulators.
-// SAFETY (callers): The CPU has AVX2.
+// SAFETY (callers): The CPU has AVX2 and FMA (registers only).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn totals<const T: usize>(acc: [__m256; T]) -> [f32; T] {
@@ -25,7 +25,7 @@ unsafe fn totals<const T: usize>(acc: [__m256; T]) -> [f32; T] {
 /// unsigned values of positions `128h + 32k ..+ 32` (sub-blocks `8h + 2k`
 /// and `8h + 2k + 1`), `sc` the 16 sub-block scales. Eight exact i32 lanes
 /// a row.
-// SAFETY (callers): The CPU has AVX2; each `y[t]` points at 256 readable bytes.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C; each `y[t]` points at 256 readable bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scaled_sums<const T: usize>(q: &[[__m256i; 4]; 2], sc: &[i16; 16], y: [*const u8; T]) -> [__m256i; T] {
@@ -45,7 +45,7 @@ unsafe fn scaled_sums<const T: usize>(q: &[[__m256i; 4]; 2], sc: &[i16; 16], y: 
 }
 
 /// The 2-bit fields of `x`'s bytes: bits 0..2, 2..4, 4..6, 6..8.
-// SAFETY (callers): The CPU has AVX2.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C (registers only).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn crumbs(x: __m256i) -> [__m256i; 4] {
@@ -140,7 +140,7 @@ pub(super) unsafe fn q2_k_vnni<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usiz
 /// The 16 scales of the `Q3_K` block at `p` (`scalar::scale_k3`) as i16
 /// lanes: low nibbles from bytes 96..104, two high bits each from bytes
 /// 104..108.
-// SAFETY (callers): The CPU has AVX2; `p` points at a whole block (110
+// SAFETY (callers): The CPU has AVX2, FMA and F16C; `p` points at a whole block (110
 // bytes; this reads bytes 94..110).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
