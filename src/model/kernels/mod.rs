@@ -229,14 +229,41 @@ struct GroupKernel {
     pairs: Option<PairKernel>,
 }
 
+/// A pair kernel of any number of activation rows (1 to 8).
+type AnyTileFn = fn(&[u8], usize, &[&[u8]], &mut [f32]);
+
 /// Kernels of two adjacent groups (sixteen rows, stored one group after
-/// the other) against 1, 4 or 8 activation rows: `(groups, blocks per
-/// group, activations, out[t·16 + r])`.
+/// the other) against `T` activation rows, `T - 1` the index: `(groups,
+/// blocks per group, activations, out[t·16 + r])`. Every `T` up to 8 has
+/// its own: a pass of 15 tokens takes one product of 8 and one of 7,
+/// where tiles of 8, 4 and 1 would read the weights five times.
 #[derive(Clone, Copy)]
-struct PairKernel {
-    p1: TileFn<1>,
-    p4: TileFn<4>,
-    p8: TileFn<8>,
+struct PairKernel([AnyTileFn; 8]);
+
+/// One `T` of a [`PairKernel`]: `x86_pair::$k::<T>` (with `$more` after
+/// `T`) taking its rows as a slice.
+#[cfg(target_arch = "x86_64")]
+macro_rules! pair_tile {
+    ($k:ident, $t:literal $(, $more:tt)?) => {
+        |g: &[u8], nb: usize, a: &[&[u8]], o: &mut [f32]| x86_pair::$k::<$t $(, $more)?>(g, nb, std::array::from_fn(|i| a[i]), o)
+    };
+}
+
+/// The [`PairKernel`] of `x86_pair::$k` for every `T` from 1 to 8.
+#[cfg(target_arch = "x86_64")]
+macro_rules! pair_kernel {
+    ($k:ident $(, $more:tt)?) => {
+        PairKernel([
+            pair_tile!($k, 1 $(, $more)?),
+            pair_tile!($k, 2 $(, $more)?),
+            pair_tile!($k, 3 $(, $more)?),
+            pair_tile!($k, 4 $(, $more)?),
+            pair_tile!($k, 5 $(, $more)?),
+            pair_tile!($k, 6 $(, $more)?),
+            pair_tile!($k, 7 $(, $more)?),
+            pair_tile!($k, 8 $(, $more)?),
+        ])
+    };
 }
 
 /// The builds of the group kernels: what a matrix multiplies with (the
@@ -335,14 +362,13 @@ impl Simd {
             Simd::Avx512Vnni => build!(x86_group::vnni, Some),
             #[cfg(target_arch = "x86_64")]
             Simd::Avx512Pairs => {
-                use x86_pair as p;
                 let pairs = match ty {
-                    QType::Q4_0 => Some(PairKernel { p1: p::q4x16::<1, false>, p4: p::q4x16::<4, false>, p8: p::q4x16::<8, false> }),
-                    QType::Q4_1 => Some(PairKernel { p1: p::q4x16::<1, true>, p4: p::q4x16::<4, true>, p8: p::q4x16::<8, true> }),
-                    QType::Q5_0 => Some(PairKernel { p1: p::q5_0x16::<1>, p4: p::q5_0x16::<4>, p8: p::q5_0x16::<8> }),
-                    QType::Q8_0 => Some(PairKernel { p1: p::q8_0x16::<1>, p4: p::q8_0x16::<4>, p8: p::q8_0x16::<8> }),
-                    QType::Q4K => Some(PairKernel { p1: p::q4_kx16::<1>, p4: p::q4_kx16::<4>, p8: p::q4_kx16::<8> }),
-                    QType::Q6K => Some(PairKernel { p1: p::q6_kx16::<1>, p4: p::q6_kx16::<4>, p8: p::q6_kx16::<8> }),
+                    QType::Q4_0 => Some(pair_kernel!(q4x16, false)),
+                    QType::Q4_1 => Some(pair_kernel!(q4x16, true)),
+                    QType::Q5_0 => Some(pair_kernel!(q5_0x16)),
+                    QType::Q8_0 => Some(pair_kernel!(q8_0x16)),
+                    QType::Q4K => Some(pair_kernel!(q4_kx16)),
+                    QType::Q6K => Some(pair_kernel!(q6_kx16)),
                     _ => None,
                 };
                 // A lone group (an odd one at the end of a chunk) takes the eight-row build.
@@ -694,11 +720,12 @@ impl QMatrix {
                     let nb = rb / self.ty.block().1;
                     let mut t = 0;
                     while t < n {
-                        let tile = match gk.g8 {
-                            Some(_) if n - t >= 8 => 8,
-                            _ if n - t >= 4 => 4,
-                            _ => 1,
-                        };
+                        // Up to eight activation rows at once: a pair
+                        // kernel takes them all, a lone group's tiles of
+                        // 8, 4 and 1 (`group_tiles`) split them.
+                        let tile = (n - t).min(8);
+                        let acts: [&[u8]; 8] = std::array::from_fn(|i| a((t + i).min(n - 1)));
+                        let acts = &acts[..tile];
                         let mut sums = [0f32; 128];
                         let mut g0 = r0;
                         while g0 < split {
@@ -707,14 +734,9 @@ impl QMatrix {
                             let width = if pair.is_some() { 16 } else { 8 };
                             let sums = &mut sums[..width * tile];
                             let rows_of = &self.data[g0 * rb..(g0 + width) * rb];
-                            let many = |i| a(t + i);
-                            match (pair, tile, gk.g8) {
-                                (Some(p), 8, _) => (p.p8)(rows_of, nb, std::array::from_fn(many), sums),
-                                (Some(p), 4, _) => (p.p4)(rows_of, nb, std::array::from_fn(many), sums),
-                                (Some(p), _, _) => (p.p1)(rows_of, nb, [a(t)], sums),
-                                (None, 8, Some(g8)) => g8(rows_of, nb, std::array::from_fn(many), sums),
-                                (None, 4, _) => (gk.g4)(rows_of, nb, std::array::from_fn(many), sums),
-                                (None, _, _) => (gk.g1)(rows_of, nb, [a(t)], sums),
+                            match pair {
+                                Some(p) => (p.0[tile - 1])(rows_of, nb, acts, sums),
+                                None => group_tiles(&gk, rows_of, nb, acts, sums),
                             }
                             put_rows(&dst, sums, width, t, g0);
                             g0 += width;
@@ -746,6 +768,27 @@ impl QMatrix {
                 }
             }
         });
+    }
+}
+
+/// One group of eight rows against the activation rows `a` in tiles of
+/// 8 (where the build has them), 4 and 1: `sums[t·8 + r]`.
+fn group_tiles(gk: &GroupKernel, rows: &[u8], nb: usize, a: &[&[u8]], sums: &mut [f32]) {
+    let mut t = 0;
+    while t < a.len() {
+        let left = a.len() - t;
+        let tile = match gk.g8 {
+            Some(_) if left >= 8 => 8,
+            _ if left >= 4 => 4,
+            _ => 1,
+        };
+        let s = &mut sums[8 * t..8 * (t + tile)];
+        match (tile, gk.g8) {
+            (8, Some(g8)) => g8(rows, nb, std::array::from_fn(|i| a[t + i]), s),
+            (4, _) => (gk.g4)(rows, nb, std::array::from_fn(|i| a[t + i]), s),
+            _ => (gk.g1)(rows, nb, [a[t]], s),
+        }
+        t += tile;
     }
 }
 
