@@ -133,7 +133,7 @@ fn qtensor(q: &QTensor, name: &str) -> Result<QMatrix, ModelError> {
     let bad = |e: String| ModelError::Weights(format!("tensor `{name}`: {e}"));
     let (rows, cols) = q.shape().dims2()?;
     match QType::from_ggml(q.dtype()) {
-        Some(ty) => QMatrix::new(ty, rows, cols, q.data()?.into_owned()).map_err(bad),
+        Some(ty) => QMatrix::new(ty, rows, cols, q.data()?).map_err(bad),
         // Types without kernels of ours (Q8_1, Q8_K: activation formats,
         // which llama.cpp's quantizer never writes as weights) run as f16.
         None => dense(&q.dequantize(&candle_core::Device::Cpu)?.to_dtype(DType::F16)?).map_err(bad),

@@ -516,8 +516,11 @@ pub struct Scratch {
 }
 
 impl QMatrix {
-    /// A matrix over `data`, which must hold exactly `rows` rows.
-    pub fn new(ty: QType, rows: usize, cols: usize, data: Vec<u8>) -> Result<QMatrix, String> {
+    /// A matrix over `data`, which must hold exactly `rows` rows. Borrowed
+    /// bytes are copied once, into the layout the kernels read (a loaded
+    /// tensor is not first copied whole: loading peaks lower).
+    pub fn new<'a>(ty: QType, rows: usize, cols: usize, data: impl Into<Cow<'a, [u8]>>) -> Result<QMatrix, String> {
+        let data = data.into();
         let rb = ty
             .row_bytes(cols)
             .ok_or_else(|| format!("{cols} columns are not whole {ty:?} blocks of {} values", ty.block().0))?;
@@ -529,7 +532,7 @@ impl QMatrix {
         let group_kernel = Simd::best().group_kernel(ty).filter(|g| ty != QType::Q6K || g.pairs.is_some());
         let (data, groups) = match group_kernel {
             Some(_) if rows >= 8 => interleave::interleave(ty, &data, rb),
-            _ => (data, 0),
+            _ => (data.into_owned(), 0),
         };
         Ok(QMatrix { ty, rows, cols, data, kernel: Kernel::best(ty), groups, group_kernel })
     }
