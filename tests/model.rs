@@ -253,12 +253,14 @@ fn the_cpu_runtime_and_candles_graph_agree() {
         let (mut a, mut b) = (ours.new_state(), graph.new_state());
         let d = max_diff(&ours.append(&mut a, &PROMPT).unwrap(), &graph.append(&mut b, &PROMPT).unwrap());
         assert!(d < 1e-4, "{arch}: prefill differs by {d}");
+        let (mut la, mut lb) = (Vec::new(), Vec::new());
         for &t in &DECODE {
-            let d = max_diff(&ours.append(&mut a, &[t]).unwrap(), &graph.append(&mut b, &[t]).unwrap());
+            (la, lb) = (ours.append(&mut a, &[t]).unwrap(), graph.append(&mut b, &[t]).unwrap());
+            let d = max_diff(&la, &lb);
             assert!(d < 1e-4, "{arch}: decode differs by {d}");
         }
         let opts = [vec![5, 6, 7], vec![8], vec![9, 10]];
-        let (sa, sb) = (ours.score(&mut a, &opts).unwrap(), graph.score(&mut b, &opts).unwrap());
+        let (sa, sb) = (ours.score(&mut a, &la, &opts).unwrap(), graph.score(&mut b, &lb, &opts).unwrap());
         for (x, y) in sa.iter().zip(&sb) {
             assert!(max_diff(x, y) < 1e-4, "{arch}: scores {x:?} vs {y:?}");
         }
@@ -504,7 +506,7 @@ fn batched_scoring_equals_scoring_each_option_separately() {
     let options: Vec<Vec<u32>> = vec![vec![5], vec![5, 6, 7], vec![250, 3], vec![5, 6], vec![]];
     let (mut st, before) = full(&m, &PROMPT);
     let stats = st.stats;
-    let scores = m.score(&mut st, &options).unwrap();
+    let scores = m.score(&mut st, &before, &options).unwrap();
     assert_eq!(st.stats.passes, stats.passes + 1, "all options in one pass");
     for (opt, got) in options.iter().zip(&scores) {
         let want = score_by_feeding(&m, &PROMPT, opt);
@@ -526,8 +528,8 @@ fn scoring_with_a_sliding_window_equals_feeding() {
     let dir = spec.write_hf(&dir_tmp);
     let m = Decoder::load(&dir, &Device::Cpu).unwrap();
     let options = vec![vec![9, 8, 7, 6, 5, 4, 3], vec![1, 2]];
-    let (mut st, _) = full(&m, &PROMPT);
-    let scores = m.score(&mut st, &options).unwrap();
+    let (mut st, first) = full(&m, &PROMPT);
+    let scores = m.score(&mut st, &first, &options).unwrap();
     for (opt, got) in options.iter().zip(&scores) {
         assert!(max_diff(got, &score_by_feeding(&m, &PROMPT, opt)) < 1e-4);
     }
@@ -540,7 +542,8 @@ fn bad_token_ids_and_rows_are_errors_that_leave_the_state_intact() {
     let err = m.append(&mut st, &[5, 100_000]).unwrap_err().to_string();
     assert!(err.contains("100000"), "{err}");
     assert!(m.append_rows(&mut st, &[5], &[3]).is_err());
-    assert!(m.score(&mut st, &[vec![1, 999_999]]).is_err());
+    assert!(m.score(&mut st, &want, &[vec![1, 999_999]]).is_err());
+    assert!(m.score(&mut st, &want[1..], &[vec![1]]).is_err(), "logits of another vocabulary");
     assert_eq!(st.tokens(), &PROMPT[..]);
     assert!(max_diff(&m.logits(&mut st).unwrap(), &want) < 1e-6);
 }

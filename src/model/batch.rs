@@ -23,9 +23,10 @@ pub trait Forward: Sync {
     /// Feeds `tokens` to `st` and returns the logits after the last one
     /// (the current logits when `tokens` is empty).
     fn append(&self, st: &mut KvState, tokens: &[u32]) -> Result<Vec<f32>, ModelError>;
-    /// Log-probabilities of each token of each option after `st`'s tokens;
-    /// `st` is left as it was (see [`Decoder::score`]).
-    fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// Log-probabilities of each token of each option after `st`'s tokens,
+    /// `first` the logits after them; `st` is left as it was (see
+    /// [`Decoder::score`]).
+    fn score(&self, st: &mut KvState, first: &[f32], options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError>;
 }
 
 impl Forward for Decoder {
@@ -33,8 +34,8 @@ impl Forward for Decoder {
         Decoder::append(self, st, tokens)
     }
 
-    fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
-        Decoder::score(self, st, options)
+    fn score(&self, st: &mut KvState, first: &[f32], options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
+        Decoder::score(self, st, first, options)
     }
 }
 
@@ -94,7 +95,8 @@ type Done = (Seq, Result<Reply, ModelError>);
 
 enum Work {
     Append(Vec<u32>),
-    Score(Vec<Vec<u32>>),
+    /// The logits after the state's tokens, and the options.
+    Score(Vec<f32>, Vec<Vec<u32>>),
 }
 
 enum Reply {
@@ -189,7 +191,7 @@ impl<'d> Batcher<'d> {
                     seqs.push(seq);
                     tokens.push(t);
                 }
-                Work::Score(options) => scores.push((seq, options)),
+                Work::Score(first, options) => scores.push((seq, first, options)),
             }
         }
         // Prompt appends, whole (the state's tokens and the new ones): the
@@ -228,8 +230,8 @@ impl<'d> Batcher<'d> {
         }
         drop(cache);
         let mut out: Vec<Done> = seqs.into_iter().zip(results).map(|(s, r)| (s, r.map(Reply::Logits))).collect();
-        for (mut s, options) in scores {
-            let r = self.decoder.score(&mut s.st, &options).map(Reply::Scores);
+        for (mut s, first, options) in scores {
+            let r = self.decoder.score(&mut s.st, &first, &options).map(Reply::Scores);
             out.push((s, r));
         }
         (out, stats)
@@ -337,8 +339,8 @@ impl Forward for Member<'_, '_> {
         }
     }
 
-    fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
-        match self.batcher.call(st, Work::Score(options.to_vec()))? {
+    fn score(&self, st: &mut KvState, first: &[f32], options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
+        match self.batcher.call(st, Work::Score(first.to_vec(), options.to_vec()))? {
             Reply::Scores(s) => Ok(s),
             Reply::Logits(_) => Err(ModelError::Runtime("a batch answered a score with logits".into())),
         }

@@ -56,8 +56,6 @@ pub struct ForwardStats {
 pub struct KvState {
     tokens: Vec<u32>,
     cache: Cache,
-    /// Logits after the last token, when known.
-    last: Option<Vec<f32>>,
     /// Work done so far (a fork carries its parent's counts).
     pub stats: ForwardStats,
 }
@@ -72,7 +70,7 @@ impl KvState {
     /// A state no decoder computes into (a remote engine's run): it holds
     /// nothing, so truncating and forking it are free.
     pub fn detached() -> KvState {
-        KvState { tokens: Vec::new(), cache: Cache::Cpu(kv::Cache::new(0, 0)), last: None, stats: ForwardStats::default() }
+        KvState { tokens: Vec::new(), cache: Cache::Cpu(kv::Cache::new(0, 0)), stats: ForwardStats::default() }
     }
 
     /// The tokens in the cache, in order.
@@ -97,7 +95,6 @@ impl KvState {
             return Ok(());
         }
         self.tokens.truncate(len);
-        self.last = None;
         match &mut self.cache {
             Cache::Cpu(c) => c.truncate(len),
             Cache::Candle(c) => candle_graph::truncate(c, len)?,
@@ -132,8 +129,7 @@ impl KvState {
                 Cache::Candle(c)
             }
         };
-        let last = if len == self.tokens.len() { self.last.clone() } else { None };
-        Ok(KvState { tokens: self.tokens[..len].to_vec(), cache, last, stats: ForwardStats::default() })
+        Ok(KvState { tokens: self.tokens[..len].to_vec(), cache, stats: ForwardStats::default() })
     }
 
     /// Bytes of K/V the state holds.
@@ -181,7 +177,7 @@ impl Decoder {
             Backend::Cpu(_) => Cache::Cpu(kv::Cache::new(cfg.num_layers * cfg.num_kv_heads, cfg.head_dim)),
             Backend::Candle(_) => Cache::Candle(vec![None; cfg.num_layers]),
         };
-        KvState { tokens: Vec::new(), cache, last: None, stats: ForwardStats::default() }
+        KvState { tokens: Vec::new(), cache, stats: ForwardStats::default() }
     }
 
     /// The device the weights live on.
@@ -281,12 +277,11 @@ impl Decoder {
         Ok(out)
     }
 
-    /// The logits after the last token of `st` (recomputed by re-feeding
-    /// the last token when a truncation dropped them).
+    /// The logits after the last token of `st`, computed again by
+    /// re-feeding that token: a state does not keep them (the append that
+    /// fed the token returned them; keeping a copy cost a vocabulary-sized
+    /// copy per sequence and pass).
     pub fn logits(&self, st: &mut KvState) -> Result<Vec<f32>, ModelError> {
-        if let Some(l) = &st.last {
-            return Ok(l.clone());
-        }
         let Some(&last) = st.tokens.last() else {
             return Err(ModelError::Runtime("no logits before the first token: feed at least one token (BOS)".into()));
         };
@@ -295,16 +290,18 @@ impl Decoder {
     }
 
     /// Log-probabilities of each token of each option given the state's
-    /// tokens as prefix; the state is left holding the prefix only. Short
+    /// tokens as prefix, `first` the logits after them (what the append of
+    /// its last token returned); the state is left holding the prefix only. Short
     /// options share forward passes (each sees the prefix and itself); a
     /// long one goes in pieces. Each pass holds at most [`SCORE_PIECE`]
     /// tokens and its logits rows are reduced to log-probabilities at once,
     /// so memory stays bounded however many options there are.
-    pub fn score(&self, st: &mut KvState, options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
-        let first = self.logits(st)?;
-        let first_lse = log_sum_exp(&first);
+    pub fn score(&self, st: &mut KvState, first: &[f32], options: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ModelError> {
+        if first.len() != self.config.vocab_size {
+            return Err(ModelError::Runtime(format!("{} logits given for a vocabulary of {}", first.len(), self.config.vocab_size)));
+        }
+        let first_lse = log_sum_exp(first);
         let prefix = st.tokens.len();
-        let saved = st.last.take();
         // Each option's first token is predicted by the prefix.
         let mut out: Vec<Vec<f32>> = options.iter().map(|o| o.first().map(|&t| first[t as usize] - first_lse).into_iter().collect()).collect();
         let mut batch: Vec<usize> = Vec::new();
@@ -333,7 +330,6 @@ impl Decoder {
         // Back to the prefix whatever happened: the options were never
         // part of the sequence.
         st.truncate(prefix)?;
-        st.last = saved;
         result.map(|()| out)
     }
 
@@ -449,11 +445,10 @@ impl Decoder {
                 out
             }
         };
-        for (p, logits) in passes.iter_mut().zip(&out) {
+        for p in passes.iter_mut() {
             p.st.tokens.extend_from_slice(p.tokens);
             p.st.stats.passes += 1;
             p.st.stats.tokens += p.tokens.len() as u64;
-            p.st.last = if p.rows.last() == Some(&(p.tokens.len() - 1)) { logits.last().cloned() } else { None };
         }
         Ok(out)
     }

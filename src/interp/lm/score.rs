@@ -10,9 +10,8 @@ impl Lm<'_> {
         self.decide()?;
         let remote = self.remote();
         let prefix = self.heal_text()?;
-        if remote.is_none() {
-            self.feed()?;
-        }
+        // The logits after the prefix predict each option's first token.
+        let first = if remote.is_none() { self.feed()? } else { Vec::new() };
         let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.tok().vocab));
         let mut ids = Vec::new();
         for o in options {
@@ -28,7 +27,7 @@ impl Lm<'_> {
                 self.kv.stats.tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
                 lps
             }
-            None => self.forward()?.score(&mut self.kv, &ids)?,
+            None => self.forward()?.score(&mut self.kv, &first, &ids)?,
         };
         self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
         // Healing's token goes back as pending text, to be decided with the choice.
@@ -55,8 +54,8 @@ impl Lm<'_> {
             return Ok(lps.iter().flatten().map(|&x| f64::from(x)).sum());
         }
         let mut st = self.new_state()?;
-        self.forward()?.append(&mut st, &ids[..1])?;
-        let lps = self.forward()?.score(&mut st, &[ids[1..].to_vec()])?;
+        let first = self.forward()?.append(&mut st, &ids[..1])?;
+        let lps = self.forward()?.score(&mut st, &first, &[ids[1..].to_vec()])?;
         // The pass is the run's work, all of it scoring.
         self.kv.stats.passes += st.stats.passes;
         self.kv.stats.tokens += st.stats.tokens;
