@@ -278,9 +278,9 @@ impl Decoder {
     }
 
     /// The logits after the last token of `st`, computed again by
-    /// re-feeding that token: a state does not keep them (the append that
-    /// fed the token returned them; keeping a copy cost a vocabulary-sized
-    /// copy per sequence and pass).
+    /// re-feeding that token. A state does not keep them: the append that
+    /// fed the token returned them, and a copy in every state would cost a
+    /// vocabulary-sized copy per sequence and pass.
     pub fn logits(&self, st: &mut KvState) -> Result<Vec<f32>, ModelError> {
         let Some(&last) = st.tokens.last() else {
             return Err(ModelError::Runtime("no logits before the first token: feed at least one token (BOS)".into()));

@@ -10,8 +10,6 @@ impl Lm<'_> {
         self.decide()?;
         let remote = self.remote();
         let prefix = self.heal_text()?;
-        // The logits after the prefix predict each option's first token.
-        let first = if remote.is_none() { self.feed()? } else { Vec::new() };
         let continues = self.seq.last().is_some_and(|t| !is_boundary(t, &self.tok().vocab));
         let mut ids = Vec::new();
         for o in options {
@@ -27,7 +25,11 @@ impl Lm<'_> {
                 self.kv.stats.tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
                 lps
             }
-            None => self.forward()?.score(&mut self.kv, &first, &ids)?,
+            None => {
+                // The logits after the prefix predict each option's first token.
+                let first = self.feed()?;
+                self.forward()?.score(&mut self.kv, &first, &ids)?
+            }
         };
         self.usage.scored_tokens += ids.iter().map(|i| i.len() as u64).sum::<u64>();
         // Healing's token goes back as pending text, to be decided with the choice.
