@@ -351,6 +351,9 @@ impl Model {
         // Work items: token × a run of query heads. A run is all the heads
         // that read one KV head (its keys and values come from memory
         // once), unless that leaves the threads too few items to share.
+        // Items of one run are taken token after token, so tokens whose
+        // sequences share a frozen prefix (a dataset's rows) read its keys
+        // and values while they are still in cache.
         let per = if items.len() * nkv >= 4 * self.pool.threads() { rep } else { 1 };
         let runs = nh / per;
         let next = AtomicUsize::new(0);
@@ -363,9 +366,9 @@ impl Model {
                 if w >= total_items {
                     break;
                 }
-                let row = w / runs;
+                let row = w % items.len();
                 let (si, i) = items[row];
-                let first = w % runs * per;
+                let first = w / items.len() * per;
                 let s = &segs[si];
                 let kv = s.cache.lane(li * nkv + first / rep);
                 // Every head's weights first, then every head's values: the
