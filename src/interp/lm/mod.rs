@@ -9,6 +9,7 @@
 //! tokenization differs, so token boundaries are what the tokenizer would
 //! give the whole text. Nothing else already in the cache is fed again.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 mod generate;
@@ -90,8 +91,10 @@ pub struct Lm<'m> {
     pending_bytes: usize,
     /// The longest token's bytes: bounds how few tokens pending text can make.
     max_token_bytes: usize,
-    /// Logits after the last token of `kv`, when `kv` holds all of `seq`.
-    logits: Option<Vec<f32>>,
+    /// Logits after the last token of `kv`, when `kv` holds all of `seq`
+    /// (shared with whoever asked for them: a vocabulary-sized copy per
+    /// token is what a dataset row's thread would otherwise spend).
+    logits: Option<Arc<Vec<f32>>>,
     free_mask: TokenMask,
     /// The chat template, the finished turns and what it has written.
     chat: Conversation,
@@ -413,10 +416,10 @@ impl<'m> Lm<'m> {
 
     /// Feeds the decided tokens the cache lacks in one pass; returns the
     /// logits after the last token.
-    fn feed(&mut self) -> LmResult<Vec<f32>> {
+    fn feed(&mut self) -> LmResult<Arc<Vec<f32>>> {
         if self.kv.len() == self.seq.len() {
             if let Some(l) = &self.logits {
-                return Ok(l.clone());
+                return Ok(Arc::clone(l));
             }
             // The logits were dropped by a rewind: feed the last token again.
             if self.kv.is_empty() {
@@ -432,7 +435,8 @@ impl<'m> Lm<'m> {
         // Tokens a shared prefix cache supplied were in the cache too.
         self.usage.reused_tokens += (self.kv.len() - ids.len()) as u64;
         self.usage.prefix_cached_tokens += self.kv.stats.cached - cached;
-        self.logits = Some(l.clone());
+        let l = Arc::new(l);
+        self.logits = Some(Arc::clone(&l));
         Ok(l)
     }
 
