@@ -15,7 +15,7 @@ use candle_core::{DType, Tensor};
 
 use super::config::{ModelConfig, RopeTable};
 use super::kv::{Cache, LaneKv};
-use super::kernels::{Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
+use super::kernels::{release_free_memory, Arena, Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
 use super::weights::{Embed, Linear, Proj, Weights};
 use super::ModelError;
 
@@ -121,27 +121,33 @@ pub(crate) struct Seg<'a> {
     pub rows: &'a [usize],
 }
 
-fn matrix(m: &QMatMul, name: &str) -> Result<QMatrix, ModelError> {
+/// A matrix of the model, its bytes written into `arena` (or its own,
+/// for a part that is joined to others later).
+fn matrix(m: &QMatMul, name: &str, arena: Option<&mut Arena>) -> Result<QMatrix, ModelError> {
     let bad = |e: String| ModelError::Weights(format!("tensor `{name}`: {e}"));
     match m {
-        QMatMul::QTensor(q) => qtensor(q, name),
-        QMatMul::Tensor(t) | QMatMul::TensorF16(t) => dense(t).map_err(bad),
+        QMatMul::QTensor(q) => qtensor(q, name, arena),
+        QMatMul::Tensor(t) | QMatMul::TensorF16(t) => dense(t, arena).map_err(bad),
     }
 }
 
-fn qtensor(q: &QTensor, name: &str) -> Result<QMatrix, ModelError> {
+fn qtensor(q: &QTensor, name: &str, arena: Option<&mut Arena>) -> Result<QMatrix, ModelError> {
     let bad = |e: String| ModelError::Weights(format!("tensor `{name}`: {e}"));
     let (rows, cols) = q.shape().dims2()?;
     match QType::from_ggml(q.dtype()) {
-        Some(ty) => QMatrix::new(ty, rows, cols, q.data()?).map_err(bad),
+        Some(ty) => match arena {
+            Some(arena) => QMatrix::new_in(arena, ty, rows, cols, &q.data()?),
+            None => QMatrix::new(ty, rows, cols, q.data()?),
+        }
+        .map_err(bad),
         // Types without kernels of ours (Q8_1, Q8_K: activation formats,
         // which llama.cpp's quantizer never writes as weights) run as f16.
-        None => dense(&q.dequantize(&candle_core::Device::Cpu)?.to_dtype(DType::F16)?).map_err(bad),
+        None => dense(&q.dequantize(&candle_core::Device::Cpu)?.to_dtype(DType::F16)?, arena).map_err(bad),
     }
 }
 
 /// A 2-D candle tensor as a dense matrix of its own 16- or 32-bit type.
-fn dense(t: &Tensor) -> Result<QMatrix, String> {
+fn dense(t: &Tensor, arena: Option<&mut Arena>) -> Result<QMatrix, String> {
     let (rows, cols) = t.dims2().map_err(|e| e.to_string())?;
     let flat = t.flatten_all().map_err(|e| e.to_string())?;
     let (ty, data): (QType, Vec<u8>) = match t.dtype() {
@@ -162,14 +168,17 @@ fn dense(t: &Tensor) -> Result<QMatrix, String> {
                 .collect(),
         ),
     };
-    QMatrix::new(ty, rows, cols, data)
+    match arena {
+        Some(arena) => QMatrix::new_in(arena, ty, rows, cols, &data),
+        None => QMatrix::new(ty, rows, cols, data),
+    }
 }
 
 fn vector(t: &Tensor) -> Result<Vec<f32>, ModelError> {
     Ok(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
 }
 
-fn proj(p: &Proj, name: &str) -> Result<(Projection, Option<Vec<f32>>), ModelError> {
+fn proj(p: &Proj, name: &str, arena: &mut Arena) -> Result<(Projection, Option<Vec<f32>>), ModelError> {
     let bias = |ls: &[&Linear]| -> Result<Option<Vec<f32>>, ModelError> {
         if ls.iter().all(|l| l.b.is_none()) {
             return Ok(None);
@@ -178,18 +187,21 @@ fn proj(p: &Proj, name: &str) -> Result<(Projection, Option<Vec<f32>>), ModelErr
         for l in ls {
             match &l.b {
                 Some(b) => out.extend(vector(b)?),
-                None => out.extend(std::iter::repeat_n(0.0, matrix(&l.w, name)?.rows())),
+                None => out.extend(std::iter::repeat_n(0.0, matrix(&l.w, name, None)?.rows())),
             }
         }
         Ok(Some(out))
     };
     Ok(match p {
-        Proj::Fused(l, _) => (Projection::Fused(matrix(&l.w, name)?), bias(&[l])?),
+        Proj::Fused(l, _) => (Projection::Fused(matrix(&l.w, name, Some(arena))?), bias(&[l])?),
         Proj::Split(ls) => {
-            let parts: Vec<QMatrix> = ls.iter().map(|l| matrix(&l.w, name)).collect::<Result<_, _>>()?;
+            let parts: Vec<QMatrix> = ls.iter().map(|l| matrix(&l.w, name, None)).collect::<Result<_, _>>()?;
             // One matrix when the parts allow it (GGUF stores q, k, v apart):
             // one pass of the pool instead of one per part, and no copies.
-            let proj = QMatrix::concat(&parts).map_or(Projection::Split(parts), Projection::Fused);
+            let proj = match QMatrix::concat_in(arena, &parts) {
+                Some(m) => Projection::Fused(m),
+                None => Projection::Split(parts.into_iter().map(|m| m.place(arena)).collect()),
+            };
             (proj, bias(&ls.iter().collect::<Vec<_>>())?)
         }
     })
@@ -201,27 +213,35 @@ impl Model {
     /// size of the weights plus one layer, not twice the weights.
     pub fn new(cfg: &ModelConfig, w: Weights, threads: usize) -> Result<Model, ModelError> {
         let Weights { embed, layers: candle_layers, norm, lm_head, .. } = w;
+        // Every matrix's bytes go into one arena, backed by huge pages
+        // where the system gives them.
+        let mut arena = Arena::new();
         let embed = match embed {
-            Embed::Quantized(q) => qtensor(&q, "token_embd.weight")?,
-            Embed::Dense(t) => dense(&t).map_err(|e| ModelError::Weights(format!("embedding table: {e}")))?,
+            Embed::Quantized(q) => qtensor(&q, "token_embd.weight", Some(&mut arena))?,
+            Embed::Dense(t) => dense(&t, Some(&mut arena)).map_err(|e| ModelError::Weights(format!("embedding table: {e}")))?,
         };
         let mut layers = Vec::with_capacity(candle_layers.len());
         for (i, l) in candle_layers.into_iter().enumerate() {
-            let (qkv, qkv_bias) = proj(&l.qkv, &format!("layer {i} q/k/v"))?;
-            let (gate_up, _) = proj(&l.gate_up, &format!("layer {i} gate/up"))?;
+            let (qkv, qkv_bias) = proj(&l.qkv, &format!("layer {i} q/k/v"), &mut arena)?;
+            let (gate_up, _) = proj(&l.gate_up, &format!("layer {i} gate/up"), &mut arena)?;
             layers.push(Layer {
                 attn_norm: vector(&l.attn_norm)?,
                 qkv,
                 qkv_bias,
                 q_norm: l.q_norm.as_ref().map(vector).transpose()?,
                 k_norm: l.k_norm.as_ref().map(vector).transpose()?,
-                o: matrix(&l.o.w, &format!("layer {i} attention output"))?,
+                o: matrix(&l.o.w, &format!("layer {i} attention output"), Some(&mut arena))?,
                 mlp_norm: vector(&l.mlp_norm)?,
                 gate_up,
-                down: matrix(&l.down.w, &format!("layer {i} down"))?,
+                down: matrix(&l.down.w, &format!("layer {i} down"), Some(&mut arena))?,
             });
+            // The layer's loaded tensors are freed here, into holes of the
+            // heap: handed back, so that loading does not hold them beside
+            // the arena.
+            drop(l);
+            release_free_memory();
         }
-        let lm_head = if cfg.tie_word_embeddings { None } else { Some(matrix(&lm_head, "lm_head")?) };
+        let lm_head = if cfg.tie_word_embeddings { None } else { Some(matrix(&lm_head, "lm_head", Some(&mut arena))?) };
         let bytes = layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum::<usize>()
             + lm_head.as_ref().unwrap_or(&embed).bytes();
         let pool = Pool::new(threads);

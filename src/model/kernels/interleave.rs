@@ -60,12 +60,20 @@ fn place(ty: QType, fields: usize, r: usize, i: usize) -> usize {
 
 /// `data` (whole rows of `row_bytes`) of type `ty` with its first
 /// `8·⌊rows/8⌋` rows interleaved; returns the data and the number of groups.
+#[cfg(test)]
 pub(crate) fn interleave(ty: QType, data: &[u8], row_bytes: usize) -> (Vec<u8>, usize) {
-    let Some((block, fields)) = shape(ty) else { return (data.to_vec(), 0) };
+    let mut out = vec![0u8; data.len()];
+    let groups = interleave_into(ty, data, row_bytes, &mut out);
+    (out, groups)
+}
+
+/// [`interleave`] into `out` (as long as `data`); the number of groups.
+pub(crate) fn interleave_into(ty: QType, data: &[u8], row_bytes: usize, out: &mut [u8]) -> usize {
+    out.copy_from_slice(data);
+    let Some((block, fields)) = shape(ty) else { return 0 };
     let rows = data.len() / row_bytes.max(1);
     let groups = rows / 8;
     let nb = row_bytes / block;
-    let mut out = data.to_vec();
     for g in 0..groups {
         let dst = &mut out[g * 8 * row_bytes..(g + 1) * 8 * row_bytes];
         for r in 0..8 {
@@ -77,7 +85,7 @@ pub(crate) fn interleave(ty: QType, data: &[u8], row_bytes: usize) -> (Vec<u8>, 
             }
         }
     }
-    (out, groups)
+    groups
 }
 
 /// Row `r` (`< 8·groups`) of interleaved data, as plain blocks.

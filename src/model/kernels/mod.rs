@@ -7,6 +7,7 @@
 //! stored eight at a time interleaved (`interleave.rs`), which their group
 //! kernels read.
 
+mod arena;
 mod exp;
 mod interleave;
 mod pool;
@@ -25,6 +26,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::Device;
+use scalar::Q8Layout;
+
+pub use arena::{release_free_memory, Arena, Region};
 
 pub use pool::{physical_cores, Pool};
 
@@ -89,23 +93,23 @@ impl Act {
                     o.copy_from_slice(&v.to_le_bytes());
                 }
             }
-            Act::Q8_0 => scalar::quantize_q8_0(best_block_q8(), x, out),
-            Act::Q8_0S => scalar::quantize_q8_0_sum(best_block_q8(), x, out),
-            Act::Q8_1 => scalar::quantize_q8_1(best_block_q8(), x, out),
+            Act::Q8_0 => best_quantize_q8()(Q8Layout::Plain, x, out),
+            Act::Q8_0S => best_quantize_q8()(Q8Layout::Sum, x, out),
+            Act::Q8_1 => best_quantize_q8()(Q8Layout::Sum16, x, out),
             Act::Q8K => scalar::quantize_q8_k(x, out),
         }
     }
 }
 
-/// The fastest [`scalar::BlockQ8`] this CPU runs.
-fn best_block_q8() -> scalar::BlockQ8 {
-    static BEST: std::sync::OnceLock<scalar::BlockQ8> = std::sync::OnceLock::new();
+/// The fastest [`scalar::QuantizeQ8`] this CPU runs.
+fn best_quantize_q8() -> scalar::QuantizeQ8 {
+    static BEST: std::sync::OnceLock<scalar::QuantizeQ8> = std::sync::OnceLock::new();
     *BEST.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        if let Some(b) = x86::block_q8() {
-            return b;
+        if let Some(q) = x86::quantize_q8() {
+            return q;
         }
-        scalar::block_q8
+        scalar::quantize_q8
     })
 }
 
@@ -494,11 +498,29 @@ pub struct QMatrix {
     ty: QType,
     rows: usize,
     cols: usize,
-    data: Vec<u8>,
+    data: Bytes,
     kernel: Kernel,
     /// Groups of eight rows stored interleaved, and their kernels.
     groups: usize,
     group_kernel: Option<GroupKernel>,
+}
+
+/// A matrix's bytes: its own, or placed in an [`Arena`].
+#[derive(Clone)]
+enum Bytes {
+    Own(Vec<u8>),
+    Placed(Region),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Own(v) => v,
+            Bytes::Placed(r) => r,
+        }
+    }
 }
 
 impl std::fmt::Debug for QMatrix {
@@ -520,7 +542,16 @@ impl QMatrix {
     /// bytes are copied once, into the layout the kernels read (a loaded
     /// tensor is not first copied whole: loading peaks lower).
     pub fn new<'a>(ty: QType, rows: usize, cols: usize, data: impl Into<Cow<'a, [u8]>>) -> Result<QMatrix, String> {
-        let data = data.into();
+        QMatrix::build(ty, rows, cols, data.into(), None)
+    }
+
+    /// [`QMatrix::new`] with the bytes written straight into `arena` (see
+    /// [`Arena`]).
+    pub fn new_in(arena: &mut Arena, ty: QType, rows: usize, cols: usize, data: &[u8]) -> Result<QMatrix, String> {
+        QMatrix::build(ty, rows, cols, Cow::Borrowed(data), Some(arena))
+    }
+
+    fn build(ty: QType, rows: usize, cols: usize, data: Cow<'_, [u8]>, arena: Option<&mut Arena>) -> Result<QMatrix, String> {
         let rb = ty
             .row_bytes(cols)
             .ok_or_else(|| format!("{cols} columns are not whole {ty:?} blocks of {} values", ty.block().0))?;
@@ -530,38 +561,83 @@ impl QMatrix {
         // `Q6_K` groups pay only where a build multiplies them itself (the
         // pairs); elsewhere its rows stay plain, on the row kernels.
         let group_kernel = Simd::best().group_kernel(ty).filter(|g| ty != QType::Q6K || g.pairs.is_some());
-        let (data, groups) = match group_kernel {
-            Some(_) if rows >= 8 => interleave::interleave(ty, &data, rb),
-            _ => (data.into_owned(), 0),
+        let interleaved = group_kernel.is_some() && rows >= 8;
+        let fill = |src: &[u8], dst: &mut [u8]| {
+            if interleaved {
+                interleave::interleave_into(ty, src, rb, dst)
+            } else {
+                dst.copy_from_slice(src);
+                0
+            }
         };
-        Ok(QMatrix { ty, rows, cols, data, kernel: Kernel::best(ty), groups, group_kernel })
+        let (bytes, groups) = match (arena, data) {
+            (Some(arena), data) => {
+                let mut groups = 0;
+                let region = arena.place_with(data.len(), |dst| groups = fill(&data, dst));
+                (Bytes::Placed(region), groups)
+            }
+            (None, Cow::Owned(v)) if !interleaved => (Bytes::Own(v), 0),
+            (None, data) => {
+                let mut v = vec![0u8; data.len()];
+                let groups = fill(&data, &mut v);
+                (Bytes::Own(v), groups)
+            }
+        };
+        Ok(QMatrix { ty, rows, cols, data: bytes, kernel: Kernel::best(ty), groups, group_kernel })
     }
 
     /// The rows of `parts` one after another, as one matrix (`None` unless
     /// they share a type and a width): one pass over the input multiplies
     /// them all, and each row keeps its kernel.
     pub fn concat(parts: &[QMatrix]) -> Option<QMatrix> {
+        QMatrix::concat_into(parts, None)
+    }
+
+    /// [`QMatrix::concat`] with the bytes written straight into `arena`.
+    pub fn concat_in(arena: &mut Arena, parts: &[QMatrix]) -> Option<QMatrix> {
+        QMatrix::concat_into(parts, Some(arena))
+    }
+
+    fn concat_into(parts: &[QMatrix], arena: Option<&mut Arena>) -> Option<QMatrix> {
         let first = parts.first()?;
         if parts.iter().any(|m| m.ty != first.ty || m.cols != first.cols) {
             return None;
         }
         let rows = parts.iter().map(|m| m.rows).sum();
-        let whole_groups = parts.iter().all(|m| 8 * m.groups == m.rows);
-        let mut data = Vec::with_capacity(parts.iter().map(|m| m.data.len()).sum());
-        for m in parts {
-            if whole_groups {
-                // Groups stay groups: the interleaved bytes carry over.
-                data.extend_from_slice(&m.data);
-            } else {
-                (0..m.rows).for_each(|r| data.extend_from_slice(&m.row(r)));
-            }
-        }
-        if whole_groups {
+        if parts.iter().all(|m| 8 * m.groups == m.rows) {
+            // Groups stay groups: the interleaved bytes carry over.
+            let len = parts.iter().map(|m| m.data.len()).sum();
+            let write = |dst: &mut [u8]| {
+                let mut at = 0;
+                for m in parts {
+                    dst[at..at + m.data.len()].copy_from_slice(&m.data);
+                    at += m.data.len();
+                }
+            };
+            let data = match arena {
+                Some(arena) => Bytes::Placed(arena.place_with(len, write)),
+                None => {
+                    let mut v = vec![0u8; len];
+                    write(&mut v);
+                    Bytes::Own(v)
+                }
+            };
             let groups = parts.iter().map(|m| m.groups).sum();
             let (ty, cols, kernel, group_kernel) = (first.ty, first.cols, first.kernel, first.group_kernel);
             return Some(QMatrix { ty, rows, cols, data, kernel, groups, group_kernel });
         }
-        QMatrix::new(first.ty, rows, first.cols, data).ok()
+        let mut data = Vec::with_capacity(parts.iter().map(|m| m.data.len()).sum());
+        for m in parts {
+            (0..m.rows).for_each(|r| data.extend_from_slice(&m.row(r)));
+        }
+        QMatrix::build(first.ty, rows, first.cols, Cow::Owned(data), arena).ok()
+    }
+
+    /// This matrix with its bytes moved into `arena` (memory the kernels
+    /// stream faster: see [`Arena`]).
+    pub fn place(mut self, arena: &mut Arena) -> QMatrix {
+        self.data = Bytes::Placed(arena.place(&self.data));
+        self
     }
 
     /// Uses the kernels of `simd` (for tests that compare the builds; the

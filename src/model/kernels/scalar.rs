@@ -34,13 +34,48 @@ fn put_f16_as_f32(b: &mut [u8], off: usize, v: f32) {
     b[off..off + 4].copy_from_slice(&f16::from_f32(v).to_f32().to_le_bytes());
 }
 
-/// One block of 32 values as 8-bit values `q` (as bytes) with scale
-/// `d = amax/127`: returns (d, Σq). The activation quantizers take one (this
-/// one, or a SIMD one that computes the same bits).
-pub(crate) type BlockQ8 = fn(xb: &[f32], q: &mut [u8]) -> (f32, i32);
+/// The 8-bit activation layouts of 32-value blocks (see the module
+/// comment): each block is its scale, for `Sum`/`Sum16` the scaled sum of
+/// its values, then the 32 values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Q8Layout {
+    /// `Q8_0`: d, qs (36 bytes).
+    Plain,
+    /// `Q8_0S`: d, d·Σq with d as rounded to f16 (40 bytes).
+    Sum,
+    /// `Q8_1`: d, d·Σq rounded to f16 from the unrounded d (40 bytes), as
+    /// llama.cpp's.
+    Sum16,
+}
 
-/// The portable [`BlockQ8`], rounding half to even as llama.cpp's AVX2
-/// quantizer does.
+impl Q8Layout {
+    /// Bytes a block takes.
+    pub(crate) fn bytes(self) -> usize {
+        match self {
+            Q8Layout::Plain => 36,
+            Q8Layout::Sum | Q8Layout::Sum16 => 40,
+        }
+    }
+
+    /// The second field of a block whose values sum to `sum`, from its
+    /// scale unrounded (`d`) and rounded to f16 (`d16`).
+    #[inline]
+    pub(crate) fn scaled_sum(self, d16: f32, d: f32, sum: i32) -> f32 {
+        match self {
+            Q8Layout::Plain => 0.0,
+            Q8Layout::Sum => d16 * sum as f32,
+            Q8Layout::Sum16 => f16::from_f32(d * sum as f32).to_f32(),
+        }
+    }
+}
+
+/// Whole rows of values as 8-bit blocks in a layout. The activation
+/// quantizer is this portable one or a SIMD one that writes the same bytes.
+pub(crate) type QuantizeQ8 = fn(layout: Q8Layout, x: &[f32], out: &mut [u8]);
+
+/// One block of 32 values as 8-bit values `q` (as bytes) with scale
+/// `d = amax/127`, rounding half to even as llama.cpp's AVX2 quantizer
+/// does: returns (d, Σq).
 pub(crate) fn block_q8(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
     let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
@@ -53,34 +88,17 @@ pub(crate) fn block_q8(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
     (amax / 127.0, sum)
 }
 
-/// `x` as `Q8_0` activation blocks (36 bytes per 32 values).
-pub(crate) fn quantize_q8_0(block: BlockQ8, x: &[f32], out: &mut [u8]) {
-    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(36)) {
-        let (d, _) = block(xb, &mut ob[4..]);
+/// `x` (whole blocks of 32) as 8-bit activation blocks in `layout`; the
+/// scale is rounded to f16 as llama.cpp's is, but kept as f32.
+pub(crate) fn quantize_q8(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
+    let bytes = layout.bytes();
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(bytes)) {
+        let (d, sum) = block_q8(xb, &mut ob[bytes - 32..]);
         put_f16_as_f32(ob, 0, d);
-    }
-}
-
-/// `x` as `Q8_0` values with their sum (40 bytes per 32 values: d, then
-/// d·Σq unrounded, then the values), for offset 4- and 5-bit weights: a
-/// SIMD kernel takes `Σ(q−8)·a` as `Σq·a − 8·Σa` with unsigned `q`.
-pub(crate) fn quantize_q8_0_sum(block: BlockQ8, x: &[f32], out: &mut [u8]) {
-    quantize_with_sum(block, x, out, |d16, _, sum| d16 * sum as f32);
-}
-
-/// `x` as `Q8_1` activation blocks (40 bytes per 32 values): `Q8_0` plus
-/// `d·Σq`, llama.cpp's: the unrounded d times the sum, rounded to f16.
-pub(crate) fn quantize_q8_1(block: BlockQ8, x: &[f32], out: &mut [u8]) {
-    quantize_with_sum(block, x, out, |_, d, sum| f16::from_f32(d * sum as f32).to_f32());
-}
-
-/// 40-byte blocks: d (rounded to f16), `s(d16, d, Σq)`, the 32 values.
-fn quantize_with_sum(block: BlockQ8, x: &[f32], out: &mut [u8], s: impl Fn(f32, f32, i32) -> f32) {
-    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(40)) {
-        let (d, sum) = block(xb, &mut ob[8..]);
-        put_f16_as_f32(ob, 0, d);
-        let sv = s(f32_at(ob, 0), d, sum);
-        ob[4..8].copy_from_slice(&sv.to_le_bytes());
+        if layout != Q8Layout::Plain {
+            let sv = layout.scaled_sum(f32_at(ob, 0), d, sum);
+            ob[4..8].copy_from_slice(&sv.to_le_bytes());
+        }
     }
 }
 

@@ -124,20 +124,26 @@ fn activation_quantizers_round_trip_within_half_a_step() {
     }
 }
 
-/// The SIMD block quantizer writes the portable one's bytes and sum, on
-/// random blocks, blocks of zeros, ties (x.5 steps) and one large value.
+/// The SIMD activation quantizer writes the portable one's bytes in every
+/// layout, on random blocks, blocks of zeros, ties (x.5 steps), one large
+/// value and scales that round to f16 subnormals.
 #[test]
-fn the_block_quantizers_agree_bit_for_bit() {
-    let best = best_block_q8();
+fn the_activation_quantizers_agree_bit_for_bit() {
+    let best = best_quantize_q8();
     let mut blocks: Vec<Vec<f32>> = (0..200).map(|i| randoms(32, 900 + i).iter().map(|v| v * (i as f32 + 0.5)).collect()).collect();
     blocks.push(vec![0.0; 32]);
     blocks.push((0..32).map(|i| (i as f32 - 16.0) * 0.5).collect());
     blocks.push((0..32).map(|i| if i == 7 { -1e30 } else { i as f32 }).collect());
-    for xb in &blocks {
-        let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
-        let (da, sa) = scalar::block_q8(xb, &mut a);
-        let (db, sb) = best(xb, &mut b);
-        assert!(a == b && da.to_bits() == db.to_bits() && sa == sb, "{xb:?}: {a:?} {da} {sa} vs {b:?} {db} {sb}");
+    blocks.push(randoms(32, 77).iter().map(|v| v * 1e-4).collect());
+    let row: Vec<f32> = blocks.concat();
+    for layout in [Q8Layout::Plain, Q8Layout::Sum, Q8Layout::Sum16] {
+        let mut a = vec![0u8; blocks.len() * layout.bytes()];
+        let mut b = a.clone();
+        scalar::quantize_q8(layout, &row, &mut a);
+        best(layout, &row, &mut b);
+        for (i, (x, y)) in a.chunks(layout.bytes()).zip(b.chunks(layout.bytes())).enumerate() {
+            assert_eq!(x, y, "{layout:?}, block {i}: {:?}", blocks[i]);
+        }
     }
 }
 

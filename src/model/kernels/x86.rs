@@ -14,6 +14,7 @@ use std::arch::x86_64::*;
 
 use super::x86_low::{q2_k_avx2, q2_k_vnni, q3_k_avx2};
 
+use super::scalar::Q8Layout;
 use super::{exp, scalar, Kernel, QType};
 
 /// The kernels for `ty`, when this CPU runs them.
@@ -61,21 +62,51 @@ pub(super) fn vec_ops() -> Option<super::VecOps> {
     Some(super::VecOps { dots: vdots, axpys: vaxpys, exps })
 }
 
-/// The AVX2 [`scalar::BlockQ8`], when this CPU runs it.
-pub(super) fn block_q8() -> Option<scalar::BlockQ8> {
-    (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")).then_some(block_q8_safe as scalar::BlockQ8)
+/// The AVX2 [`scalar::QuantizeQ8`], when this CPU runs it.
+pub(super) fn quantize_q8() -> Option<scalar::QuantizeQ8> {
+    (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c"))
+        .then_some(quantize_q8_safe as scalar::QuantizeQ8)
 }
 
-fn block_q8_safe(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
-    assert!(xb.len() == 32 && q.len() >= 32, "a block of 32 values");
-    // SAFETY: `block_q8` hands this out only after detecting AVX2 and
-    // FMA; the body reads 32 floats of `xb` and writes 32 bytes of `q`,
-    // which the assertion guarantees are there.
-    unsafe { block_q8_avx2(xb, q) }
+fn quantize_q8_safe(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
+    assert!(x.len().is_multiple_of(32) && out.len() >= x.len() / 32 * layout.bytes(), "whole blocks, and room for them");
+    // SAFETY: `quantize_q8` hands this out only after detecting AVX2, FMA
+    // and F16C; the body reads whole blocks of `x` and writes whole blocks
+    // of `out`, which the assertion guarantees are there.
+    unsafe { quantize_q8_avx2(layout, x, out) }
+}
+
+/// A row's blocks in one call: the block quantizer inlined and the f16
+/// roundings by F16C in registers, with no call per block.
+// SAFETY (callers): The CPU has AVX2, FMA and F16C; `x` is whole blocks of
+// 32 and `out` holds as many blocks of `layout`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_avx2(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
+    let bytes = layout.bytes();
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(bytes)) {
+        let (d, sum) = block_q8_avx2(xb, &mut ob[bytes - 32..]);
+        let d16 = f16_round(d);
+        ob[..4].copy_from_slice(&d16.to_le_bytes());
+        let sv = match layout {
+            Q8Layout::Plain => continue,
+            Q8Layout::Sum => d16 * sum as f32,
+            Q8Layout::Sum16 => f16_round(d * sum as f32),
+        };
+        ob[4..8].copy_from_slice(&sv.to_le_bytes());
+    }
+}
+
+/// `v` rounded to the nearest f16 (ties to even, as `half` rounds), widened.
+// SAFETY (callers): The CPU has F16C.
+#[inline]
+#[target_feature(enable = "f16c")]
+unsafe fn f16_round(v: f32) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v))))
 }
 
 // SAFETY (callers): The CPU has AVX2 and FMA; `xb` holds 32 floats and `q`
 // at least 32 bytes.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn block_q8_avx2(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
     let p = xb.as_ptr();
