@@ -16,7 +16,7 @@ use candle_core::{DType, Tensor};
 use super::config::{ModelConfig, RopeTable};
 use super::kv::{Cache, LaneKv};
 use super::kernels::{release_free_memory, Arena, Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
-use super::weights::{Embed, Linear, Proj, Weights};
+use super::weights::{self, Embed, Linear, Proj, Weights};
 use super::ModelError;
 
 /// Matrices that read the same input, as one (fused) or several whose
@@ -62,8 +62,9 @@ impl Projection {
     }
 }
 
+/// One decoder layer, its matrices in the kernels' layout.
 #[derive(Debug)]
-struct Layer {
+pub(crate) struct Layer {
     attn_norm: Vec<f32>,
     qkv: Projection,
     qkv_bias: Option<Vec<f32>>,
@@ -207,43 +208,56 @@ fn proj(p: &Proj, name: &str, arena: &mut Arena) -> Result<(Projection, Option<V
     })
 }
 
+impl Layer {
+    /// Layer `i` of loaded weights, its matrices written into `arena`.
+    pub(crate) fn convert(i: usize, l: &weights::Layer, arena: &mut Arena) -> Result<Layer, ModelError> {
+        let (qkv, qkv_bias) = proj(&l.qkv, &format!("layer {i} q/k/v"), arena)?;
+        let (gate_up, _) = proj(&l.gate_up, &format!("layer {i} gate/up"), arena)?;
+        Ok(Layer {
+            attn_norm: vector(&l.attn_norm)?,
+            qkv,
+            qkv_bias,
+            q_norm: l.q_norm.as_ref().map(vector).transpose()?,
+            k_norm: l.k_norm.as_ref().map(vector).transpose()?,
+            o: matrix(&l.o.w, &format!("layer {i} attention output"), Some(&mut *arena))?,
+            mlp_norm: vector(&l.mlp_norm)?,
+            gate_up,
+            down: matrix(&l.down.w, &format!("layer {i} down"), Some(arena))?,
+        })
+    }
+}
+
 impl Model {
     /// The CPU model of loaded weights, converted one layer at a time and
-    /// each candle tensor dropped once copied, so loading peaks near the
-    /// size of the weights plus one layer, not twice the weights.
-    pub fn new(cfg: &ModelConfig, w: Weights, threads: usize) -> Result<Model, ModelError> {
-        let Weights { embed, layers: candle_layers, norm, lm_head, .. } = w;
+    /// each layer's loaded tensors freed once copied, so loading peaks near
+    /// the size of the weights plus one layer, not twice the weights.
+    pub fn new(cfg: &ModelConfig, mut w: Weights, threads: usize) -> Result<Model, ModelError> {
         // Every matrix's bytes go into one arena, backed by huge pages
         // where the system gives them.
         let mut arena = Arena::new();
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for (i, l) in std::mem::take(&mut w.layers).into_iter().enumerate() {
+            layers.push(Layer::convert(i, &l, &mut arena)?);
+            // The freed tensors sit in holes of the heap that later
+            // allocations may not fill: handed back to the system.
+            drop(l);
+            release_free_memory();
+        }
+        Model::assemble(cfg, w, layers, arena, threads)
+    }
+
+    /// The CPU model of converted `layers` and the other loaded weights
+    /// (whose `layers` it ignores), their matrices written into `arena`.
+    pub fn assemble(cfg: &ModelConfig, w: Weights, layers: Vec<Layer>, mut arena: Arena, threads: usize) -> Result<Model, ModelError> {
+        let Weights { embed, norm, lm_head, .. } = w;
         let embed = match embed {
             Embed::Quantized(q) => qtensor(&q, "token_embd.weight", Some(&mut arena))?,
             Embed::Dense(t) => dense(&t, Some(&mut arena)).map_err(|e| ModelError::Weights(format!("embedding table: {e}")))?,
         };
-        let mut layers = Vec::with_capacity(candle_layers.len());
-        for (i, l) in candle_layers.into_iter().enumerate() {
-            let (qkv, qkv_bias) = proj(&l.qkv, &format!("layer {i} q/k/v"), &mut arena)?;
-            let (gate_up, _) = proj(&l.gate_up, &format!("layer {i} gate/up"), &mut arena)?;
-            layers.push(Layer {
-                attn_norm: vector(&l.attn_norm)?,
-                qkv,
-                qkv_bias,
-                q_norm: l.q_norm.as_ref().map(vector).transpose()?,
-                k_norm: l.k_norm.as_ref().map(vector).transpose()?,
-                o: matrix(&l.o.w, &format!("layer {i} attention output"), Some(&mut arena))?,
-                mlp_norm: vector(&l.mlp_norm)?,
-                gate_up,
-                down: matrix(&l.down.w, &format!("layer {i} down"), Some(&mut arena))?,
-            });
-            // The layer's loaded tensors are freed here, into holes of the
-            // heap: handed back, so that loading does not hold them beside
-            // the arena.
-            drop(l);
-            release_free_memory();
-        }
         let lm_head = if cfg.tie_word_embeddings { None } else { Some(matrix(&lm_head, "lm_head", Some(&mut arena))?) };
         let bytes = layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum::<usize>()
             + lm_head.as_ref().unwrap_or(&embed).bytes();
+        release_free_memory();
         let pool = Pool::new(threads);
         let bufs = Bufs { scores: (0..pool.threads()).map(|_| Mutex::new(Vec::new())).collect(), ..Bufs::default() };
         Ok(Model {

@@ -161,13 +161,24 @@ impl Decoder {
         runtime: Runtime,
         threads: usize,
     ) -> Result<Decoder, ModelError> {
-        let backend = if device.is_cpu() && runtime == Runtime::Auto {
-            Backend::Cpu(cpu::Model::new(&config, weights, threads)?)
-        } else {
-            let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
-            Backend::Candle(candle_graph::Model::new(&config, weights.to_dtype(dtype)?, device, dtype)?)
-        };
+        if Decoder::runs_on_cpu(device, runtime) {
+            let model = cpu::Model::new(&config, weights, threads)?;
+            return Ok(Decoder::on_cpu(config, model, device));
+        }
+        let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
+        let backend = Backend::Candle(candle_graph::Model::new(&config, weights.to_dtype(dtype)?, device, dtype)?);
         Ok(Decoder { config, backend: Arc::new(backend), device: device.clone() })
+    }
+
+    /// Whether a decoder on `device` that asks for `runtime` runs on lmt's
+    /// own CPU runtime (else on candle's graph).
+    pub(crate) fn runs_on_cpu(device: &Device, runtime: Runtime) -> bool {
+        device.is_cpu() && runtime == Runtime::Auto
+    }
+
+    /// A decoder on lmt's CPU runtime over `model`.
+    pub(crate) fn on_cpu(config: ModelConfig, model: cpu::Model, device: &Device) -> Decoder {
+        Decoder { config, backend: Arc::new(Backend::Cpu(model)), device: device.clone() }
     }
 
     /// A fresh, empty state.

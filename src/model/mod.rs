@@ -269,6 +269,23 @@ impl Decoder {
             // converts what it needs.
             let weights = weights::load_safetensors(&files, &cfg, device, None)?;
             Ok((Decoder::new(cfg, weights, device, opts.runtime, opts.threads)?, None))
+        } else if path.is_file() && Decoder::runs_on_cpu(device, opts.runtime) {
+            // Each layer is converted as soon as it is read: the next one is
+            // read into the memory it freed, and the file's weights are never
+            // all held twice (nor touched fresh twice).
+            let mut arena = None;
+            let mut layers = Vec::new();
+            let (cfg, weights, content) = weights::load_gguf_each(path, device, |content, l| {
+                let arena = arena.get_or_insert_with(|| {
+                    let matrices = content.tensor_infos.len();
+                    kernels::Arena::with_capacity(weights::gguf_matrix_bytes(content) + 64 * matrices)
+                });
+                layers.push(cpu::Layer::convert(layers.len(), &l, arena)?);
+                Ok(())
+            })?;
+            let vocab = GgufVocab::read(&content).map_err(|e| e.in_file(path))?;
+            let model = cpu::Model::assemble(&cfg, weights, layers, arena.unwrap_or_default(), opts.threads)?;
+            Ok((Decoder::on_cpu(cfg, model, device), vocab))
         } else if path.is_file() {
             let (cfg, weights, content) = weights::load_gguf(path, device)?;
             let vocab = GgufVocab::read(&content).map_err(|e| e.in_file(path))?;

@@ -307,6 +307,25 @@ pub(crate) fn read_gguf(path: &Path, file: &mut File) -> Result<gguf_file::Conte
 
 /// A GGUF file's configuration and weights.
 pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, Weights, gguf_file::Content), ModelError> {
+    let mut layers = Vec::new();
+    let (cfg, mut weights, content) = load_gguf_each(path, device, |_, l| {
+        layers.push(l);
+        Ok(())
+    })?;
+    weights.layers = layers;
+    Ok((cfg, weights, content))
+}
+
+/// [`load_gguf`] handing each layer to `each` (with the file's header) as
+/// soon as it is read, in order, and returning the other weights with no
+/// layers: a caller that converts each layer and drops it holds one layer
+/// of loaded tensors at a time (later layers are read into the memory
+/// earlier ones freed).
+pub(crate) fn load_gguf_each(
+    path: &Path,
+    device: &Device,
+    mut each: impl FnMut(&gguf_file::Content, Layer) -> Result<(), ModelError>,
+) -> Result<(ModelConfig, Weights, gguf_file::Content), ModelError> {
     let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
     let content = read_gguf(path, &mut file)?;
     let mut cfg = gguf_config(&content)?;
@@ -322,7 +341,6 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
     }
     let (qn, kvn) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
     let m = cfg.intermediate_size;
-    let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = format!("blk.{i}");
         let qkv = if r.has(&format!("{p}.attn_qkv.weight")) {
@@ -349,7 +367,7 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
         } else {
             (None, None)
         };
-        layers.push(Layer {
+        each(&content, Layer {
             attn_norm: r.dense(&format!("{p}.attn_norm.weight"))?,
             qkv,
             o: lin(r.q(&format!("{p}.attn_output.weight"))?, None)?,
@@ -358,7 +376,7 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
             mlp_norm: r.dense(&format!("{p}.ffn_norm.weight"))?,
             gate_up,
             down: lin(r.q(&format!("{p}.ffn_down.weight"))?, None)?,
-        });
+        })?;
     }
     let norm = r.dense("output_norm.weight")?;
     let embed_q = Arc::new(embed_q);
@@ -374,7 +392,13 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
         cfg.rope.freq_factors = Some(f);
     }
     let bytes = r.bytes;
-    Ok((cfg, Weights { embed: Embed::Quantized(embed_q), layers, norm, lm_head, bytes }, content))
+    Ok((cfg, Weights { embed: Embed::Quantized(embed_q), layers: Vec::new(), norm, lm_head, bytes }, content))
+}
+
+/// The bytes of a GGUF file's matrices (its 2-D tensors), as stored.
+pub(crate) fn gguf_matrix_bytes(content: &gguf_file::Content) -> usize {
+    let info = content.tensor_infos.values().filter(|t| t.shape.rank() == 2);
+    info.map(|t| t.shape.elem_count() / t.ggml_dtype.block_size().max(1) * t.ggml_dtype.type_size()).sum()
 }
 
 /// Reads tensors from a GGUF file, counting the bytes read.
