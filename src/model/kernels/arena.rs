@@ -78,27 +78,6 @@ fn advise_huge(ptr: *mut u8, len: usize) {
 #[cfg(not(target_os = "linux"))]
 fn advise_huge(_ptr: *mut u8, _len: usize) {}
 
-/// Has a thread fault in `chunk`'s pages while the caller fills it. A
-/// huge page is zeroed by the kernel when first touched, and on a virtual
-/// machine that can cost more than the copy that fills it (1.2 GB of
-/// weights: ≈ 2 s more to load in 2 MB pages than in 4 KB ones on the
-/// sandbox); on another core it overlaps the reading. Only for a chunk
-/// sized to what it will hold: every page of it becomes resident. `MADV_POPULATE_WRITE`
-/// (Linux 5.14) maps the pages without writing to them, so it never races
-/// the filling; on older kernels it fails and the filling faults them in.
-#[cfg(target_os = "linux")]
-fn populate_in_background(chunk: &Arc<Chunk>) {
-    let chunk = Arc::clone(chunk);
-    let _ = std::thread::Builder::new().name("lmt-prefault".into()).spawn(move || {
-        // SAFETY: the range is the chunk's own allocation, alive while this
-        // thread holds the `Arc`; populating changes no byte of it.
-        unsafe { libc::madvise(chunk.ptr.as_ptr().cast(), chunk.len, libc::MADV_POPULATE_WRITE) };
-    });
-}
-
-#[cfg(not(target_os = "linux"))]
-fn populate_in_background(_chunk: &Arc<Chunk>) {}
-
 /// Hands the memory the allocator holds free back to the system. Placing
 /// a loaded model's matrices in an arena frees the loaded copies a piece
 /// at a time, into holes of the heap that the allocator keeps (resident)
@@ -139,15 +118,12 @@ impl Arena {
 
     /// An arena of one chunk for `bytes` (a model's matrices, counted
     /// before they are read: each is placed on a cache line, so allow 64
-    /// bytes a matrix), whose pages a thread faults in while the caller
-    /// fills it (see [`populate_in_background`]).
+    /// bytes a matrix). Its pages become resident as they are filled.
     pub fn with_capacity(bytes: usize) -> Arena {
         if bytes == 0 {
             return Arena::new();
         }
-        let chunk = Arc::new(Chunk::new(bytes.div_ceil(HUGE) * HUGE));
-        populate_in_background(&chunk);
-        Arena { current: Some((chunk, 0)) }
+        Arena { current: Some((Arc::new(Chunk::new(bytes.div_ceil(HUGE) * HUGE)), 0)) }
     }
 
     /// A copy of `bytes` in the arena.
@@ -203,8 +179,8 @@ mod tests {
         assert!(wanted.iter().zip(&regions).all(|(w, r)| r[..] == w[..]));
     }
 
-    /// An arena sized up front (its pages faulted in by another thread while
-    /// it fills) holds what fits in one chunk, and takes more when asked.
+    /// An arena sized up front holds what fits in one chunk, and takes more
+    /// when asked.
     #[test]
     fn a_sized_arena_fills_its_chunk_then_grows() {
         let mut arena = Arena::with_capacity(3 * HUGE);
