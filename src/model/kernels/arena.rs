@@ -36,7 +36,7 @@ struct Chunk {
 }
 
 // SAFETY: a chunk is raw memory with no thread affinity; its bytes are
-// written only by `Arena::place`, through `&mut Arena`, in a range that no
+// written only by `Arena::place_with`, through `&mut Arena`, in a range that no
 // `Region` covers yet, and read only through `Region`s, whose ranges are
 // never written again.
 unsafe impl Send for Chunk {}
@@ -104,7 +104,7 @@ impl Deref for Region {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        // SAFETY: `start + len ≤ chunk.len` (checked in `place`); those bytes
+        // SAFETY: `start + len ≤ chunk.len` (asserted in `place_with`); those bytes
         // were written before the region existed and are never written again.
         unsafe { std::slice::from_raw_parts(self.chunk.ptr.as_ptr().add(self.start), self.len) }
     }

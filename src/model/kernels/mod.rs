@@ -586,19 +586,10 @@ impl QMatrix {
         Ok(QMatrix { ty, rows, cols, data: bytes, kernel: Kernel::best(ty), groups, group_kernel })
     }
 
-    /// The rows of `parts` one after another, as one matrix (`None` unless
-    /// they share a type and a width): one pass over the input multiplies
-    /// them all, and each row keeps its kernel.
-    pub fn concat(parts: &[QMatrix]) -> Option<QMatrix> {
-        QMatrix::concat_into(parts, None)
-    }
-
-    /// [`QMatrix::concat`] with the bytes written straight into `arena`.
+    /// The rows of `parts` one after another, as one matrix written into
+    /// `arena` (`None` unless they share a type and a width): one pass over
+    /// the input multiplies them all, and each row keeps its kernel.
     pub fn concat_in(arena: &mut Arena, parts: &[QMatrix]) -> Option<QMatrix> {
-        QMatrix::concat_into(parts, Some(arena))
-    }
-
-    fn concat_into(parts: &[QMatrix], arena: Option<&mut Arena>) -> Option<QMatrix> {
         let first = parts.first()?;
         if parts.iter().any(|m| m.ty != first.ty || m.cols != first.cols) {
             return None;
@@ -607,21 +598,13 @@ impl QMatrix {
         if parts.iter().all(|m| 8 * m.groups == m.rows) {
             // Groups stay groups: the interleaved bytes carry over.
             let len = parts.iter().map(|m| m.data.len()).sum();
-            let write = |dst: &mut [u8]| {
+            let data = Bytes::Placed(arena.place_with(len, |dst| {
                 let mut at = 0;
                 for m in parts {
                     dst[at..at + m.data.len()].copy_from_slice(&m.data);
                     at += m.data.len();
                 }
-            };
-            let data = match arena {
-                Some(arena) => Bytes::Placed(arena.place_with(len, write)),
-                None => {
-                    let mut v = vec![0u8; len];
-                    write(&mut v);
-                    Bytes::Own(v)
-                }
-            };
+            }));
             let groups = parts.iter().map(|m| m.groups).sum();
             let (ty, cols, kernel, group_kernel) = (first.ty, first.cols, first.kernel, first.group_kernel);
             return Some(QMatrix { ty, rows, cols, data, kernel, groups, group_kernel });
@@ -630,7 +613,7 @@ impl QMatrix {
         for m in parts {
             (0..m.rows).for_each(|r| data.extend_from_slice(&m.row(r)));
         }
-        QMatrix::build(first.ty, rows, first.cols, Cow::Owned(data), arena).ok()
+        QMatrix::new_in(arena, first.ty, rows, first.cols, &data).ok()
     }
 
     /// This matrix with its bytes moved into `arena` (memory the kernels
