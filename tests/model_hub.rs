@@ -151,6 +151,13 @@ fn bad_models_get_clear_errors() {
     set_tensor_type(&iq4, "token_embd.weight", 23);
     let err = load(&iq4);
     assert!(err.contains("IQ4_XS (GGML type 23)") && err.contains("Q4_K_M"), "{err}");
+    // A later layer's matrix whose header claims 2⁴⁰ rows: a named error,
+    // not an abort on memory sized from the header before the tensor is read.
+    let huge = dir.join("huge_rows.gguf");
+    spec.write_gguf(&huge, candle_core::quantized::GgmlDType::F32);
+    set_tensor_dim(&huge, "blk.1.ffn_down.weight", 1, 1 << 40);
+    let err = load(&huge);
+    assert!(err.contains("blk.1.ffn_down.weight") && err.contains("past the end"), "{err}");
     // A config with heads that cannot share key/value heads.
     let mut bad = spec.config_json();
     bad["num_key_value_heads"] = serde_json::json!(3);
@@ -162,11 +169,25 @@ fn bad_models_get_clear_errors() {
 /// Rewrites the GGML type of tensor `name` in the GGUF at `path` (its
 /// description: name as u64 length and bytes, u32 dimensions, u64 sizes,
 /// then the u32 type).
-fn set_tensor_type(path: &Path, name: &str, ty: u32) {
-    let mut bytes = std::fs::read(path).unwrap();
+/// Where tensor `name`'s description in a GGUF file's header continues
+/// after its name (its dimension count, then the dimensions and the type).
+fn tensor_description(bytes: &[u8], name: &str) -> usize {
     let mut key = (name.len() as u64).to_le_bytes().to_vec();
     key.extend_from_slice(name.as_bytes());
-    let at = bytes.windows(key.len()).position(|w| w == key.as_slice()).expect("the tensor's description") + key.len();
+    bytes.windows(key.len()).position(|w| w == key.as_slice()).expect("the tensor's description") + key.len()
+}
+
+/// Sets dimension `d` of tensor `name` in the header of the GGUF at `path`.
+fn set_tensor_dim(path: &Path, name: &str, d: usize, value: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = tensor_description(&bytes, name) + 4 + 8 * d;
+    bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn set_tensor_type(path: &Path, name: &str, ty: u32) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = tensor_description(&bytes, name);
     let dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
     let t = at + 4 + 8 * dims;
     assert!(u32::from_le_bytes(bytes[t..t + 4].try_into().unwrap()) == 0, "an F32 tensor");

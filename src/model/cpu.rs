@@ -175,6 +175,14 @@ fn dense(t: &Tensor, arena: Option<&mut Arena>) -> Result<QMatrix, String> {
     }
 }
 
+/// The output rows of a loaded matrix (without converting it).
+fn rows(m: &QMatMul) -> Result<usize, ModelError> {
+    Ok(match m {
+        QMatMul::QTensor(q) => q.shape().dims2()?.0,
+        QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.dims2()?.0,
+    })
+}
+
 fn vector(t: &Tensor) -> Result<Vec<f32>, ModelError> {
     Ok(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
 }
@@ -188,7 +196,7 @@ fn proj(p: &Proj, name: &str, arena: &mut Arena) -> Result<(Projection, Option<V
         for l in ls {
             match &l.b {
                 Some(b) => out.extend(vector(b)?),
-                None => out.extend(std::iter::repeat_n(0.0, matrix(&l.w, name, None)?.rows())),
+                None => out.extend(std::iter::repeat_n(0.0, rows(&l.w)?)),
             }
         }
         Ok(Some(out))

@@ -275,11 +275,8 @@ impl Decoder {
             // all held twice (nor touched fresh twice).
             let mut arena = None;
             let mut layers = Vec::new();
-            let (cfg, weights, content) = weights::load_gguf_each(path, device, |content, l| {
-                let arena = arena.get_or_insert_with(|| {
-                    let matrices = content.tensor_infos.len();
-                    kernels::Arena::with_capacity(weights::gguf_matrix_bytes(content) + 64 * matrices)
-                });
+            let (cfg, weights, content) = weights::load_gguf_each(path, device, |matrix_bytes, l| {
+                let arena = arena.get_or_insert_with(|| kernels::Arena::with_capacity(matrix_bytes));
                 layers.push(cpu::Layer::convert(layers.len(), &l, arena)?);
                 Ok(())
             })?;

@@ -316,20 +316,26 @@ pub(crate) fn load_gguf(path: &Path, device: &Device) -> Result<(ModelConfig, We
     Ok((cfg, weights, content))
 }
 
-/// [`load_gguf`] handing each layer to `each` (with the file's header) as
-/// soon as it is read, in order, and returning the other weights with no
-/// layers: a caller that converts each layer and drops it holds one layer
-/// of loaded tensors at a time (later layers are read into the memory
-/// earlier ones freed).
+/// [`load_gguf`] handing each layer to `each` as soon as it is read, in
+/// order, and returning the other weights with no layers: a caller that
+/// converts each layer and drops it holds one layer of loaded tensors at a
+/// time (later layers are read into the memory earlier ones freed). `each`
+/// also gets the bytes of the file's matrices as its header describes them
+/// (at most the file's size: a header that claims more fails when the
+/// tensor is read), to size what it converts them into.
 pub(crate) fn load_gguf_each(
     path: &Path,
     device: &Device,
-    mut each: impl FnMut(&gguf_file::Content, Layer) -> Result<(), ModelError>,
+    mut each: impl FnMut(usize, Layer) -> Result<(), ModelError>,
 ) -> Result<(ModelConfig, Weights, gguf_file::Content), ModelError> {
     let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
     let content = read_gguf(path, &mut file)?;
     let mut cfg = gguf_config(&content)?;
-    let mut r = GgufReader { content: &content, file, device, bytes: 0 };
+    let file_len = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let matrices = content.tensor_infos.values().filter(|t| t.shape.rank() == 2);
+    let matrix_bytes = matrices.fold(0usize, |sum, t| sum.saturating_add(stored_bytes(t).unwrap_or(usize::MAX)));
+    let matrix_bytes = matrix_bytes.min(usize::try_from(file_len).unwrap_or(usize::MAX));
+    let mut r = GgufReader { content: &content, file, file_len, device, bytes: 0 };
     let lin = |t: QTensor, b: Option<Tensor>| -> Result<Linear, ModelError> { Ok(Linear { w: QMatMul::from_qtensor(t)?, b }) };
     let embed_q = r.q("token_embd.weight")?;
     if embed_q.shape().dims() != [cfg.vocab_size, cfg.hidden_size] {
@@ -367,7 +373,7 @@ pub(crate) fn load_gguf_each(
         } else {
             (None, None)
         };
-        each(&content, Layer {
+        each(matrix_bytes, Layer {
             attn_norm: r.dense(&format!("{p}.attn_norm.weight"))?,
             qkv,
             o: lin(r.q(&format!("{p}.attn_output.weight"))?, None)?,
@@ -395,16 +401,17 @@ pub(crate) fn load_gguf_each(
     Ok((cfg, Weights { embed: Embed::Quantized(embed_q), layers: Vec::new(), norm, lm_head, bytes }, content))
 }
 
-/// The bytes of a GGUF file's matrices (its 2-D tensors), as stored.
-pub(crate) fn gguf_matrix_bytes(content: &gguf_file::Content) -> usize {
-    let info = content.tensor_infos.values().filter(|t| t.shape.rank() == 2);
-    info.map(|t| t.shape.elem_count() / t.ggml_dtype.block_size().max(1) * t.ggml_dtype.type_size()).sum()
+/// The bytes a tensor takes in a GGUF file as its header describes it
+/// (`None` when the count overflows).
+fn stored_bytes(info: &gguf_file::TensorInfo) -> Option<usize> {
+    (info.shape.elem_count() / info.ggml_dtype.block_size().max(1)).checked_mul(info.ggml_dtype.type_size())
 }
 
 /// Reads tensors from a GGUF file, counting the bytes read.
 struct GgufReader<'a> {
     content: &'a gguf_file::Content,
     file: File,
+    file_len: u64,
     device: &'a Device,
     bytes: usize,
 }
@@ -419,10 +426,8 @@ impl GgufReader<'_> {
         // The size the header claims is checked against the file before
         // anything is allocated for it.
         if let Some(info) = self.content.tensor_infos.get(name) {
-            let (elems, block) = (info.shape.elem_count(), info.ggml_dtype.block_size());
-            let bytes = (elems / block.max(1)).checked_mul(info.ggml_dtype.type_size());
-            let end = bytes.and_then(|b| (self.content.tensor_data_offset + info.offset).checked_add(b as u64));
-            let len = self.file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+            let end = stored_bytes(info).and_then(|b| (self.content.tensor_data_offset + info.offset).checked_add(b as u64));
+            let len = self.file_len;
             if end.is_none_or(|e| e > len) {
                 return Err(ModelError::Weights(format!(
                     "tensor `{name}` ({:?}, {:?}) runs past the end of the file ({len} bytes)",

@@ -58,13 +58,14 @@ impl Q8Layout {
     }
 
     /// The second field of a block whose values sum to `sum`, from its
-    /// scale unrounded (`d`) and rounded to f16 (`d16`).
+    /// scale unrounded (`d`) and rounded to f16 (`d16`); `None` for `Plain`,
+    /// which has none.
     #[inline]
-    pub(crate) fn scaled_sum(self, d16: f32, d: f32, sum: i32) -> f32 {
+    pub(crate) fn scaled_sum(self, d16: f32, d: f32, sum: i32) -> Option<f32> {
         match self {
-            Q8Layout::Plain => 0.0,
-            Q8Layout::Sum => d16 * sum as f32,
-            Q8Layout::Sum16 => f16::from_f32(d * sum as f32).to_f32(),
+            Q8Layout::Plain => None,
+            Q8Layout::Sum => Some(d16 * sum as f32),
+            Q8Layout::Sum16 => Some(f16::from_f32(d * sum as f32).to_f32()),
         }
     }
 }
@@ -91,12 +92,19 @@ pub(crate) fn block_q8(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
 /// `x` (whole blocks of 32) as 8-bit activation blocks in `layout`; the
 /// scale is rounded to f16 as llama.cpp's is, but kept as f32.
 pub(crate) fn quantize_q8(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
+    quantize_q8_with(layout, x, out, block_q8);
+}
+
+/// [`quantize_q8`] with `block` quantizing each block (this module's
+/// [`block_q8`], or a SIMD one that computes the same bits, inlined into
+/// its caller's loop).
+#[inline(always)]
+pub(crate) fn quantize_q8_with(layout: Q8Layout, x: &[f32], out: &mut [u8], block: impl Fn(&[f32], &mut [u8]) -> (f32, i32)) {
     let bytes = layout.bytes();
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(bytes)) {
-        let (d, sum) = block_q8(xb, &mut ob[bytes - 32..]);
+        let (d, sum) = block(xb, &mut ob[bytes - 32..]);
         put_f16_as_f32(ob, 0, d);
-        if layout != Q8Layout::Plain {
-            let sv = layout.scaled_sum(f32_at(ob, 0), d, sum);
+        if let Some(sv) = layout.scaled_sum(f32_at(ob, 0), d, sum) {
             ob[4..8].copy_from_slice(&sv.to_le_bytes());
         }
     }

@@ -76,32 +76,14 @@ fn quantize_q8_safe(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
     unsafe { quantize_q8_avx2(layout, x, out) }
 }
 
-/// A row's blocks in one call: the block quantizer inlined and the f16
-/// roundings by F16C in registers, with no call per block.
+/// A row's blocks in one call, the AVX2 block quantizer inlined.
 // SAFETY (callers): The CPU has AVX2, FMA and F16C; `x` is whole blocks of
 // 32 and `out` holds as many blocks of `layout`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_q8_avx2(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
-    let bytes = layout.bytes();
-    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(bytes)) {
-        let (d, sum) = block_q8_avx2(xb, &mut ob[bytes - 32..]);
-        let d16 = f16_round(d);
-        ob[..4].copy_from_slice(&d16.to_le_bytes());
-        let sv = match layout {
-            Q8Layout::Plain => continue,
-            Q8Layout::Sum => d16 * sum as f32,
-            Q8Layout::Sum16 => f16_round(d * sum as f32),
-        };
-        ob[4..8].copy_from_slice(&sv.to_le_bytes());
-    }
-}
-
-/// `v` rounded to the nearest f16 (ties to even, as `half` rounds), widened.
-// SAFETY (callers): The CPU has F16C.
-#[inline]
-#[target_feature(enable = "f16c")]
-unsafe fn f16_round(v: f32) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v))))
+    // SAFETY: this function's features are the block quantizer's; each
+    // block handed to it is 32 floats and 32 bytes (`chunks_exact`).
+    scalar::quantize_q8_with(layout, x, out, |xb, q| unsafe { block_q8_avx2(xb, q) });
 }
 
 // SAFETY (callers): The CPU has AVX2 and FMA; `xb` holds 32 floats and `q`
