@@ -601,6 +601,19 @@ fn greedy_sampling_is_the_argmax_with_biases_and_masks_applied() {
     assert!((t.logprob - log_softmax(&logits)[2]).abs() < 1e-6);
     let empty = lmt::engine::TokenMask::new(5);
     assert!(s.sample(&logits, Some(&empty), &[]).is_err());
+    // Ties go to the lower id; a bias that lifts a token past the mask's
+    // others counts, one past the mask does not; the log-prob and the
+    // alternatives are exactly the model's log-softmax and its top entries.
+    let tied = vec![2.0, 5.0, 5.0, 1.0, 4.0, f32::NEG_INFINITY];
+    let mut mask = lmt::engine::TokenMask::new(6);
+    [1, 2, 4, 5].into_iter().for_each(|t| mask.set(t));
+    let mut s = Sampler::new(SamplingParams { top_alternatives: 3, ..SamplingParams::default() }).unwrap();
+    let lp = log_softmax(&tied);
+    let t = s.sample(&tied, Some(&mask), &[]).unwrap();
+    assert_eq!((t.token, t.logprob, t.top.clone()), (1, lp[1], lmt::model::top_n(&lp, 3)));
+    assert_eq!(t.top.iter().map(|&(id, _)| id).collect::<Vec<_>>(), [1, 2, 4]);
+    assert_eq!(s.sample(&tied, Some(&mask), &[(4, 1.5), (0, 9.0)]).unwrap().token, 4);
+    assert_eq!(s.sample(&tied, Some(&mask), &[(4, 0.5), (4, 0.5)]).unwrap().token, 1, "equal after both biases: the lower id");
     assert!(Sampler::new(SamplingParams { top_p: 0.0, ..SamplingParams::default() }).is_err());
     assert!(Sampler::new(SamplingParams { temperature: f32::NAN, ..SamplingParams::default() }).is_err());
 }

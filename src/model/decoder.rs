@@ -489,7 +489,7 @@ pub fn log_softmax(x: &[f32]) -> Vec<f32> {
 
 /// `log(Σ exp(x))`, stably (a row of scores at a time: the terms go in a
 /// buffer kept per thread, not one allocated per row).
-fn log_sum_exp(x: &[f32]) -> f32 {
+pub(super) fn log_sum_exp(x: &[f32]) -> f32 {
     thread_local! {
         static TERMS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     }

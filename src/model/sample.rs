@@ -5,7 +5,7 @@
 
 use crate::engine::TokenMask;
 
-use super::decoder::log_softmax;
+use super::decoder::log_sum_exp;
 use super::ModelError;
 
 /// How to sample.
@@ -78,24 +78,38 @@ impl Sampler {
     /// Picks a token from `logits`, allowing only `mask`'s tokens (when
     /// given) and adding `bias` (token, logit offset) first.
     pub fn sample(&mut self, logits: &[f32], mask: Option<&TokenMask>, bias: &[(u32, f32)]) -> Result<Sampled, ModelError> {
-        let model_lp = log_softmax(logits);
-        let allowed = |i: usize| mask.is_none_or(|m| i < m.len() && m.get(i as u32));
-        let mut adj: Vec<f32> = logits.to_vec();
-        for &(t, b) in bias {
-            if let Some(v) = adj.get_mut(t as usize) {
-                *v += b;
+        // The model's log-probabilities are `logit − lse`, computed where
+        // read (no vocabulary-sized buffers a token: this runs once per
+        // generated token of every sequence, between batched passes).
+        let lse = log_sum_exp(logits);
+        let biased;
+        let adj: &[f32] = if bias.is_empty() {
+            logits
+        } else {
+            let mut a = logits.to_vec();
+            for &(t, b) in bias {
+                if let Some(v) = a.get_mut(t as usize) {
+                    *v += b;
+                }
             }
-        }
-        // Candidates: allowed tokens with a finite logit.
-        let mut cand: Vec<(u32, f32)> =
-            adj.iter().enumerate().filter(|&(i, v)| allowed(i) && v.is_finite()).map(|(i, &v)| (i as u32, v)).collect();
-        if cand.is_empty() {
+            biased = a;
+            &biased
+        };
+        // Candidates, in id order: allowed tokens with a finite logit.
+        let ids: Box<dyn Iterator<Item = usize> + '_> = match mask {
+            Some(m) => Box::new(m.ones().map(|i| i as usize).filter(|&i| i < m.len()).take_while(|&i| i < adj.len())),
+            None => Box::new(0..adj.len()),
+        };
+        let mut cand = ids.map(|i| (i as u32, adj[i])).filter(|c| c.1.is_finite());
+        let Some(first) = cand.next() else {
             return Err(ModelError::Runtime("no token is allowed here: the constraint admits nothing the model can emit".into()));
-        }
+        };
         let p = &self.params;
         let token = if p.temperature == 0.0 {
-            cand.iter().fold(cand[0], |best, &c| if c.1 > best.1 { c } else { best }).0
+            // The first of the largest.
+            cand.fold(first, |best, c| if c.1 > best.1 { c } else { best }).0
         } else {
+            let mut cand: Vec<(u32, f32)> = std::iter::once(first).chain(cand).collect();
             cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             if p.top_k > 0 {
                 cand.truncate(p.top_k);
@@ -131,17 +145,23 @@ impl Sampler {
             }
             pick
         };
-        Ok(Sampled { token, logprob: model_lp[token as usize], top: top_n(&model_lp, p.top_alternatives) })
+        let top = top_n_of(logits.iter().map(|&v| v - lse), p.top_alternatives);
+        Ok(Sampled { token, logprob: logits[token as usize] - lse, top })
     }
 }
 
 /// The `n` largest entries, best first (ties by lower id).
 pub fn top_n(values: &[f32], n: usize) -> Vec<(u32, f32)> {
+    top_n_of(values.iter().copied(), n)
+}
+
+/// [`top_n`] of values as they come (id = place in the sequence).
+fn top_n_of(values: impl Iterator<Item = f32>, n: usize) -> Vec<(u32, f32)> {
     let mut best: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
     if n == 0 {
         return best;
     }
-    for (i, &v) in values.iter().enumerate() {
+    for (i, v) in values.enumerate() {
         if best.len() == n && v <= best[n - 1].1 {
             continue;
         }
