@@ -15,7 +15,7 @@ use candle_core::{DType, Tensor};
 
 use super::config::{ModelConfig, RopeTable};
 use super::kv::{Cache, LaneKv};
-use super::kernels::{release_free_memory, Arena, Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
+use super::kernels::{release_free_memory, sum_f64, Arena, Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
 use super::weights::{self, Embed, Linear, Proj, Weights};
 use super::ModelError;
 
@@ -506,20 +506,10 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f64) {
     }
 }
 
-/// `1 / sqrt(mean(x²) + eps)`, the sum in f64. Each square is exact in
-/// f64; they go into eight running sums (lanes the compiler vectorises,
-/// where one running sum waits on each add), so the f64 total can differ
-/// from a sequential sum's in its last bits, far below the f32 result's.
+/// `1 / sqrt(mean(x²) + eps)`, the sum in f64 ([`sum_f64`]; each square
+/// is exact in f64).
 fn rms_scale(x: &[f32], eps: f64) -> f32 {
-    let mut lanes = [0f64; 8];
-    let mut chunks = x.chunks_exact(8);
-    for c in chunks.by_ref() {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l += (v as f64) * (v as f64);
-        }
-    }
-    let rest: f64 = chunks.remainder().iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let ss = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])) + rest;
+    let ss = sum_f64(x, |v| f64::from(v) * f64::from(v));
     (1.0 / (ss / x.len() as f64 + eps).sqrt()) as f32
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device};
 
 use super::config::ModelConfig;
+use super::kernels::sum_f64;
 use super::weights::Weights;
 use super::{candle_graph, cpu, kv, ModelError};
 
@@ -497,21 +498,14 @@ pub(super) fn log_sum_exp(x: &[f32]) -> f32 {
 }
 
 /// `log(Σ exp(x))`, stably: the terms relative to the largest (in `terms`,
-/// a buffer), exponentiated together and summed in f64, in eight running
-/// sums (one sum of a vocabulary's terms waits on each add: ≈ 75 µs a
-/// row here, a share of each sampled token). The f64 total can differ
-/// from a sequential sum's in its last bits, far below the f32 result's.
+/// a buffer), exponentiated together and summed in f64 ([`sum_f64`]: one
+/// sequential sum of a vocabulary's terms took ≈ 75 µs a row here, a
+/// share of each sampled token).
 fn log_sum_exp_into(x: &[f32], terms: &mut Vec<f32>) -> f32 {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     terms.clear();
     terms.extend(x.iter().map(|&v| v - max));
     super::kernels::exps(terms);
-    let mut lanes = [0f64; 8];
-    let mut chunks = terms.chunks_exact(8);
-    for c in chunks.by_ref() {
-        lanes.iter_mut().zip(c).for_each(|(l, &e)| *l += f64::from(e));
-    }
-    let rest: f64 = chunks.remainder().iter().map(|&e| f64::from(e)).sum();
-    let sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])) + rest;
+    let sum = sum_f64(terms, f64::from);
     max + sum.ln() as f32
 }

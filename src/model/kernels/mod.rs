@@ -463,6 +463,21 @@ pub fn exps(x: &mut [f32]) {
     (BEST.get_or_init(|| VecOps::best().exps))(x)
 }
 
+/// `Σ term(x[i])` in f64, in eight running sums (the compiler vectorises
+/// them, where one running sum waits on each add), joined pairwise: the
+/// total can differ from a sequential sum's in its last bits, far below
+/// an f32 result's. Always this order, so a row's sum is the same bits
+/// wherever it is taken.
+pub fn sum_f64(x: &[f32], term: impl Fn(f32) -> f64) -> f64 {
+    let mut lanes = [0f64; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in chunks.by_ref() {
+        lanes.iter_mut().zip(c).for_each(|(l, &v)| *l += term(v));
+    }
+    let rest: f64 = chunks.remainder().iter().map(|&v| term(v)).sum();
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])) + rest
+}
+
 /// Panics unless `n` rows of `d` values at `stride` fit in `len` values.
 pub(crate) fn check_strided(d: usize, len: usize, stride: usize, n: usize) {
     assert!(n == 0 || (n - 1) * stride + d <= len, "strided rows out of bounds");
