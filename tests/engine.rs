@@ -189,3 +189,16 @@ fn random_regexes_and_choices_equal_brute_force() {
             .unwrap();
     }
 }
+
+/// A union with a longer mask keeps the shorter one's length: no id past
+/// it is counted or listed.
+#[test]
+fn a_union_with_a_longer_mask_stays_within_its_length() {
+    let mut long = TokenMask::new(200);
+    [3, 69, 70, 150].into_iter().for_each(|t| long.set(t));
+    let mut short = TokenMask::new(70);
+    short.set(5);
+    short.union_with(&long);
+    assert_eq!(short.ones().collect::<Vec<_>>(), [3, 5, 69]);
+    assert_eq!(short.count(), 3);
+}

@@ -206,6 +206,8 @@ impl TokenMask {
     /// Allows every id `other` allows (over the shorter length).
     pub fn union_with(&mut self, other: &TokenMask) {
         self.words.iter_mut().zip(&other.words).for_each(|(a, b)| *a |= b);
+        // `other` may have been longer.
+        self.trim();
     }
 
     /// Number of allowed ids.

@@ -97,7 +97,7 @@ impl Sampler {
         };
         // Candidates, in id order: allowed tokens with a finite logit.
         let ids: Box<dyn Iterator<Item = usize> + '_> = match mask {
-            Some(m) => Box::new(m.ones().map(|i| i as usize).filter(|&i| i < m.len()).take_while(|&i| i < adj.len())),
+            Some(m) => Box::new(m.ones().map(|i| i as usize).take_while(|&i| i < adj.len())),
             None => Box::new(0..adj.len()),
         };
         let mut cand = ids.map(|i| (i as u32, adj[i])).filter(|c| c.1.is_finite());
