@@ -136,11 +136,7 @@ fn qtensor(q: &QTensor, name: &str, arena: Option<&mut Arena>) -> Result<QMatrix
     let bad = |e: String| ModelError::Weights(format!("tensor `{name}`: {e}"));
     let (rows, cols) = q.shape().dims2()?;
     match QType::from_ggml(q.dtype()) {
-        Some(ty) => match arena {
-            Some(arena) => QMatrix::new_in(arena, ty, rows, cols, &q.data()?),
-            None => QMatrix::new(ty, rows, cols, q.data()?),
-        }
-        .map_err(bad),
+        Some(ty) => new_matrix(arena, ty, rows, cols, q.data()?).map_err(bad),
         // Types without kernels of ours (Q8_1, Q8_K: activation formats,
         // which llama.cpp's quantizer never writes as weights) run as f16.
         None => dense(&q.dequantize(&candle_core::Device::Cpu)?.to_dtype(DType::F16)?, arena).map_err(bad),
@@ -169,8 +165,19 @@ fn dense(t: &Tensor, arena: Option<&mut Arena>) -> Result<QMatrix, String> {
                 .collect(),
         ),
     };
+    new_matrix(arena, ty, rows, cols, data)
+}
+
+/// [`QMatrix::new_in`] `arena`, or [`QMatrix::new`] without one.
+fn new_matrix<'a>(
+    arena: Option<&mut Arena>,
+    ty: QType,
+    rows: usize,
+    cols: usize,
+    data: impl Into<std::borrow::Cow<'a, [u8]>>,
+) -> Result<QMatrix, String> {
     match arena {
-        Some(arena) => QMatrix::new_in(arena, ty, rows, cols, &data),
+        Some(arena) => QMatrix::new_in(arena, ty, rows, cols, &data.into()),
         None => QMatrix::new(ty, rows, cols, data),
     }
 }
