@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test command (README): every test (the Rust crate's, then the Python
-# bindings' when no cargo arguments narrow the run), then a summary of what
-# was skipped for want of ../shared, the fetched SmolLM2 GGUF, Chromium or
-# Python's test tools. CI runs this
+# The test command (README): every test (the Rust crate's, then, when no
+# cargo arguments narrow the run, the Python bindings' and the kernels' on
+# aarch64 under qemu), then a summary of what was skipped for want of
+# ../shared, the fetched SmolLM2 GGUF, Chromium, Python's test tools or the
+# aarch64 cross tools. CI runs this
 # same command with LMT_REQUIRE_ALL=1, under which a skip is a failure.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -12,6 +13,7 @@ cargo test --locked "$@"
 status=$?
 if [ $# -eq 0 ]; then
     bash python/test.sh || status=1
+    bash tests/aarch64.sh || status=1
 fi
 if [ -s "$LMT_SKIP_LOG" ]; then
     echo

@@ -8,15 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 
-skip() {
-    echo "SKIPPED: $1" >&2
-    [ -n "${LMT_SKIP_LOG:-}" ] && echo "SKIPPED: $1" >> "$LMT_SKIP_LOG"
-    if [ "${LMT_REQUIRE_ALL:-}" = 1 ]; then
-        echo "LMT_REQUIRE_ALL=1, but $1" >&2
-        exit 1
-    fi
-    exit 0
-}
+. ../tests/skip.sh
 
 py=${LMT_PYTHON:-python3}
 command -v "$py" >/dev/null || skip "the Python bindings: no $py to test them with"

@@ -2,7 +2,7 @@
 //! stores them (GGUF blocks, or 16-bit floats), multiplied by f32
 //! activations that are first quantized to the 8-bit format each block type
 //! pairs with, as llama.cpp does (`Q8_0`, `Q8_1`, `Q8_K`; dense types take
-//! f32). SIMD kernels (`x86.rs`) are chosen at run time; `scalar.rs` is the
+//! f32). SIMD kernels (`x86*.rs`, `arm*.rs`) are chosen at run time; `scalar.rs` is the
 //! portable fallback and their specification. `Q4_0`, `Q4_1`, `Q5_0`, `Q8_0` and `Q4_K` rows are
 //! stored eight at a time interleaved (`interleave.rs`), which their group
 //! kernels read.
@@ -20,6 +20,10 @@ mod x86_group;
 mod x86_pair;
 #[cfg(target_arch = "x86_64")]
 mod x86_low;
+#[cfg(target_arch = "aarch64")]
+mod arm_group;
+#[cfg(target_arch = "aarch64")]
+mod arm;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -109,7 +113,12 @@ fn best_quantize_q8() -> scalar::QuantizeQ8 {
         if let Some(q) = x86::quantize_q8() {
             return q;
         }
-        scalar::quantize_q8
+        // Every aarch64 CPU has NEON.
+        #[cfg(target_arch = "aarch64")]
+        let q: scalar::QuantizeQ8 = arm::quantize_q8;
+        #[cfg(not(target_arch = "aarch64"))]
+        let q: scalar::QuantizeQ8 = scalar::quantize_q8;
+        q
     })
 }
 
@@ -284,6 +293,8 @@ pub(crate) enum Simd {
     Avx512Vnni,
     /// AVX-512 VNNI and BW, 512-bit registers: pairs of groups.
     Avx512Pairs,
+    /// aarch64 NEON with the dot-product extension (`sdot`).
+    NeonDot,
 }
 
 impl Simd {
@@ -305,11 +316,15 @@ impl Simd {
                 all.push(Simd::Avx512Pairs);
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        if arm_group::has_dotprod() {
+            all.push(Simd::NeonDot);
+        }
         all
     }
 
     /// The fastest build this CPU runs, or the one `LMT_SIMD` names
-    /// (`portable`, `avx2`, `avx-vnni`, `avx512-vnni`, `avx512`) when the CPU runs
+    /// (`portable`, `avx2`, `avx-vnni`, `avx512-vnni`, `avx512`, `neon-dotprod`) when the CPU runs
     /// it: to compare builds on one machine.
     fn best() -> Simd {
         static BEST: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
@@ -321,12 +336,13 @@ impl Simd {
     }
 
     /// The builds' names for `LMT_SIMD`.
-    const NAMES: [(&'static str, Simd); 5] = [
+    const NAMES: [(&'static str, Simd); 6] = [
         ("portable", Simd::Portable),
         ("avx2", Simd::Avx2),
         ("avx-vnni", Simd::AvxVnni),
         ("avx512-vnni", Simd::Avx512Vnni),
         ("avx512", Simd::Avx512Pairs),
+        ("neon-dotprod", Simd::NeonDot),
     ];
 
     /// The group kernels of `ty` (the types stored interleaved) in this build.
@@ -378,7 +394,9 @@ impl Simd {
                 // A lone group (an odd one at the end of a chunk) takes the eight-row build.
                 build!(x86_group::vnni, Some).map(|g| GroupKernel { pairs, ..g })
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            Simd::NeonDot => build!(arm_group, none),
+            // Builds of another architecture (never available here).
             _ => build!(interleave, none),
         }
     }
@@ -404,6 +422,10 @@ impl Kernel {
     fn best(ty: QType) -> Kernel {
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = x86::table(ty) {
+            return k;
+        }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(k) = arm::table(ty) {
             return k;
         }
         Kernel::portable(ty)

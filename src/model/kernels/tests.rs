@@ -133,6 +133,8 @@ fn the_activation_quantizers_agree_bit_for_bit() {
     let mut blocks: Vec<Vec<f32>> = (0..200).map(|i| randoms(32, 900 + i).iter().map(|v| v * (i as f32 + 0.5)).collect()).collect();
     blocks.push(vec![0.0; 32]);
     blocks.push((0..32).map(|i| (i as f32 - 16.0) * 0.5).collect());
+    // 127 sets the scale to 1, so the others (x.5) are exact ties.
+    blocks.push((0..32).map(|i| if i == 0 { 127.0 } else { i as f32 - 15.5 }).collect());
     blocks.push((0..32).map(|i| if i == 7 { -1e30 } else { i as f32 }).collect());
     blocks.push(randoms(32, 77).iter().map(|v| v * 1e-4).collect());
     let row: Vec<f32> = blocks.concat();

@@ -1,0 +1,209 @@
+//! NEON kernels for aarch64 (every aarch64 CPU has NEON): the activation
+//! quantizer, and 32- and 16-bit weight rows (`F32`, `F16`, `BF16`: the
+//! default model's bf16 safetensors) against 1 or 4 f32 activation rows,
+//! in sixteen running sums a row, where the portable loop waits on one add
+//! after another. The group kernels are in `arm_group.rs`.
+
+use std::arch::aarch64::*;
+
+use super::scalar::{self, Q8Layout};
+use super::{Kernel, QType};
+
+/// The NEON activation quantizer: the portable one's bytes.
+pub(super) fn quantize_q8(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
+    assert!(x.len().is_multiple_of(32) && out.len() >= x.len() / 32 * layout.bytes(), "whole blocks, and room for them");
+    // SAFETY: NEON is part of aarch64; each block handed to the block
+    // quantizer is 32 floats and 32 bytes (`chunks_exact`).
+    scalar::quantize_q8_with(layout, x, out, |xb, q| unsafe { block_q8(xb, q) });
+}
+
+/// [`scalar::block_q8`] in NEON: the same scale, the same rounding (half
+/// to even, the default mode of `fcvtns`), the same values and sum.
+// SAFETY (callers): `xb` holds 32 floats and `q` at least 32 bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn block_q8(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
+    let v: [float32x4_t; 8] = std::array::from_fn(|i| vld1q_f32(xb.as_ptr().add(4 * i)));
+    // `fmaxnm` ignores a NaN as `f32::max` does.
+    let m = v.iter().fold(vdupq_n_f32(0.0), |m, &x| vmaxnmq_f32(m, vabsq_f32(x)));
+    let amax = vmaxnmvq_f32(m);
+    let id = vdupq_n_f32(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    let i: [int32x4_t; 8] = std::array::from_fn(|k| vcvtnq_s32_f32(vmulq_f32(v[k], id)));
+    let sum = i.iter().fold(vdupq_n_s32(0), |s, &x| vaddq_s32(s, x));
+    for k in 0..2 {
+        let h = |j: usize| vcombine_s16(vmovn_s32(i[4 * k + j]), vmovn_s32(i[4 * k + j + 1]));
+        let bytes = vcombine_s8(vmovn_s16(h(0)), vmovn_s16(h(2)));
+        vst1q_s8(q.as_mut_ptr().add(16 * k) as *mut i8, bytes);
+    }
+    (amax / 127.0, vaddvq_s32(sum))
+}
+
+/// The NEON row kernels of `ty`, where there are some.
+pub(super) fn table(ty: QType) -> Option<Kernel> {
+    Some(match ty {
+        QType::F32 => Kernel { rows1: dense::<1, F32>, rows4: dense::<4, F32> },
+        QType::F16 => Kernel { rows1: dense::<1, F16>, rows4: dense::<4, F16> },
+        QType::BF16 => Kernel { rows1: dense::<1, BF16>, rows4: dense::<4, BF16> },
+        QType::Q6K if super::arm_group::has_dotprod() => Kernel { rows1: q6_k::<1>, rows4: q6_k::<4> },
+        _ => return None,
+    })
+}
+
+/// The dense types of [`dense`].
+const F32: u8 = 0;
+const F16: u8 = 1;
+const BF16: u8 = 2;
+
+/// Rows of `KIND` (whole rows of `row_bytes`) against `T` f32 activation
+/// rows: `out[r·T + t]`.
+fn dense<const T: usize, const KIND: u8>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let width = if KIND == F32 { 4 } else { 2 };
+    let n = row_bytes / width;
+    assert!(
+        row_bytes % width == 0 && w.len() % row_bytes.max(1) == 0 && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == 4 * n),
+        "row kernel shapes"
+    );
+    for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
+        // SAFETY: NEON is part of aarch64; the body reads `n` values of
+        // `row` and of each activation row, which the assertion guarantees.
+        o.copy_from_slice(&unsafe { dense_row::<T, KIND>(row, a, n) });
+    }
+}
+
+/// Sixteen weights from value `16·i` of `row`, as f32.
+// SAFETY (callers): `row` holds values `16·i..16·i + 16` of `KIND`.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn widen16<const KIND: u8>(row: &[u8], i: usize) -> [float32x4_t; 4] {
+    match KIND {
+        F32 => {
+            let p = row.as_ptr().add(64 * i) as *const f32;
+            [vld1q_f32(p), vld1q_f32(p.add(4)), vld1q_f32(p.add(8)), vld1q_f32(p.add(12))]
+        }
+        BF16 => {
+            // A bf16 is the high half of its f32.
+            let p = row.as_ptr().add(32 * i) as *const u16;
+            let (x, y) = (vld1q_u16(p), vld1q_u16(p.add(8)));
+            let f = |v: uint32x4_t| vreinterpretq_f32_u32(v);
+            [
+                f(vshll_n_u16::<16>(vget_low_u16(x))),
+                f(vshll_high_n_u16::<16>(x)),
+                f(vshll_n_u16::<16>(vget_low_u16(y))),
+                f(vshll_high_n_u16::<16>(y)),
+            ]
+        }
+        _ => {
+            let p = row.as_ptr().add(32 * i);
+            let ([w0, w1], [w2, w3]) = (super::arm_group::halves(p), super::arm_group::halves(p.add(16)));
+            [w0, w1, w2, w3]
+        }
+    }
+}
+
+/// One row against `T` activation rows: sixteen running sums each, then
+/// the values past the last sixteen one by one.
+// SAFETY (callers): `row` holds `n` values of `KIND`, each row of `a` `n` f32.
+#[target_feature(enable = "neon")]
+unsafe fn dense_row<const T: usize, const KIND: u8>(row: &[u8], a: [&[u8]; T], n: usize) -> [f32; T] {
+    let mut acc = [[vdupq_n_f32(0.0); 4]; T];
+    for i in 0..n / 16 {
+        let wv = widen16::<KIND>(row, i);
+        for t in 0..T {
+            let p = a[t].as_ptr().add(64 * i) as *const f32;
+            for k in 0..4 {
+                acc[t][k] = vfmaq_f32(acc[t][k], wv[k], vld1q_f32(p.add(4 * k)));
+            }
+        }
+    }
+    let mut out = [0f32; T];
+    for t in 0..T {
+        let [s0, s1, s2, s3] = acc[t];
+        out[t] = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    }
+    for j in n / 16 * 16..n {
+        let wj = match KIND {
+            F32 => scalar::f32_at(row, 4 * j),
+            F16 => scalar::f16_at(row, 2 * j),
+            _ => half::bf16::from_bits(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])).to_f32(),
+        };
+        for t in 0..T {
+            out[t] += wj * scalar::f32_at(a[t], 4 * j);
+        }
+    }
+    out
+}
+
+/// `Q6_K` rows against `T` `Q8_K` activation rows: `out[r·T + t]`.
+fn q6_k<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let nb = row_bytes / 210;
+    assert!(
+        row_bytes == nb * 210 && w.len() % row_bytes.max(1) == 0 && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * 292),
+        "row kernel shapes"
+    );
+    assert!(super::arm_group::has_dotprod(), "the NEON Q6_K kernel needs the dot-product extension");
+    for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
+        // SAFETY: the CPU has the dot-product extension (asserted); the body
+        // reads `nb` blocks of `row` and of each activation row, which the
+        // assertion guarantees.
+        o.copy_from_slice(&unsafe { q6_k_row::<T>(row, a, nb) });
+    }
+}
+
+/// `acc + Σ w·a` per 32-bit lane (four products each).
+// SAFETY (callers): the CPU has the dot-product extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn sdot(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: registers only.
+    std::arch::asm!(
+        "sdot {acc:v}.4s, {w:v}.16b, {a:v}.16b",
+        acc = inout(vreg) acc,
+        w = in(vreg) w,
+        a = in(vreg) a,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    acc
+}
+
+/// One `Q6_K` row: per super-block the exact integer sum `Σ sc·(q−32)·a`
+/// of `scalar::dot_q6_k`, then `acc += d·d_a·Σ`, its float steps too.
+// SAFETY (callers): the CPU has the dot-product extension; `row` holds
+// `nb` blocks of 210 bytes and each row of `a` `nb` blocks of 292.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q6_k_row<const T: usize>(row: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    let (low, two) = (vdupq_n_u8(0xF), vdupq_n_u8(3));
+    let mut acc = [0f32; T];
+    for b in 0..nb {
+        let wb = row.as_ptr().add(b * 210);
+        let mut s = [vdupq_n_s32(0); T];
+        for h in 0..2 {
+            let (ql, qh, sc) = (wb.add(64 * h), wb.add(128 + 32 * h), wb.add(192 + 8 * h));
+            for half in 0..2 {
+                let l = 16 * half;
+                let (x, y, hb) = (vld1q_u8(ql.add(l)), vld1q_u8(ql.add(l + 32)), vld1q_u8(qh.add(l)));
+                let high = |k: i8| vshlq_n_u8::<4>(vandq_u8(vshlq_u8(hb, vdupq_n_s8(-2 * k)), two));
+                // Values 32k + l.. of this half, as q − 32.
+                let q = [
+                    vorrq_u8(vandq_u8(x, low), high(0)),
+                    vorrq_u8(vandq_u8(y, low), high(1)),
+                    vorrq_u8(vshrq_n_u8::<4>(x), high(2)),
+                    vorrq_u8(vshrq_n_u8::<4>(y), high(3)),
+                ]
+                .map(|v| vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(32)));
+                for (k, qk) in q.into_iter().enumerate() {
+                    let scale = i32::from(*sc.add(half + 2 * k) as i8);
+                    for t in 0..T {
+                        let av = vld1q_s8(a[t].as_ptr().add(b * 292 + 4 + 128 * h + 32 * k + l) as *const i8);
+                        s[t] = vmlaq_n_s32(s[t], sdot(vdupq_n_s32(0), qk, av), scale);
+                    }
+                }
+            }
+        }
+        let d = scalar::f16_at(&row[b * 210..], 208);
+        for t in 0..T {
+            acc[t] += d * scalar::f32_at(&a[t][b * 292..], 0) * vaddvq_s32(s[t]) as f32;
+        }
+    }
+    acc
+}
