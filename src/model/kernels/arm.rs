@@ -1,5 +1,5 @@
 //! NEON kernels for aarch64 (every aarch64 CPU has NEON): the activation
-//! quantizer, and 32- and 16-bit weight rows (`F32`, `F16`, `BF16`: the
+//! quantizer, `exp` (attention, SiLU, log-probabilities), and 32- and 16-bit weight rows (`F32`, `F16`, `BF16`: the
 //! default model's bf16 safetensors) against 1 or 4 f32 activation rows,
 //! in sixteen running sums a row, where the portable loop waits on one add
 //! after another. The group kernels are in `arm_group.rs`.
@@ -7,7 +7,85 @@
 use std::arch::aarch64::*;
 
 use super::scalar::{self, Q8Layout};
-use super::{Kernel, QType};
+use super::{exp, Kernel, QType, VecOps};
+
+/// f32 vector operations: the portable attention loops (which compilers
+/// vectorise) and this module's `exps`.
+pub(super) fn vec_ops() -> VecOps {
+    VecOps { exps, ..VecOps::portable() }
+}
+
+fn exps(x: &mut [f32]) {
+    // SAFETY: NEON is part of aarch64; the body stays inside `x`.
+    unsafe { exps_neon(x) }
+}
+
+// SAFETY (callers): none beyond NEON, which every aarch64 CPU has.
+#[target_feature(enable = "neon")]
+unsafe fn exps_neon(x: &mut [f32]) {
+    let mut chunks = x.chunks_exact_mut(4);
+    for c in chunks.by_ref() {
+        vst1q_f32(c.as_mut_ptr(), exp4(vld1q_f32(c.as_ptr())));
+    }
+    // The rest goes through the same lanes beside zeros: a value's exp
+    // does not depend on where it sits.
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let mut buf = [0f32; 4];
+        buf[..rest.len()].copy_from_slice(rest);
+        vst1q_f32(buf.as_mut_ptr(), exp4(vld1q_f32(buf.as_ptr())));
+        rest.copy_from_slice(&buf[..rest.len()]);
+    }
+}
+
+/// [`exp::expf`] of four values: its operations lane by lane, in f64 two
+/// lanes at a time; lanes in its edge range take [`exp::edge`]'s result
+/// where it has one.
+// SAFETY (callers): none beyond NEON.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn exp4(x: float32x4_t) -> float32x4_t {
+    let lo = exp2_lanes(vcvt_f64_f32(vget_low_f32(x)));
+    let hi = exp2_lanes(vcvt_high_f64_f32(x));
+    let y = vcvt_high_f32_f64(vcvt_f32_f64(lo), hi);
+    let top = vandq_u32(vshrq_n_u32::<20>(vreinterpretq_u32_f32(x)), vdupq_n_u32(0x7ff));
+    if vmaxvq_u32(vcgeq_u32(top, vdupq_n_u32(exp::EDGE_TOP))) == 0 {
+        return y;
+    }
+    let (mut xs, mut ys) = ([0f32; 4], [0f32; 4]);
+    vst1q_f32(xs.as_mut_ptr(), x);
+    vst1q_f32(ys.as_mut_ptr(), y);
+    for (x, y) in xs.iter().zip(ys.iter_mut()) {
+        if (x.to_bits() >> 20) & 0x7ff >= exp::EDGE_TOP {
+            if let Some(v) = exp::edge(*x) {
+                *y = v;
+            }
+        }
+    }
+    vld1q_f32(ys.as_ptr())
+}
+
+/// The table-and-cubic part of [`exp::expf`] for two values (as f64),
+/// before the narrowing to f32.
+// SAFETY (callers): none beyond NEON.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn exp2_lanes(xd: float64x2_t) -> float64x2_t {
+    let c = vdupq_n_f64;
+    let kd = vfmaq_f64(c(exp::SHIFT), c(exp::INV_LN2_32), xd);
+    let ki = vreinterpretq_u64_f64(kd);
+    let kd = vsubq_f64(kd, c(exp::SHIFT));
+    let r = vfmaq_f64(vnegq_f64(kd), c(exp::INV_LN2_32), xd);
+    // Indices masked to 0..32: the lookups stay inside the table.
+    let i = vandq_u64(ki, vdupq_n_u64(31));
+    let t = [exp::EXP2_TABLE[vgetq_lane_u64::<0>(i) as usize], exp::EXP2_TABLE[vgetq_lane_u64::<1>(i) as usize]];
+    let s = vreinterpretq_f64_u64(vaddq_u64(vld1q_u64(t.as_ptr()), vshlq_n_u64::<47>(ki)));
+    let z = vfmaq_f64(c(exp::C1), c(exp::C0), r);
+    let r2 = vmulq_f64(r, r);
+    let y = vfmaq_f64(c(1.0), c(exp::C2), r);
+    let y = vfmaq_f64(y, z, r2);
+    vmulq_f64(y, s)
+}
 
 /// The NEON activation quantizer: the portable one's bytes.
 pub(super) fn quantize_q8(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
@@ -60,7 +138,7 @@ fn dense<const T: usize, const KIND: u8>(w: &[u8], row_bytes: usize, a: [&[u8]; 
     let width = if KIND == F32 { 4 } else { 2 };
     let n = row_bytes / width;
     assert!(
-        row_bytes % width == 0 && w.len() % row_bytes.max(1) == 0 && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == 4 * n),
+        row_bytes.is_multiple_of(width) && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == 4 * n),
         "row kernel shapes"
     );
     for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
@@ -137,7 +215,7 @@ unsafe fn dense_row<const T: usize, const KIND: u8>(row: &[u8], a: [&[u8]; T], n
 fn q6_k<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
     let nb = row_bytes / 210;
     assert!(
-        row_bytes == nb * 210 && w.len() % row_bytes.max(1) == 0 && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * 292),
+        row_bytes == nb * 210 && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * 292),
         "row kernel shapes"
     );
     assert!(super::arm_group::has_dotprod(), "the NEON Q6_K kernel needs the dot-product extension");

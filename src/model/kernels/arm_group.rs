@@ -149,8 +149,9 @@ unsafe fn nibbles_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u
         // Values 0..16 of each activation row (low nibbles) and 16..32 (high).
         let lo_a: [int8x16_t; T] = std::array::from_fn(|t| vld1q_s8(a[t].as_ptr().add(b * 40 + 8) as *const i8));
         let hi_a: [int8x16_t; T] = std::array::from_fn(|t| vld1q_s8(a[t].as_ptr().add(b * 40 + 24) as *const i8));
-        let mut s = [[vdupq_n_s32(0); 2]; T];
-        for h in 0..2 {
+        // The four-row halves' sums, `s[h][t]`.
+        let mut s = [[vdupq_n_s32(0); T]; 2];
+        for (h, sh) in s.iter_mut().enumerate() {
             let qh = if KIND == Q5_0 { vld1q_u8(gb.add(16 + 16 * h)) } else { vdupq_n_u8(0) };
             for c in 0..4 {
                 let x = vld1q_u8(gb.add(qs + 32 * c + 16 * h));
@@ -163,8 +164,8 @@ unsafe fn nibbles_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u
                 }
                 let (lo, hi) = (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi));
                 for t in 0..T {
-                    s[t][h] = sdot_lane(s[t][h], lo, lo_a[t], c);
-                    s[t][h] = sdot_lane(s[t][h], hi, hi_a[t], c);
+                    sh[t] = sdot_lane(sh[t], lo, lo_a[t], c);
+                    sh[t] = sdot_lane(sh[t], hi, hi_a[t], c);
                 }
             }
         }
@@ -179,7 +180,7 @@ unsafe fn nibbles_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u
             let (da, sa) = (f32_at(ab), f32_at(ab.add(4)));
             for h in 0..2 {
                 let dd = vmulq_n_f32(d[h], da);
-                acc[t][h] = vfmaq_f32(acc[t][h], dd, vcvtq_f32_s32(s[t][h]));
+                acc[t][h] = vfmaq_f32(acc[t][h], dd, vcvtq_f32_s32(s[h][t]));
                 acc[t][h] = vfmaq_n_f32(acc[t][h], m[h], sa);
             }
         }
@@ -208,12 +209,12 @@ unsafe fn q8_0x8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut
             let p = a[t].as_ptr().add(b * 36 + 4) as *const i8;
             [vld1q_s8(p), vld1q_s8(p.add(16))]
         });
-        let mut s = [[vdupq_n_s32(0); 2]; T];
-        for h in 0..2 {
+        let mut s = [[vdupq_n_s32(0); T]; 2];
+        for (h, sh) in s.iter_mut().enumerate() {
             for c in 0..8 {
                 let w = vld1q_s8(gb.add(16 + 32 * c + 16 * h) as *const i8);
                 for t in 0..T {
-                    s[t][h] = sdot_lane(s[t][h], w, qa[t][c / 4], c % 4);
+                    sh[t] = sdot_lane(sh[t], w, qa[t][c / 4], c % 4);
                 }
             }
         }
@@ -221,7 +222,7 @@ unsafe fn q8_0x8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut
         for t in 0..T {
             let da = f32_at(a[t].as_ptr().add(b * 36));
             for h in 0..2 {
-                acc[t][h] = vfmaq_f32(acc[t][h], vmulq_n_f32(d[h], da), vcvtq_f32_s32(s[t][h]));
+                acc[t][h] = vfmaq_f32(acc[t][h], vmulq_n_f32(d[h], da), vcvtq_f32_s32(s[h][t]));
             }
         }
     }

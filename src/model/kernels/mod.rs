@@ -518,6 +518,10 @@ impl VecOps {
         if let Some(v) = x86::vec_ops() {
             return v;
         }
+        // Every aarch64 CPU has NEON.
+        #[cfg(target_arch = "aarch64")]
+        return arm::vec_ops();
+        #[cfg(not(target_arch = "aarch64"))]
         VecOps::portable()
     }
 
