@@ -1,8 +1,11 @@
 //! NEON kernels for aarch64 (every aarch64 CPU has NEON): the activation
-//! quantizer, `exp` (attention, SiLU, log-probabilities), and 32- and 16-bit weight rows (`F32`, `F16`, `BF16`: the
-//! default model's bf16 safetensors) against 1 or 4 f32 activation rows,
-//! in sixteen running sums a row, where the portable loop waits on one add
-//! after another. The group kernels are in `arm_group.rs`.
+//! quantizer, `exp` (attention, SiLU, log-probabilities), 32- and 16-bit
+//! weight rows (`F32`, `F16`, `BF16`: the default model's bf16
+//! safetensors) against 1 or 4 f32 activation rows in sixteen running sums
+//! a row (the portable loop waits on one add after another), and, with the
+//! dot-product extension, `Q5_K` and `Q6_K` rows (`sdot`, the portable
+//! kernels' exact integer sums and float steps). The group kernels are in
+//! `arm_group.rs`.
 
 use std::arch::aarch64::*;
 
@@ -122,7 +125,8 @@ pub(super) fn table(ty: QType) -> Option<Kernel> {
         QType::F32 => Kernel { rows1: dense::<1, F32>, rows4: dense::<4, F32> },
         QType::F16 => Kernel { rows1: dense::<1, F16>, rows4: dense::<4, F16> },
         QType::BF16 => Kernel { rows1: dense::<1, BF16>, rows4: dense::<4, BF16> },
-        QType::Q6K if super::arm_group::has_dotprod() => Kernel { rows1: q6_k::<1>, rows4: q6_k::<4> },
+        QType::Q5K if super::arm_group::has_dotprod() => Kernel { rows1: k_rows::<1, 176>, rows4: k_rows::<4, 176> },
+        QType::Q6K if super::arm_group::has_dotprod() => Kernel { rows1: k_rows::<1, 210>, rows4: k_rows::<4, 210> },
         _ => return None,
     })
 }
@@ -211,19 +215,27 @@ unsafe fn dense_row<const T: usize, const KIND: u8>(row: &[u8], a: [&[u8]; T], n
     out
 }
 
-/// `Q6_K` rows against `T` `Q8_K` activation rows: `out[r·T + t]`.
-fn q6_k<const T: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
-    let nb = row_bytes / 210;
+/// `Q5_K` (blocks of 176 bytes) or `Q6_K` (210) rows against `T` `Q8_K`
+/// activation rows: `out[r·T + t]`.
+fn k_rows<const T: usize, const BYTES: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let nb = row_bytes / BYTES;
     assert!(
-        row_bytes == nb * 210 && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * 292),
+        row_bytes == nb * BYTES && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * 292),
         "row kernel shapes"
     );
-    assert!(super::arm_group::has_dotprod(), "the NEON Q6_K kernel needs the dot-product extension");
+    assert!(super::arm_group::has_dotprod(), "the NEON k-quant row kernels need the dot-product extension");
     for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
-        // SAFETY: the CPU has the dot-product extension (asserted); the body
-        // reads `nb` blocks of `row` and of each activation row, which the
-        // assertion guarantees.
-        o.copy_from_slice(&unsafe { q6_k_row::<T>(row, a, nb) });
+        // SAFETY: the CPU has the dot-product extension (asserted); the
+        // bodies read `nb` blocks of `row` and of each activation row,
+        // which the assertion guarantees.
+        let sums = unsafe {
+            if BYTES == 176 {
+                q5_k_row::<T>(row, a, nb)
+            } else {
+                q6_k_row::<T>(row, a, nb)
+            }
+        };
+        o.copy_from_slice(&sums);
     }
 }
 
@@ -281,6 +293,43 @@ unsafe fn q6_k_row<const T: usize>(row: &[u8], a: [&[u8]; T], nb: usize) -> [f32
         let d = scalar::f16_at(&row[b * 210..], 208);
         for t in 0..T {
             acc[t] += d * scalar::f32_at(&a[t][b * 292..], 0) * vaddvq_s32(s[t]) as f32;
+        }
+    }
+    acc
+}
+
+/// One `Q5_K` row: per super-block the exact integer sums of
+/// `scalar::dot_q5_k` (`Σ sc·q·a` and the mins' `Σ m·Σa`), then its float
+/// steps, `acc += d·d_a·Σ − dmin·d_a·mins`.
+// SAFETY (callers): the CPU has the dot-product extension; `row` holds
+// `nb` blocks of 176 bytes and each row of `a` `nb` blocks of 292.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q5_k_row<const T: usize>(row: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    let (low, one) = (vdupq_n_u8(0xF), vdupq_n_u8(1));
+    let mut acc = [0f32; T];
+    for b in 0..nb {
+        let blk = &row[b * 176..(b + 1) * 176];
+        let scales = &blk[4..16];
+        let mut s = [vdupq_n_s32(0); T];
+        for g in 0..4 {
+            let (sl, sh) = (scalar::scale_min_k4(scales, 2 * g).0, scalar::scale_min_k4(scales, 2 * g + 1).0);
+            for l in [0, 16] {
+                let (q, hb) = (vld1q_u8(blk.as_ptr().add(48 + 32 * g + l)), vld1q_u8(blk.as_ptr().add(16 + l)));
+                let fifth = |k: usize| vshlq_n_u8::<4>(vandq_u8(vshlq_u8(hb, vdupq_n_s8(-(k as i8))), one));
+                let lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, low), fifth(2 * g)));
+                let hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(q), fifth(2 * g + 1)));
+                for t in 0..T {
+                    let ap = a[t].as_ptr().add(b * 292 + 4 + 64 * g + l) as *const i8;
+                    let (lo_s, hi_s) = (sdot(vdupq_n_s32(0), lo, vld1q_s8(ap)), sdot(vdupq_n_s32(0), hi, vld1q_s8(ap.add(32))));
+                    s[t] = vmlaq_n_s32(vmlaq_n_s32(s[t], lo_s, i32::from(sl)), hi_s, i32::from(sh));
+                }
+            }
+        }
+        let (d, dmin) = (scalar::f16_at(blk, 0), scalar::f16_at(blk, 2));
+        for t in 0..T {
+            let ab = &a[t][b * 292..(b + 1) * 292];
+            let ad = scalar::f32_at(ab, 0);
+            acc[t] += d * ad * vaddvq_s32(s[t]) as f32 - dmin * ad * scalar::k_mins(scales, ab) as f32;
         }
     }
     acc
