@@ -135,9 +135,10 @@ unsafe fn fifth_bits(qh: uint8x16_t, from: usize) -> uint8x16_t {
     vandq_u8(vtstq_u8(spread, vld1q_u8(bits.as_ptr())), vdupq_n_u8(0x10))
 }
 
-/// Eight rows of unsigned 4- or 5-bit weights with a min (`KIND`): per
-/// row and block the exact integer sum against the activations, then
-/// `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`.
+/// Eight rows of unsigned 4- or 5-bit weights (`KIND`): per row and block
+/// the exact integer sum against the activations (for `Q4_0`/`Q5_0` from
+/// −k·Σa, so `Σ(q − k)·a`), then `acc = fma(d_w·d_a, Σ, acc)`, and for
+/// `Q4_1` `acc = fma(m_w, s_a, acc)`.
 // SAFETY (callers): see `nibbles`.
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn nibbles_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
@@ -149,8 +150,16 @@ unsafe fn nibbles_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u
         // Values 0..16 of each activation row (low nibbles) and 16..32 (high).
         let lo_a: [int8x16_t; T] = std::array::from_fn(|t| vld1q_s8(a[t].as_ptr().add(b * 40 + 8) as *const i8));
         let hi_a: [int8x16_t; T] = std::array::from_fn(|t| vld1q_s8(a[t].as_ptr().add(b * 40 + 24) as *const i8));
-        // The four-row halves' sums, `s[h][t]`.
-        let mut s = [[vdupq_n_s32(0); T]; 2];
+        // The four-row halves' sums, `s[h][t]`; the offset types start
+        // from the activations' −k·Σa, so theirs are `Σ(q − k)·a`.
+        let start: [int32x4_t; T] = std::array::from_fn(|t| {
+            if KIND == Q4_1 {
+                vdupq_n_s32(0)
+            } else {
+                vld1q_dup_s32(a[t].as_ptr().add(b * 40 + 4) as *const i32)
+            }
+        });
+        let mut s = [start; 2];
         for (h, sh) in s.iter_mut().enumerate() {
             let qh = if KIND == Q5_0 { vld1q_u8(gb.add(16 + 16 * h)) } else { vdupq_n_u8(0) };
             for c in 0..4 {
@@ -170,18 +179,14 @@ unsafe fn nibbles_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u
             }
         }
         let d = halves(gb);
-        let m = match KIND {
-            Q4_1 => halves(gb.add(16)),
-            Q4_0 => d.map(|v| vmulq_n_f32(v, -8.0)),
-            _ => d.map(|v| vmulq_n_f32(v, -16.0)),
-        };
         for t in 0..T {
             let ab = a[t].as_ptr().add(b * 40);
-            let (da, sa) = (f32_at(ab), f32_at(ab.add(4)));
+            let da = f32_at(ab);
             for h in 0..2 {
-                let dd = vmulq_n_f32(d[h], da);
-                acc[t][h] = vfmaq_f32(acc[t][h], dd, vcvtq_f32_s32(s[h][t]));
-                acc[t][h] = vfmaq_n_f32(acc[t][h], m[h], sa);
+                acc[t][h] = vfmaq_f32(acc[t][h], vmulq_n_f32(d[h], da), vcvtq_f32_s32(s[h][t]));
+                if KIND == Q4_1 {
+                    acc[t][h] = vfmaq_n_f32(acc[t][h], halves(gb.add(16))[h], f32_at(ab.add(4)));
+                }
             }
         }
     }

@@ -127,24 +127,27 @@ fn rows_x8<const T: usize, A: Default>(
     }
 }
 
-/// The 4- and 5-bit types with unsigned weights and a min, read against
-/// activations carrying their sums.
+/// The 4- and 5-bit types with unsigned weights, read against activations
+/// that carry their sums.
 #[derive(Clone, Copy, PartialEq)]
 enum Nibbles {
-    /// `m = −8·d`.
+    /// Values stored 8 above themselves.
     Q4_0,
-    /// `m` stored.
+    /// A min `m` stored.
     Q4_1,
-    /// Fifth bits stored; `m = −16·d`.
+    /// Fifth bits stored; values stored 16 above themselves.
     Q5_0,
 }
 
 /// The portable 4/5-bit group kernel and the specification of the SIMD
 /// ones: eight rows of `kind` against `T` activation rows carrying their
-/// sums (`Q8_1`, `Q8_0S`: d, s = d·Σq, 32 values); `out[t·8 + r]`. Per row
-/// and block: the exact integer sum of unsigned weights and activations,
-/// then `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`, in
-/// block order — bit for bit what the SIMD kernels compute, for any `T`.
+/// sums (`Q8_1`: d, s = d·Σq; `Q8_0O`: d, −k·Σq; then 32 values);
+/// `out[t·8 + r]`. Per row and block: the exact integer sum of the
+/// unsigned weights and the activations; `Q4_1` then takes `acc =
+/// fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`, `Q4_0` and `Q5_0`
+/// add the activations' −k·Σq to Σ (exactly `Σ(q − k)·a`, as llama.cpp
+/// computes them) and take `acc = fma(d_w·d_a, Σ, acc)`; in block order,
+/// bit for bit what the SIMD kernels compute, for any `T`.
 fn nibbles_x8<const T: usize>(kind: Nibbles, group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     let (gbytes, qs) = match kind {
         Nibbles::Q4_0 => (144, 16),
@@ -160,14 +163,11 @@ fn nibbles_x8<const T: usize>(kind: Nibbles, group: &[u8], nb: usize, a: [&[u8];
             let hi = (q >> 4) | (((qh >> (j + 16)) & 1) as u8) << 4;
             sum += i32::from(lo) * i32::from(ab[8 + j] as i8) + i32::from(hi) * i32::from(ab[8 + 16 + j] as i8);
         }
-        let d = scalar::f16_at(gb, 2 * r);
-        let m = match kind {
-            Nibbles::Q4_0 => d * -8.0,
-            Nibbles::Q4_1 => scalar::f16_at(gb, 16 + 2 * r),
-            Nibbles::Q5_0 => d * -16.0,
-        };
-        let (da, sa) = (scalar::f32_at(ab, 0), scalar::f32_at(ab, 4));
-        m.mul_add(sa, (d * da).mul_add(sum as f32, acc))
+        let (d, da) = (scalar::f16_at(gb, 2 * r), scalar::f32_at(ab, 0));
+        match kind {
+            Nibbles::Q4_1 => scalar::f16_at(gb, 16 + 2 * r).mul_add(scalar::f32_at(ab, 4), (d * da).mul_add(sum as f32, acc)),
+            Nibbles::Q4_0 | Nibbles::Q5_0 => (d * da).mul_add((sum + scalar::i32_at(ab, 4)) as f32, acc),
+        }
     };
     rows_x8(group, gbytes, nb, a, 40, out, step, |acc| acc);
 }

@@ -72,8 +72,8 @@ pub enum QType {
 enum Act {
     F32,
     Q8_0,
-    /// `Q8_0` with d·Σq beside the scale (`Q4_0`, `Q5_0`).
-    Q8_0S,
+    /// `Q8_0` with −k·Σq beside the scale (`Q4_0`: k = 8, `Q5_0`: 16).
+    Q8_0O(i32),
     Q8_1,
     Q8K,
 }
@@ -84,7 +84,7 @@ impl Act {
         match self {
             Act::F32 => (1, 4),
             Act::Q8_0 => (32, 36),
-            Act::Q8_0S => (32, 40),
+            Act::Q8_0O(_) => (32, 40),
             Act::Q8_1 => (32, 40),
             Act::Q8K => (256, 292),
         }
@@ -98,7 +98,7 @@ impl Act {
                 }
             }
             Act::Q8_0 => best_quantize_q8()(Q8Layout::Plain, x, out),
-            Act::Q8_0S => best_quantize_q8()(Q8Layout::Sum, x, out),
+            Act::Q8_0O(k) => best_quantize_q8()(Q8Layout::Offset(k), x, out),
             Act::Q8_1 => best_quantize_q8()(Q8Layout::Sum16, x, out),
             Act::Q8K => scalar::quantize_q8_k(x, out),
         }
@@ -204,7 +204,8 @@ impl QType {
     fn act(self) -> Act {
         match self {
             QType::F32 | QType::F16 | QType::BF16 => Act::F32,
-            QType::Q4_0 | QType::Q5_0 => Act::Q8_0S,
+            QType::Q4_0 => Act::Q8_0O(8),
+            QType::Q5_0 => Act::Q8_0O(16),
             QType::Q8_0 => Act::Q8_0,
             QType::Q4_1 | QType::Q5_1 => Act::Q8_1,
             QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K => Act::Q8K,

@@ -10,7 +10,8 @@
 //! `Q4_K` d dmin scales[12] qs[128] · `Q5_K` d dmin scales[12] qh[32]
 //! qs[128] · `Q6_K` ql[128] qh[64] scales[16]·i8 d (256 values a block).
 //! Activations are lmt's own (never stored): `Q8_0` d·f32 qs[32]·i8,
-//! `Q8_0S` d·f32 (d·Σq)·f32 qs[32] for `Q4_0`/`Q5_0`, and
+//! `Q8_0O` d·f32 (−k·Σq)·i32 qs[32] for `Q4_0` (k = 8) and `Q5_0` (k = 16),
+//! whose weights' offset k then folds into exact integer sums, and
 //! `Q8_1` d·f32 s·f32 qs[32] with s = d·Σq, whose d and s are rounded to
 //! f16 as llama.cpp's are but kept as f32, so no kernel converts them;
 //! `Q8_K` d·f32 qs[256] bsums[16]·i16 as in ggml.
@@ -29,20 +30,27 @@ pub(crate) fn f32_at(b: &[u8], off: usize) -> f32 {
     f32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
 }
 
+/// The i32 at `b[off..off + 4]`.
+#[inline]
+pub(crate) fn i32_at(b: &[u8], off: usize) -> i32 {
+    i32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
 /// `v` rounded to f16 precision, stored as f32.
 fn put_f16_as_f32(b: &mut [u8], off: usize, v: f32) {
     b[off..off + 4].copy_from_slice(&f16::from_f32(v).to_f32().to_le_bytes());
 }
 
 /// The 8-bit activation layouts of 32-value blocks (see the module
-/// comment): each block is its scale, for `Sum`/`Sum16` the scaled sum of
-/// its values, then the 32 values.
+/// comment): each block is its scale, for `Offset`/`Sum16` a second field
+/// about the sum of its values, then the 32 values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Q8Layout {
     /// `Q8_0`: d, qs (36 bytes).
     Plain,
-    /// `Q8_0S`: d, d·Σq with d as rounded to f16 (40 bytes).
-    Sum,
+    /// `Q8_0O`: d, −k·Σq as an i32, qs (40 bytes): the start of an exact
+    /// `Σ(q_w − k)·q_a` over unsigned weights stored `k` above their value.
+    Offset(i32),
     /// `Q8_1`: d, d·Σq rounded to f16 from the unrounded d (40 bytes), as
     /// llama.cpp's.
     Sum16,
@@ -53,19 +61,18 @@ impl Q8Layout {
     pub(crate) fn bytes(self) -> usize {
         match self {
             Q8Layout::Plain => 36,
-            Q8Layout::Sum | Q8Layout::Sum16 => 40,
+            Q8Layout::Offset(_) | Q8Layout::Sum16 => 40,
         }
     }
 
     /// The second field of a block whose values sum to `sum`, from its
-    /// scale unrounded (`d`) and rounded to f16 (`d16`); `None` for `Plain`,
-    /// which has none.
+    /// unrounded scale `d`; `None` for `Plain`, which has none.
     #[inline]
-    pub(crate) fn scaled_sum(self, d16: f32, d: f32, sum: i32) -> Option<f32> {
+    pub(crate) fn second(self, d: f32, sum: i32) -> Option<[u8; 4]> {
         match self {
             Q8Layout::Plain => None,
-            Q8Layout::Sum => Some(d16 * sum as f32),
-            Q8Layout::Sum16 => Some(f16::from_f32(d * sum as f32).to_f32()),
+            Q8Layout::Offset(k) => Some((-k * sum).to_le_bytes()),
+            Q8Layout::Sum16 => Some(f16::from_f32(d * sum as f32).to_f32().to_le_bytes()),
         }
     }
 }
@@ -108,8 +115,8 @@ pub(crate) fn quantize_q8_with(layout: Q8Layout, x: &[f32], out: &mut [u8], bloc
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(bytes)) {
         let (d, sum) = block(xb, &mut ob[bytes - 32..]);
         put_f16_as_f32(ob, 0, d);
-        if let Some(sv) = layout.scaled_sum(f32_at(ob, 0), d, sum) {
-            ob[4..8].copy_from_slice(&sv.to_le_bytes());
+        if let Some(field) = layout.second(d, sum) {
+            ob[4..8].copy_from_slice(&field);
         }
     }
 }

@@ -103,7 +103,7 @@ fn rows_dequantize_as_candle_does() {
 #[test]
 fn activation_quantizers_round_trip_within_half_a_step() {
     let x = randoms(512, 5);
-    for act in [Act::Q8_0, Act::Q8_0S, Act::Q8_1, Act::Q8K] {
+    for act in [Act::Q8_0, Act::Q8_0O(8), Act::Q8_0O(16), Act::Q8_1, Act::Q8K] {
         let (v, b) = act.block();
         let mut out = vec![0u8; x.len() / v * b];
         act.quantize(&x, &mut out);
@@ -116,9 +116,11 @@ fn activation_quantizers_round_trip_within_half_a_step() {
             for (q, &xv) in qs.iter().zip(xb) {
                 assert!((*q as i8 as f32 * d - xv).abs() <= d.abs() * 0.51 + 1e-3, "{act:?}: {q} × {d} vs {xv}");
             }
-            if matches!(act, Act::Q8_1 | Act::Q8_0S) {
-                let sum: i32 = qs.iter().map(|&q| q as i8 as i32).sum();
-                assert!((scalar::f32_at(blk, 4) - d * sum as f32).abs() <= 1e-2 * (d * sum as f32).abs().max(1.0));
+            let sum: i32 = qs.iter().map(|&q| q as i8 as i32).sum();
+            match act {
+                Act::Q8_1 => assert!((scalar::f32_at(blk, 4) - d * sum as f32).abs() <= 1e-2 * (d * sum as f32).abs().max(1.0)),
+                Act::Q8_0O(k) => assert_eq!(scalar::i32_at(blk, 4), -k * sum, "{act:?}"),
+                _ => {}
             }
         }
     }
@@ -138,7 +140,7 @@ fn the_activation_quantizers_agree_bit_for_bit() {
     blocks.push((0..32).map(|i| if i == 7 { -1e30 } else { i as f32 }).collect());
     blocks.push(randoms(32, 77).iter().map(|v| v * 1e-4).collect());
     let row: Vec<f32> = blocks.concat();
-    for layout in [Q8Layout::Plain, Q8Layout::Sum, Q8Layout::Sum16] {
+    for layout in [Q8Layout::Plain, Q8Layout::Offset(8), Q8Layout::Offset(16), Q8Layout::Sum16] {
         let mut a = vec![0u8; blocks.len() * layout.bytes()];
         let mut b = a.clone();
         scalar::quantize_q8(layout, &row, &mut a);

@@ -524,9 +524,11 @@ unsafe fn f16_all(p: *const u8) -> __m256 {
     _mm256_cvtph_ps(_mm_set1_epi16(std::ptr::read_unaligned(p as *const i16)))
 }
 
-/// Signed 4- or 8-bit weights (`qx` per block) against `Q8_0` rows.
+/// Signed 4-, 5- or 8-bit weights (`qx` per block) against 8-bit
+/// activation blocks of `$ab` bytes (the scale, then at `$ab − 32` the
+/// values: `Q8_0`, or `Q8_0O`, whose sum field this leaves unread).
 macro_rules! signed_32 {
-    ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident| $qx:expr) => {{
+    ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, $ab:expr, |$p:ident| $qx:expr) => {{
         let mut acc = [[_mm256_setzero_ps(); $T]; 2];
         macro_rules! step {
             ($b:expr, $k:expr) => {{
@@ -538,8 +540,8 @@ macro_rules! signed_32 {
                 // wants one unsigned operand.
                 let ax = _mm256_sign_epi8(qx, qx);
                 for t in 0..$T {
-                    let ab = $a[t].as_ptr().add(b * 36);
-                    let sy = _mm256_sign_epi8(load(ab.add(4)), qx);
+                    let ab = $a[t].as_ptr().add(b * $ab);
+                    let sy = _mm256_sign_epi8(load(ab.add($ab - 32)), qx);
                     let d = _mm256_mul_ps(wd, _mm256_broadcast_ss(&*(ab as *const f32)));
                     acc[$k][t] = _mm256_fmadd_ps(d, sum_u8_i8(ax, sy), acc[$k][t]);
                 }
@@ -555,9 +557,8 @@ macro_rules! signed_32 {
 }
 
 /// Unsigned weights `q` with a min against activations that carry d·Σa:
-/// `Q4_1`/`Q5_1` (d, m) against `Q8_1`, and `Q4_0`/`Q5_0` as (d, −8d) or
-/// (d, −16d) against `Q8_0S`, `Σ(q−8)·a` being `Σq·a − 8·Σa`. `$dm` gives
-/// (d, min) in lanes 0 and 1.
+/// `Q4_1`/`Q5_1` (d, m) against `Q8_1`. `$dm` gives (d, min) in lanes 0
+/// and 1.
 macro_rules! unsigned_32 {
     ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, |$p:ident| ($dm:expr, $qx:expr)) => {{
         let mut acc = [[_mm256_setzero_ps(); $T]; 2];
@@ -594,21 +595,13 @@ macro_rules! unsigned_32 {
     }};
 }
 
-/// (d, k·d) of an offset type's block at `p`, in lanes 0 and 1.
-// SAFETY (callers): The CPU has AVX2, FMA and F16C, and `p` points at the bytes this reads inside the
-// caller's block (each caller passes a block pointer of its row slice).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn d_and_offset(p: *const u8, k: f32) -> __m128 {
-    _mm_mul_ps(_mm256_castps256_ps128(f16_all(p)), _mm_setr_ps(1.0, k, 0.0, 0.0))
-}
-
 // SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
 // each row of `a` `nb` activation blocks (the `entry!` wrapper asserted both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    unsigned_32!(w, a, nb, T, 18, |p| (d_and_offset(p, -8.0), nibbles(p.add(2))))
+    // `q − 8` in −8..8: |q − 8|·|a| pairs stay far inside maddubs' 16 bits.
+    signed_32!(w, a, nb, T, 18, 40, |p| _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8)))
 }
 
 // SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
@@ -616,10 +609,10 @@ unsafe fn q4_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    unsigned_32!(w, a, nb, T, 22, |p| (d_and_offset(p, -16.0), {
+    signed_32!(w, a, nb, T, 22, 40, |p| {
         let hi = _mm256_and_si256(bit_bytes(p.add(2)), _mm256_set1_epi8(0x10));
-        _mm256_or_si256(nibbles(p.add(6)), hi)
-    }))
+        _mm256_sub_epi8(_mm256_or_si256(nibbles(p.add(6)), hi), _mm256_set1_epi8(16))
+    })
 }
 
 // SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and
@@ -627,7 +620,7 @@ unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    signed_32!(w, a, nb, T, 34, |p| load(p.add(2)))
+    signed_32!(w, a, nb, T, 34, 36, |p| load(p.add(2)))
 }
 
 // SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and

@@ -82,6 +82,14 @@ unsafe fn fifth_bits(qh: __m256i, from: i32) -> __m256i {
     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe), _mm256_set1_epi8(0x10))
 }
 
+/// The −k·Σa field of the `Q8_0O` activation block at `ab` in every lane.
+// SAFETY (callers): The CPU has AVX2; `ab..ab+8` is inside an activation row.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn offset(ab: *const u8) -> __m256i {
+    _mm256_set1_epi32(std::ptr::read_unaligned(ab.add(4) as *const i32))
+}
+
 /// The broadcast activation bytes `p..p+4` in every 32-bit lane.
 // SAFETY (callers): The CPU has AVX2; `p..p+4` is inside an activation row.
 #[inline]
@@ -134,17 +142,19 @@ macro_rules! group_kernels {
                     }
                 }
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-                let m = if MIN {
-                    _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i))
-                } else {
-                    _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
-                };
+                // `Q4_1`'s mins (`Q4_0` has none; it never reads them).
+                let m = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
                 for t in 0..T {
                     let ab = a[t].as_ptr().add(b * 40);
-                    let sum = _mm256_cvtepi32_ps(small_sum(s[t]));
                     let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
-                    acc[t] = _mm256_fmadd_ps(dd, sum, acc[t]);
-                    acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
+                    if MIN {
+                        acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(small_sum(s[t])), acc[t]);
+                        acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
+                    } else {
+                        // `Q4_0`: −8·Σa from the activations makes the sum `Σ(q − 8)·a`.
+                        let sum = _mm256_add_epi32(small_sum(s[t]), offset(ab));
+                        acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sum), acc[t]);
+                    }
                 }
             }
             let mut out = [[0f32; 8]; T];
@@ -296,13 +306,12 @@ macro_rules! group_kernels {
                     }
                 }
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-                let m = _mm256_mul_ps(d, _mm256_set1_ps(-16.0));
                 for t in 0..T {
                     let ab = a[t].as_ptr().add(b * 40);
-                    let isum = _mm256_add_epi32(small_sum(sl[t]), small_sum(sh[t]));
+                    // −16·Σa from the activations makes the sum `Σ(q − 16)·a`.
+                    let isum = _mm256_add_epi32(_mm256_add_epi32(small_sum(sl[t]), small_sum(sh[t])), offset(ab));
                     let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
                     acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
-                    acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
                 }
             }
             let mut out = [[0f32; 8]; T];

@@ -157,8 +157,9 @@ fn nibbles16<const T: usize, const KIND: u8>(groups: &[u8], nb: usize, a: [&[u8]
 }
 
 /// Sixteen rows of unsigned 4- or 5-bit weights with a min (`KIND`): per
-/// row and block the exact integer sum against the activations, then
-/// `acc = fma(d_w·d_a, Σ, acc)` and `acc = fma(m_w, s_a, acc)`.
+/// row and block the exact integer sum against the activations (for
+/// `Q4_0`/`Q5_0` started at the activations' −k·Σa, so it is `Σ(q − k)·a`),
+/// then `acc = fma(d_w·d_a, Σ, acc)`, and for `Q4_1` `acc = fma(m_w, s_a, acc)`.
 // SAFETY (callers): see `nibbles16`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
@@ -170,7 +171,15 @@ unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&
         let pb = pa.add(nb * gbytes);
         ahead(g.as_ptr(), nb, b, gbytes);
         let qh = if KIND == Q5_0 { pair(pa, pb, 16) } else { _mm512_setzero_si512() };
-        let mut s = [_mm512_setzero_si512(); T];
+        // The offset types start from −k·Σa (a broadcast load, no vector
+        // work: one float op less a block and token than a min's FMA).
+        let mut s: [__m512i; T] = std::array::from_fn(|t| {
+            if KIND == Q4_1 {
+                _mm512_setzero_si512()
+            } else {
+                _mm512_set1_epi32(std::ptr::read_unaligned(a[t].as_ptr().add(b * 40 + 4) as *const i32))
+            }
+        });
         for c in 0..4 {
             let x = pair(pa, pb, qs + 32 * c);
             let mut lo = _mm512_and_si512(x, mask);
@@ -189,16 +198,13 @@ unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&
             }
         }
         let d = halves(pa, pb, 0);
-        let m = match KIND {
-            Q4_1 => halves(pa, pb, 16),
-            Q4_0 => _mm512_mul_ps(d, _mm512_set1_ps(-8.0)),
-            _ => _mm512_mul_ps(d, _mm512_set1_ps(-16.0)),
-        };
         for t in 0..T {
             let ab = a[t].as_ptr().add(b * 40);
             let dd = _mm512_mul_ps(d, scalar(ab));
             acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s[t]), acc[t]);
-            acc[t] = _mm512_fmadd_ps(m, scalar(ab.add(4)), acc[t]);
+            if KIND == Q4_1 {
+                acc[t] = _mm512_fmadd_ps(halves(pa, pb, 16), scalar(ab.add(4)), acc[t]);
+            }
         }
     }
     put(acc, out);
