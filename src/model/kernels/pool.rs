@@ -2,8 +2,14 @@
 //! borrowed closure every thread runs once (`f(thread_index)`), the caller
 //! taking part as thread 0. Workers spin briefly between jobs (a forward
 //! pass runs a job every few microseconds), then sleep on a condition
-//! variable, so an idle model costs no CPU.
+//! variable, so an idle model costs no CPU. A job is handed out and
+//! collected without locks or shared counters: the job's pointer is
+//! published by the generation number, and each worker reports done in a
+//! cache line of its own (a pass hands out ≈ 150 jobs of a few µs, so on
+//! many cores a mutex or a counter every worker bumps costs as much as the
+//! work).
 
+use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -16,10 +22,11 @@ type Job = *const (dyn Fn(usize) + Sync + 'static);
 struct Shared {
     /// Bumped once per job; a worker runs a job when it sees a new value.
     generation: AtomicUsize,
-    /// The current job (valid while `run` waits for it).
-    job: Mutex<Option<SendJob>>,
-    /// Workers done with the current job.
-    done: AtomicUsize,
+    /// The current job: written by `Pool::run` only while no worker can
+    /// read it (see `run`), read by workers after they see its generation.
+    job: UnsafeCell<Option<SendJob>>,
+    /// Per worker (index − 1), the generation it last finished.
+    done: Box<[Line]>,
     /// A worker's job panicked.
     panicked: AtomicBool,
     stop: AtomicBool,
@@ -28,6 +35,18 @@ struct Shared {
     lock: Mutex<()>,
     wake: Condvar,
 }
+
+// SAFETY: every field but `job` is `Sync`; `job` is written only by the
+// thread in `Pool::run` holding `busy`, after every worker has reported the
+// previous generation done and before the new generation is published
+// (a release), and read by a worker only after it has seen that generation
+// (an acquire) and before it reports it done: a write never overlaps a read.
+unsafe impl Sync for Shared {}
+
+/// An atomic alone in its cache lines (128 bytes: adjacent-line prefetch
+/// pairs them), so workers reporting done do not contend.
+#[repr(align(128))]
+struct Line(AtomicUsize);
 
 struct SendJob(Job);
 // SAFETY: the pointee is `Sync` (shared by reference across threads is
@@ -59,8 +78,8 @@ impl Pool {
         let threads = if threads == 0 { physical_cores() } else { threads };
         let shared = Arc::new(Shared {
             generation: AtomicUsize::new(0),
-            job: Mutex::new(None),
-            done: AtomicUsize::new(0),
+            job: UnsafeCell::new(None),
+            done: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(0))).collect(),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
@@ -97,27 +116,33 @@ impl Pool {
         // SAFETY (lifetime erasure): the pointer is published to workers
         // below and read by each at most once per generation; `Wait` makes
         // this function return (or unwind) only after every worker has
-        // counted itself done with this generation, after which no worker
-        // reads the pointer again. So `f` outlives every use.
+        // reported this generation done, after which no worker reads the
+        // pointer again. So `f` outlives every use.
         let job: Job = unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), Job>(f as *const _) };
-        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(SendJob(job));
-        s.done.store(0, Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: no worker reads `job` now: each has reported the last
+        // generation done (the previous `run` waited for that, holding
+        // `busy` as this one does) and reads it again only after the
+        // generation published below (see `Shared`'s `Sync`).
+        unsafe { *s.job.get() = Some(SendJob(job)) };
+        let generation = s.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        struct Wait<'a>(&'a Shared, usize);
+        struct Wait<'a>(&'a [Line], usize);
         impl Drop for Wait<'_> {
             fn drop(&mut self) {
-                let mut spins = 0u32;
-                while self.0.done.load(Ordering::Acquire) < self.1 {
-                    spins += 1;
-                    if spins < SPIN { std::hint::spin_loop() } else { std::thread::yield_now() }
+                for w in self.0 {
+                    let mut spins = 0u32;
+                    while w.0.load(Ordering::Acquire) != self.1 {
+                        spins += 1;
+                        if spins < SPIN { std::hint::spin_loop() } else { std::thread::yield_now() }
+                    }
                 }
             }
         }
-        let wait = Wait(s, self.threads - 1);
+        // Only the workers that started (`threads` counts them).
+        let wait = Wait(&s.done[..self.threads - 1], generation);
         f(0);
         drop(wait);
         if s.panicked.swap(false, Ordering::SeqCst) {
@@ -150,16 +175,18 @@ fn worker(s: &Shared, index: usize) {
             s.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
         seen = s.generation.load(Ordering::Acquire);
-        let job = s.job.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|j| j.0);
+        // SAFETY: this generation's job was written before it was published
+        // and is not written again before this worker reports it done.
+        let job = unsafe { (*s.job.get()).as_ref().map(|j| j.0) };
         if let Some(job) = job {
-            // SAFETY: `run` keeps the closure alive until this worker adds
-            // itself to `done` below.
+            // SAFETY: `run` keeps the closure alive until this worker
+            // reports done below.
             let f = unsafe { &*job };
             if catch_unwind(AssertUnwindSafe(|| f(index))).is_err() {
                 s.panicked.store(true, Ordering::SeqCst);
             }
         }
-        s.done.fetch_add(1, Ordering::Release);
+        s.done[index - 1].0.store(seen, Ordering::Release);
     }
 }
 

@@ -153,14 +153,19 @@ fn the_activation_quantizers_agree_bit_for_bit() {
 
 #[test]
 fn a_pool_runs_every_index_once_and_reports_panics() {
-    let pool = Pool::new(3);
-    for _ in 0..200 {
-        let hits = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
-        pool.run(&|i| {
-            hits[i].fetch_add(1, Ordering::Relaxed);
-        });
-        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    // More threads than this machine's cores too: workers that yield, sleep
+    // and wake between jobs (the job is handed out without a lock).
+    for threads in [3, 9] {
+        let pool = Pool::new(threads);
+        for job in 0..if threads > 3 { 300 } else { 2000 } {
+            let hits: Vec<AtomicUsize> = (0..threads).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(&|i| {
+                hits[i].fetch_add(1 + job % 3, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1 + job % 3), "job {job} on {threads} threads");
+        }
     }
+    let pool = Pool::new(3);
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run(&|i| assert!(i != 2, "boom"))));
     assert!(r.is_err());
     // The pool still works after a panic.
