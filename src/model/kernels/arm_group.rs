@@ -179,13 +179,15 @@ unsafe fn nibbles_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u
             }
         }
         let d = halves(gb);
+        // `Q4_1`'s mins (the offset types have none).
+        let m = if KIND == Q4_1 { halves(gb.add(16)) } else { [vdupq_n_f32(0.0); 2] };
         for t in 0..T {
             let ab = a[t].as_ptr().add(b * 40);
             let da = f32_at(ab);
             for h in 0..2 {
                 acc[t][h] = vfmaq_f32(acc[t][h], vmulq_n_f32(d[h], da), vcvtq_f32_s32(s[h][t]));
                 if KIND == Q4_1 {
-                    acc[t][h] = vfmaq_n_f32(acc[t][h], halves(gb.add(16))[h], f32_at(ab.add(4)));
+                    acc[t][h] = vfmaq_n_f32(acc[t][h], m[h], f32_at(ab.add(4)));
                 }
             }
         }

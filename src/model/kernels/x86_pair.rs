@@ -198,12 +198,14 @@ unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&
             }
         }
         let d = halves(pa, pb, 0);
+        // `Q4_1`'s mins (the offset types have none).
+        let m = if KIND == Q4_1 { halves(pa, pb, 16) } else { _mm512_setzero_ps() };
         for t in 0..T {
             let ab = a[t].as_ptr().add(b * 40);
             let dd = _mm512_mul_ps(d, scalar(ab));
             acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s[t]), acc[t]);
             if KIND == Q4_1 {
-                acc[t] = _mm512_fmadd_ps(halves(pa, pb, 16), scalar(ab.add(4)), acc[t]);
+                acc[t] = _mm512_fmadd_ps(m, scalar(ab.add(4)), acc[t]);
             }
         }
     }
