@@ -3,9 +3,10 @@
 //! weight rows (`F32`, `F16`, `BF16`: the default model's bf16
 //! safetensors) against 1 or 4 f32 activation rows in sixteen running sums
 //! a row (the portable loop waits on one add after another), and, with the
-//! dot-product extension, `Q5_K` and `Q6_K` rows (`sdot`, the portable
-//! kernels' exact integer sums and float steps). The group kernels are in
-//! `arm_group.rs`.
+//! dot-product extension, rows of the 32-value block types (`Q4_0` …
+//! `Q8_0`: lone rows past a matrix's groups, and `Q5_1`) and of `Q5_K` and
+//! `Q6_K` (`sdot`, the portable kernels' exact integer sums and float
+//! steps, so the same bits). The group kernels are in `arm_group.rs`.
 
 use std::arch::aarch64::*;
 
@@ -125,6 +126,11 @@ pub(super) fn table(ty: QType) -> Option<Kernel> {
         QType::F32 => Kernel { rows1: dense::<1, F32>, rows4: dense::<4, F32> },
         QType::F16 => Kernel { rows1: dense::<1, F16>, rows4: dense::<4, F16> },
         QType::BF16 => Kernel { rows1: dense::<1, BF16>, rows4: dense::<4, BF16> },
+        QType::Q4_0 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q4_0>, rows4: blocks32::<4, Q4_0> },
+        QType::Q4_1 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q4_1>, rows4: blocks32::<4, Q4_1> },
+        QType::Q5_0 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q5_0>, rows4: blocks32::<4, Q5_0> },
+        QType::Q5_1 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q5_1>, rows4: blocks32::<4, Q5_1> },
+        QType::Q8_0 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q8_0>, rows4: blocks32::<4, Q8_0> },
         QType::Q5K if super::arm_group::has_dotprod() => Kernel { rows1: k_rows::<1, 176>, rows4: k_rows::<4, 176> },
         QType::Q6K if super::arm_group::has_dotprod() => Kernel { rows1: k_rows::<1, 210>, rows4: k_rows::<4, 210> },
         _ => return None,
@@ -330,6 +336,90 @@ unsafe fn q5_k_row<const T: usize>(row: &[u8], a: [&[u8]; T], nb: usize) -> [f32
             let ab = &a[t][b * 292..(b + 1) * 292];
             let ad = scalar::f32_at(ab, 0);
             acc[t] += d * ad * vaddvq_s32(s[t]) as f32 - dmin * ad * scalar::k_mins(scales, ab) as f32;
+        }
+    }
+    acc
+}
+
+/// The 32-value block types of [`blocks32`].
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+/// Rows of a 32-value block type (`KIND`) against `T` activation rows of
+/// its 8-bit format: `out[r·T + t]`.
+fn blocks32<const T: usize, const KIND: u8>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let (wb, ab) = [(18, 40), (20, 40), (22, 40), (24, 40), (34, 36)][KIND as usize];
+    let nb = row_bytes / wb;
+    assert!(
+        row_bytes == nb * wb && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * ab),
+        "row kernel shapes"
+    );
+    assert!(super::arm_group::has_dotprod(), "the NEON block row kernels need the dot-product extension");
+    for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
+        // SAFETY: the CPU has the dot-product extension (asserted); the body
+        // reads `nb` blocks of `row` and of each activation row, which the
+        // assertion guarantees.
+        o.copy_from_slice(&unsafe { blocks32_row::<T, KIND>(row, a, nb) });
+    }
+}
+
+/// The fifth bits `from..from+16` of the 32 at `qh` (a `Q5_*` block's), as
+/// 0x10 in the sixteen bytes where they are set.
+// SAFETY (callers): `qh..qh+4` is readable.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn fifth16(qh: *const u8, from: usize) -> uint8x16_t {
+    let bits = vreinterpretq_u8_u32(vdupq_n_u32(std::ptr::read_unaligned(qh as *const u32)));
+    let at = (from / 8) as u8;
+    let pick: [u8; 16] = std::array::from_fn(|i| at + (i / 8) as u8);
+    let probe: [u8; 16] = std::array::from_fn(|i| 1 << (i % 8));
+    vandq_u8(vtstq_u8(vqtbl1q_u8(bits, vld1q_u8(pick.as_ptr())), vld1q_u8(probe.as_ptr())), vdupq_n_u8(0x10))
+}
+
+/// One row of `KIND` blocks: per block the exact integer sum of the
+/// portable kernel (`scalar::dot_q4_0` …), then its float steps in its
+/// order, so the same bits.
+// SAFETY (callers): the CPU has the dot-product extension; `row` holds `nb`
+// blocks of `KIND` and each row of `a` `nb` blocks of its activation format.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn blocks32_row<const T: usize, const KIND: u8>(row: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
+    let (wb, ab) = [(18, 40), (20, 40), (22, 40), (24, 40), (34, 36)][KIND as usize];
+    let mut acc = [0f32; T];
+    for b in 0..nb {
+        let blk = &row[b * wb..(b + 1) * wb];
+        let p = blk.as_ptr();
+        // Values 0..16 and 16..32 as signed bytes (`Q4_0`/`Q5_0` less their offset).
+        let (lo, hi) = match KIND {
+            Q8_0 => (vld1q_s8(p.add(2) as *const i8), vld1q_s8(p.add(18) as *const i8)),
+            _ => {
+                let qs = vld1q_u8(p.add(wb - 16));
+                let (mut lo, mut hi) = (vandq_u8(qs, vdupq_n_u8(0xF)), vshrq_n_u8::<4>(qs));
+                if KIND == Q5_0 || KIND == Q5_1 {
+                    let qh = p.add(if KIND == Q5_0 { 2 } else { 4 });
+                    lo = vorrq_u8(lo, fifth16(qh, 0));
+                    hi = vorrq_u8(hi, fifth16(qh, 16));
+                }
+                let offset = vdupq_n_u8(match KIND {
+                    Q4_0 => 8,
+                    Q5_0 => 16,
+                    _ => 0,
+                });
+                (vreinterpretq_s8_u8(vsubq_u8(lo, offset)), vreinterpretq_s8_u8(vsubq_u8(hi, offset)))
+            }
+        };
+        let d = scalar::f16_at(blk, 0);
+        for t in 0..T {
+            let ablk = &a[t][b * ab..(b + 1) * ab];
+            let q = ablk.as_ptr().add(ab - 32) as *const i8;
+            let s = vaddvq_s32(sdot(sdot(vdupq_n_s32(0), lo, vld1q_s8(q)), hi, vld1q_s8(q.add(16))));
+            let da = scalar::f32_at(ablk, 0);
+            acc[t] += match KIND {
+                Q4_1 | Q5_1 => d * da * s as f32 + scalar::f16_at(blk, 2) * scalar::f32_at(ablk, 4),
+                _ => d * da * s as f32,
+            };
         }
     }
     acc

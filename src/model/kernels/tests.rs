@@ -501,3 +501,22 @@ fn q2_k_builds_agree_bit_for_bit() {
         }
     }
 }
+
+/// The NEON row kernels of the block types compute the portable kernels'
+/// exact integer sums and then their float steps in their order: the same
+/// bits (five rows: no groups, every row on the row kernels).
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_block_rows_are_the_portable_bits() {
+    let pool = Pool::new(2);
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0, QType::Q5K, QType::Q6K] {
+        assert!(arm::table(ty).is_some() || !arm_group::has_dotprod(), "{ty:?} has a NEON row kernel");
+        let cols = ty.block().0.max(32) * 3;
+        let (m, _) = matrix(ty, 5, cols, 91);
+        for n in [1, 4, 5] {
+            let x = randoms(n * cols, 17 + n as u64);
+            let (fast, slow) = (run(&m, &pool, &x, n), run(&m.clone().portable(), &pool, &x, n));
+            assert_eq!(fast.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), slow.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?}, {n} rows");
+        }
+    }
+}
