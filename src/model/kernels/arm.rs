@@ -120,43 +120,73 @@ unsafe fn block_q8(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
     (amax / 127.0, vaddvq_s32(sum))
 }
 
-/// The NEON row kernels of `ty`, where there are some.
+/// A [`Kernel`] of `$body::<T[, $kind]>` (one row against `T` activation
+/// rows) over rows of `$wb`-byte blocks and activation rows of `$ab`-byte
+/// blocks, through [`each_row`].
+macro_rules! rows {
+    // A 32-value block type: its sizes from `BLOCKS32`.
+    ($body:ident, $kind:ident) => {
+        rows!($body, $kind; BLOCKS32[$kind as usize].0, BLOCKS32[$kind as usize].1)
+    };
+    ($body:ident $(, $kind:ident)?; $wb:expr, $ab:expr) => {
+        Kernel {
+            rows1: |w, rb, a, o| each_row(w, rb, a, o, ($wb, $ab), $body::<1 $(, $kind)?>),
+            rows4: |w, rb, a, o| each_row(w, rb, a, o, ($wb, $ab), $body::<4 $(, $kind)?>),
+        }
+    };
+}
+
+/// The NEON row kernels of `ty`, where there are some (all but the dense
+/// ones need the dot-product extension).
 pub(super) fn table(ty: QType) -> Option<Kernel> {
+    let dot = super::arm_group::has_dotprod();
     Some(match ty {
-        QType::F32 => Kernel { rows1: dense::<1, F32>, rows4: dense::<4, F32> },
-        QType::F16 => Kernel { rows1: dense::<1, F16>, rows4: dense::<4, F16> },
-        QType::BF16 => Kernel { rows1: dense::<1, BF16>, rows4: dense::<4, BF16> },
-        QType::Q4_0 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q4_0>, rows4: blocks32::<4, Q4_0> },
-        QType::Q4_1 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q4_1>, rows4: blocks32::<4, Q4_1> },
-        QType::Q5_0 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q5_0>, rows4: blocks32::<4, Q5_0> },
-        QType::Q5_1 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q5_1>, rows4: blocks32::<4, Q5_1> },
-        QType::Q8_0 if super::arm_group::has_dotprod() => Kernel { rows1: blocks32::<1, Q8_0>, rows4: blocks32::<4, Q8_0> },
-        QType::Q5K if super::arm_group::has_dotprod() => Kernel { rows1: k_rows::<1, 176>, rows4: k_rows::<4, 176> },
-        QType::Q6K if super::arm_group::has_dotprod() => Kernel { rows1: k_rows::<1, 210>, rows4: k_rows::<4, 210> },
+        QType::F32 => rows!(dense_row, F32; 4, 4),
+        QType::F16 => rows!(dense_row, F16; 2, 4),
+        QType::BF16 => rows!(dense_row, BF16; 2, 4),
+        QType::Q4_0 if dot => rows!(blocks32_row, Q4_0),
+        QType::Q4_1 if dot => rows!(blocks32_row, Q4_1),
+        QType::Q5_0 if dot => rows!(blocks32_row, Q5_0),
+        QType::Q5_1 if dot => rows!(blocks32_row, Q5_1),
+        QType::Q8_0 if dot => rows!(blocks32_row, Q8_0),
+        QType::Q5K if dot => rows!(q5_k_row; 176, 292),
+        QType::Q6K if dot => rows!(q6_k_row; 210, 292),
         _ => return None,
     })
 }
 
-/// The dense types of [`dense`].
-const F32: u8 = 0;
-const F16: u8 = 1;
-const BF16: u8 = 2;
+/// One row against `T` activation rows, given its number of blocks.
+type RowFn<const T: usize> = unsafe fn(&[u8], [&[u8]; T], usize) -> [f32; T];
 
-/// Rows of `KIND` (whole rows of `row_bytes`) against `T` f32 activation
-/// rows: `out[r·T + t]`.
-fn dense<const T: usize, const KIND: u8>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
-    let width = if KIND == F32 { 4 } else { 2 };
-    let n = row_bytes / width;
+/// Each whole row of `w` (`row_bytes`, blocks of `wb` bytes; a dense
+/// type's "block" is one value) against `T` activation rows of `ab`-byte
+/// blocks, by `body(row, a, blocks)`: `out[r·T + t]`.
+fn each_row<const T: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    a: [&[u8]; T],
+    out: &mut [f32],
+    (wb, ab): (usize, usize),
+    body: RowFn<T>,
+) {
+    let nb = row_bytes / wb;
     assert!(
-        row_bytes.is_multiple_of(width) && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == 4 * n),
+        row_bytes == nb * wb && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * ab),
         "row kernel shapes"
     );
     for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
-        // SAFETY: NEON is part of aarch64; the body reads `n` values of
-        // `row` and of each activation row, which the assertion guarantees.
-        o.copy_from_slice(&unsafe { dense_row::<T, KIND>(row, a, n) });
+        // SAFETY: `table` hands out the bodies that need the dot-product
+        // extension only after detecting it (NEON is part of aarch64); each
+        // body reads `nb` blocks of `row` and of each activation row, which
+        // the assertion guarantees are there.
+        o.copy_from_slice(&unsafe { body(row, a, nb) });
     }
 }
+
+/// The dense types of [`dense_row`].
+const F32: u8 = 0;
+const F16: u8 = 1;
+const BF16: u8 = 2;
 
 /// Sixteen weights from value `16·i` of `row`, as f32.
 // SAFETY (callers): `row` holds values `16·i..16·i + 16` of `KIND`.
@@ -219,30 +249,6 @@ unsafe fn dense_row<const T: usize, const KIND: u8>(row: &[u8], a: [&[u8]; T], n
         }
     }
     out
-}
-
-/// `Q5_K` (blocks of 176 bytes) or `Q6_K` (210) rows against `T` `Q8_K`
-/// activation rows: `out[r·T + t]`.
-fn k_rows<const T: usize, const BYTES: usize>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
-    let nb = row_bytes / BYTES;
-    assert!(
-        row_bytes == nb * BYTES && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * 292),
-        "row kernel shapes"
-    );
-    assert!(super::arm_group::has_dotprod(), "the NEON k-quant row kernels need the dot-product extension");
-    for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
-        // SAFETY: the CPU has the dot-product extension (asserted); the
-        // bodies read `nb` blocks of `row` and of each activation row,
-        // which the assertion guarantees.
-        let sums = unsafe {
-            if BYTES == 176 {
-                q5_k_row::<T>(row, a, nb)
-            } else {
-                q6_k_row::<T>(row, a, nb)
-            }
-        };
-        o.copy_from_slice(&sums);
-    }
 }
 
 /// `acc + Σ w·a` per 32-bit lane (four products each).
@@ -341,30 +347,15 @@ unsafe fn q5_k_row<const T: usize>(row: &[u8], a: [&[u8]; T], nb: usize) -> [f32
     acc
 }
 
-/// The 32-value block types of [`blocks32`].
+/// The 32-value block types of [`blocks32_row`].
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q5_0: u8 = 2;
 const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
 
-/// Rows of a 32-value block type (`KIND`) against `T` activation rows of
-/// its 8-bit format: `out[r·T + t]`.
-fn blocks32<const T: usize, const KIND: u8>(w: &[u8], row_bytes: usize, a: [&[u8]; T], out: &mut [f32]) {
-    let (wb, ab) = [(18, 40), (20, 40), (22, 40), (24, 40), (34, 36)][KIND as usize];
-    let nb = row_bytes / wb;
-    assert!(
-        row_bytes == nb * wb && w.len().is_multiple_of(row_bytes.max(1)) && out.len() == w.len() / row_bytes.max(1) * T && a.iter().all(|r| r.len() == nb * ab),
-        "row kernel shapes"
-    );
-    assert!(super::arm_group::has_dotprod(), "the NEON block row kernels need the dot-product extension");
-    for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(T)) {
-        // SAFETY: the CPU has the dot-product extension (asserted); the body
-        // reads `nb` blocks of `row` and of each activation row, which the
-        // assertion guarantees.
-        o.copy_from_slice(&unsafe { blocks32_row::<T, KIND>(row, a, nb) });
-    }
-}
+/// Bytes of a block of each of them, and of a block of its activations.
+const BLOCKS32: [(usize, usize); 5] = [(18, 40), (20, 40), (22, 40), (24, 40), (34, 36)];
 
 /// The fifth bits `from..from+16` of the 32 at `qh` (a `Q5_*` block's), as
 /// 0x10 in the sixteen bytes where they are set.
@@ -386,7 +377,7 @@ unsafe fn fifth16(qh: *const u8, from: usize) -> uint8x16_t {
 // blocks of `KIND` and each row of `a` `nb` blocks of its activation format.
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn blocks32_row<const T: usize, const KIND: u8>(row: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    let (wb, ab) = [(18, 40), (20, 40), (22, 40), (24, 40), (34, 36)][KIND as usize];
+    let (wb, ab) = BLOCKS32[KIND as usize];
     let mut acc = [0f32; T];
     for b in 0..nb {
         let blk = &row[b * wb..(b + 1) * wb];
