@@ -355,7 +355,7 @@ const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
 
 /// Bytes of a block of each of them, and of a block of its activations.
-const BLOCKS32: [(usize, usize); 5] = [(18, 40), (20, 40), (22, 40), (24, 40), (34, 36)];
+const BLOCKS32: [(usize, usize); 5] = [(18, 40), (20, 40), (22, 40), (24, 40), (34, 40)];
 
 /// The fifth bits `from..from+16` of the 32 at `qh` (a `Q5_*` block's), as
 /// 0x10 in the sixteen bytes where they are set.

@@ -195,16 +195,18 @@ unsafe fn nibbles_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&[u
     put(acc, out);
 }
 
-/// Eight interleaved `Q8_0` rows against `T` `Q8_0` activation rows.
+/// Eight interleaved `Q8_0` rows against `T` `Q8_0O` activation rows.
 pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    assert!(group.len() == nb * 272 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 36), "group kernel shapes");
+    assert!(group.len() == nb * 272 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
     assert!(has_dotprod(), "the NEON group kernels need the dot-product extension");
-    // SAFETY: as for `nibbles`, with 36-byte activation blocks.
+    // SAFETY: as for `nibbles`.
     unsafe { q8_0x8_k::<T>(group, nb, a, out) }
 }
 
-/// Per row and block the exact integer sum of signed weights and
-/// activations, then `acc = fma(d_w·d_a, Σ, acc)`.
+/// Per row and block the exact integer sum of the signed weights (`sdot`
+/// multiplies signed bytes: the stored `q + 128` less its 128, so the
+/// activations' −128·Σa is not needed) and the activations, then
+/// `acc = fma(d_w·d_a, Σ, acc)`.
 // SAFETY (callers): see `q8_0x8`.
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn q8_0x8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
@@ -213,13 +215,13 @@ unsafe fn q8_0x8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut
         let gb = g.as_ptr().add(b * 272);
         // Values 0..16 and 16..32 of each activation row: chunks 0..4 and 4..8.
         let qa: [[int8x16_t; 2]; T] = std::array::from_fn(|t| {
-            let p = a[t].as_ptr().add(b * 36 + 4) as *const i8;
+            let p = a[t].as_ptr().add(b * 40 + 8) as *const i8;
             [vld1q_s8(p), vld1q_s8(p.add(16))]
         });
         let mut s = [[vdupq_n_s32(0); T]; 2];
         for (h, sh) in s.iter_mut().enumerate() {
             for c in 0..8 {
-                let w = vld1q_s8(gb.add(16 + 32 * c + 16 * h) as *const i8);
+                let w = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(gb.add(16 + 32 * c + 16 * h)), vdupq_n_u8(0x80)));
                 for t in 0..T {
                     sh[t] = sdot_lane(sh[t], w, qa[t][c / 4], c % 4);
                 }
@@ -227,7 +229,7 @@ unsafe fn q8_0x8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut
         }
         let d = halves(gb);
         for t in 0..T {
-            let da = f32_at(a[t].as_ptr().add(b * 36));
+            let da = f32_at(a[t].as_ptr().add(b * 40));
             for h in 0..2 {
                 acc[t][h] = vfmaq_f32(acc[t][h], vmulq_n_f32(d[h], da), vcvtq_f32_s32(s[h][t]));
             }

@@ -13,8 +13,11 @@
 //! `Q4_1` the eight `d` then the eight `m`; for `Q8_0` the eight `d`), then
 //! the quantized bytes in chunks of 32: in chunk `c`, bytes `4r..4r+4` are
 //! row `r`'s `qs[4c..4c+4]`. (`Q4_0`, `Q4_1`: 4 chunks, low nibbles values
-//! `4c..4c+4`, high nibbles `16+4c..16+4c+4`; `Q8_0`: 8 chunks; `Q6_K`:
-//! the eight `d`, then scales, `ql` and `qh` as 4, 32 and 16 chunks.)
+//! `4c..4c+4`, high nibbles `16+4c..16+4c+4`; `Q8_0`: 8 chunks, each value
+//! stored unsigned, 128 above itself (`q ^ 0x80`), so that `vpdpbusd`
+//! takes the weights as they are and the activations' −128·Σa makes the
+//! sum exact; `Q6_K`: the eight `d`, then scales, `ql` and `qh` as 4, 32
+//! and 16 chunks.)
 //!
 //! A matrix keeps its first `8·⌊rows/8⌋` rows as groups and the rest as
 //! plain rows after them.
@@ -45,6 +48,12 @@ fn ordered(ty: QType, i: usize) -> usize {
         (QType::Q6K, _) => i + 18,
         _ => i,
     }
+}
+
+/// Byte `i` of a block of `ty` as its group block stores it, or back:
+/// `Q8_0`'s values move 128 up (an involution).
+fn stored(ty: QType, i: usize, byte: u8) -> u8 {
+    if ty == QType::Q8_0 && i >= 2 { byte ^ 0x80 } else { byte }
 }
 
 /// Where byte `i` of row `r`'s block of `ty` goes in its group block.
@@ -80,7 +89,7 @@ pub(crate) fn interleave_into(ty: QType, data: &[u8], row_bytes: usize, out: &mu
             let row = &data[(8 * g + r) * row_bytes..(8 * g + r + 1) * row_bytes];
             for b in 0..nb {
                 for i in 0..block {
-                    dst[b * 8 * block + place(ty, fields, r, i)] = row[b * block + i];
+                    dst[b * 8 * block + place(ty, fields, r, i)] = stored(ty, i, row[b * block + i]);
                 }
             }
         }
@@ -96,7 +105,7 @@ pub(crate) fn row_of(ty: QType, data: &[u8], row_bytes: usize, r: usize) -> Vec<
     let mut row = vec![0u8; row_bytes];
     for b in 0..nb {
         for i in 0..block {
-            row[b * block + i] = group[b * 8 * block + place(ty, fields, r % 8, i)];
+            row[b * block + i] = stored(ty, i, group[b * 8 * block + place(ty, fields, r % 8, i)]);
         }
     }
     row
@@ -183,14 +192,16 @@ pub(crate) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
 }
 
 /// The portable `Q8_0` group kernel and the specification of the SIMD one:
-/// eight rows against `T` `Q8_0` activation rows (d as f32, 32 values);
-/// per row and block the exact integer sum, then `acc = fma(d_w·d_a, Σ, acc)`.
+/// eight rows (values stored 128 above themselves) against `T` `Q8_0O`
+/// activation rows (d as f32, −128·Σq, 32 values); per row and block the
+/// exact integer sum of the unsigned weights started at −128·Σq (exactly
+/// `Σ(q − 128)·a`), then `acc = fma(d_w·d_a, Σ, acc)`.
 pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     let step = |gb: &[u8], ab: &[u8], r: usize, acc: f32| {
-        let sum: i32 = (0..32).map(|j| i32::from(gb[16 + 32 * (j / 4) + 4 * r + j % 4] as i8) * i32::from(ab[4 + j] as i8)).sum();
-        (scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0)).mul_add(sum as f32, acc)
+        let sum: i32 = (0..32).map(|j| i32::from(gb[16 + 32 * (j / 4) + 4 * r + j % 4]) * i32::from(ab[8 + j] as i8)).sum();
+        (scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0)).mul_add((sum + scalar::i32_at(ab, 4)) as f32, acc)
     };
-    rows_x8(group, 272, nb, a, 36, out, step, |acc| acc);
+    rows_x8(group, 272, nb, a, 40, out, step, |acc| acc);
 }
 
 /// The portable `Q6_K` group kernel and the specification of the SIMD one:

@@ -71,8 +71,8 @@ pub enum QType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Act {
     F32,
-    Q8_0,
-    /// `Q8_0` with −k·Σq beside the scale (`Q4_0`: k = 8, `Q5_0`: 16).
+    /// 8-bit values with −k·Σq beside the scale (`Q4_0`: k = 8, `Q5_0`:
+    /// 16, `Q8_0`: 128).
     Q8_0O(i32),
     Q8_1,
     Q8K,
@@ -83,7 +83,6 @@ impl Act {
     fn block(self) -> (usize, usize) {
         match self {
             Act::F32 => (1, 4),
-            Act::Q8_0 => (32, 36),
             Act::Q8_0O(_) => (32, 40),
             Act::Q8_1 => (32, 40),
             Act::Q8K => (256, 292),
@@ -97,7 +96,6 @@ impl Act {
                     o.copy_from_slice(&v.to_le_bytes());
                 }
             }
-            Act::Q8_0 => best_quantize_q8()(Q8Layout::Plain, x, out),
             Act::Q8_0O(k) => best_quantize_q8()(Q8Layout::Offset(k), x, out),
             Act::Q8_1 => best_quantize_q8()(Q8Layout::Sum16, x, out),
             Act::Q8K => scalar::quantize_q8_k(x, out),
@@ -206,7 +204,7 @@ impl QType {
             QType::F32 | QType::F16 | QType::BF16 => Act::F32,
             QType::Q4_0 => Act::Q8_0O(8),
             QType::Q5_0 => Act::Q8_0O(16),
-            QType::Q8_0 => Act::Q8_0,
+            QType::Q8_0 => Act::Q8_0O(128),
             QType::Q4_1 | QType::Q5_1 => Act::Q8_1,
             QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K => Act::Q8K,
         }

@@ -9,9 +9,10 @@
 //! `Q2_K` scales[16] qs[64] d dmin · `Q3_K` hmask[32] qs[64] scales[12] d ·
 //! `Q4_K` d dmin scales[12] qs[128] · `Q5_K` d dmin scales[12] qh[32]
 //! qs[128] · `Q6_K` ql[128] qh[64] scales[16]·i8 d (256 values a block).
-//! Activations are lmt's own (never stored): `Q8_0` d·f32 qs[32]·i8,
-//! `Q8_0O` d·f32 (−k·Σq)·i32 qs[32] for `Q4_0` (k = 8) and `Q5_0` (k = 16),
-//! whose weights' offset k then folds into exact integer sums, and
+//! Activations are lmt's own (never stored): `Q8_0O` d·f32 (−k·Σq)·i32
+//! qs[32] for `Q4_0` (k = 8), `Q5_0` (k = 16) and `Q8_0` (k = 128, for its
+//! interleaved rows, stored unsigned: `interleave.rs`), whose weights'
+//! offset k then folds into exact integer sums, and
 //! `Q8_1` d·f32 s·f32 qs[32] with s = d·Σq, whose d and s are rounded to
 //! f16 as llama.cpp's are but kept as f32, so no kernel converts them;
 //! `Q8_K` d·f32 qs[256] bsums[16]·i16 as in ggml.
@@ -42,14 +43,13 @@ fn put_f16_as_f32(b: &mut [u8], off: usize, v: f32) {
 }
 
 /// The 8-bit activation layouts of 32-value blocks (see the module
-/// comment): each block is its scale, for `Offset`/`Sum16` a second field
-/// about the sum of its values, then the 32 values.
+/// comment): each block is its scale, a second field about the sum of its
+/// values, then the 32 values (40 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Q8Layout {
-    /// `Q8_0`: d, qs (36 bytes).
-    Plain,
-    /// `Q8_0O`: d, −k·Σq as an i32, qs (40 bytes): the start of an exact
-    /// `Σ(q_w − k)·q_a` over unsigned weights stored `k` above their value.
+    /// `Q8_0O`: d, −k·Σq as an i32, qs: the start of an exact
+    /// `Σ(q_w − k)·q_a` over unsigned weights stored `k` above their value
+    /// (kernels of signed weights skip it).
     Offset(i32),
     /// `Q8_1`: d, d·Σq rounded to f16 from the unrounded d (40 bytes), as
     /// llama.cpp's.
@@ -57,22 +57,18 @@ pub(crate) enum Q8Layout {
 }
 
 impl Q8Layout {
-    /// Bytes a block takes.
+    /// Bytes a block takes (the same in both layouts).
     pub(crate) fn bytes(self) -> usize {
-        match self {
-            Q8Layout::Plain => 36,
-            Q8Layout::Offset(_) | Q8Layout::Sum16 => 40,
-        }
+        40
     }
 
     /// The second field of a block whose values sum to `sum`, from its
-    /// unrounded scale `d`; `None` for `Plain`, which has none.
+    /// unrounded scale `d`.
     #[inline]
-    pub(crate) fn second(self, d: f32, sum: i32) -> Option<[u8; 4]> {
+    pub(crate) fn second(self, d: f32, sum: i32) -> [u8; 4] {
         match self {
-            Q8Layout::Plain => None,
-            Q8Layout::Offset(k) => Some((-k * sum).to_le_bytes()),
-            Q8Layout::Sum16 => Some(f16::from_f32(d * sum as f32).to_f32().to_le_bytes()),
+            Q8Layout::Offset(k) => (-k * sum).to_le_bytes(),
+            Q8Layout::Sum16 => f16::from_f32(d * sum as f32).to_f32().to_le_bytes(),
         }
     }
 }
@@ -115,9 +111,7 @@ pub(crate) fn quantize_q8_with(layout: Q8Layout, x: &[f32], out: &mut [u8], bloc
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(bytes)) {
         let (d, sum) = block(xb, &mut ob[bytes - 32..]);
         put_f16_as_f32(ob, 0, d);
-        if let Some(field) = layout.second(d, sum) {
-            ob[4..8].copy_from_slice(&field);
-        }
+        ob[4..8].copy_from_slice(&layout.second(d, sum));
     }
 }
 
@@ -203,8 +197,9 @@ pub(crate) fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
 
 pub(crate) fn dot_q8_0(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = 0f32;
-    for (wb, ab) in w.chunks_exact(34).zip(a.chunks_exact(36)) {
-        let s: i32 = (0..32).map(|j| act_i8(wb, 2, j) * act_i8(ab, 4, j)).sum();
+    // The activations' −128·Σq is for the interleaved (unsigned) rows; plain rows are signed.
+    for (wb, ab) in w.chunks_exact(34).zip(a.chunks_exact(40)) {
+        let s: i32 = (0..32).map(|j| act_i8(wb, 2, j) * act_i8(ab, 8, j)).sum();
         acc += f16_at(wb, 0) * f32_at(ab, 0) * s as f32;
     }
     acc

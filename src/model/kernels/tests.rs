@@ -103,14 +103,13 @@ fn rows_dequantize_as_candle_does() {
 #[test]
 fn activation_quantizers_round_trip_within_half_a_step() {
     let x = randoms(512, 5);
-    for act in [Act::Q8_0, Act::Q8_0O(8), Act::Q8_0O(16), Act::Q8_1, Act::Q8K] {
+    for act in [Act::Q8_0O(8), Act::Q8_0O(16), Act::Q8_0O(128), Act::Q8_1, Act::Q8K] {
         let (v, b) = act.block();
         let mut out = vec![0u8; x.len() / v * b];
         act.quantize(&x, &mut out);
         for (blk, xb) in out.chunks_exact(b).zip(x.chunks_exact(v)) {
             let (d, qs) = match act {
                 Act::Q8K => (scalar::f32_at(blk, 0), &blk[4..260]),
-                Act::Q8_0 => (scalar::f32_at(blk, 0), &blk[4..]),
                 _ => (scalar::f32_at(blk, 0), &blk[8..]),
             };
             for (q, &xv) in qs.iter().zip(xb) {
@@ -140,7 +139,7 @@ fn the_activation_quantizers_agree_bit_for_bit() {
     blocks.push((0..32).map(|i| if i == 7 { -1e30 } else { i as f32 }).collect());
     blocks.push(randoms(32, 77).iter().map(|v| v * 1e-4).collect());
     let row: Vec<f32> = blocks.concat();
-    for layout in [Q8Layout::Plain, Q8Layout::Offset(8), Q8Layout::Offset(16), Q8Layout::Sum16] {
+    for layout in [Q8Layout::Offset(8), Q8Layout::Offset(16), Q8Layout::Offset(128), Q8Layout::Sum16] {
         let mut a = vec![0u8; blocks.len() * layout.bytes()];
         let mut b = a.clone();
         scalar::quantize_q8(layout, &row, &mut a);

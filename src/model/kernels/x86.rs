@@ -408,7 +408,7 @@ entry!(q4_0, q4_0_avx2, 18, 40);
 entry!(q4_1, q4_1_avx2, 20, 40);
 entry!(q5_0, q5_0_avx2, 22, 40);
 entry!(q5_1, q5_1_avx2, 24, 40);
-entry!(q8_0, q8_0_avx2, 34, 36);
+entry!(q8_0, q8_0_avx2, 34, 40);
 entry!(q2_k, q2_k_avx2, 84, 292);
 entry!(q2_k_v, q2_k_vnni, 84, 292, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
 entry!(q3_k, q3_k_avx2, 110, 292);
@@ -526,7 +526,8 @@ unsafe fn f16_all(p: *const u8) -> __m256 {
 
 /// Signed 4-, 5- or 8-bit weights (`qx` per block) against 8-bit
 /// activation blocks of `$ab` bytes (the scale, then at `$ab − 32` the
-/// values: `Q8_0`, or `Q8_0O`, whose sum field this leaves unread).
+/// values; a `Q8_0O` block's sum field is left unread, the weights being
+/// signed here).
 macro_rules! signed_32 {
     ($w:expr, $a:expr, $nb:expr, $T:ident, $wb:expr, $ab:expr, |$p:ident| $qx:expr) => {{
         let mut acc = [[_mm256_setzero_ps(); $T]; 2];
@@ -620,7 +621,7 @@ unsafe fn q5_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_avx2<const T: usize>(w: &[u8], a: [&[u8]; T], nb: usize) -> [f32; T] {
-    signed_32!(w, a, nb, T, 34, 36, |p| load(p.add(2)))
+    signed_32!(w, a, nb, T, 34, 40, |p| load(p.add(2)))
 }
 
 // SAFETY (callers): The CPU has AVX2, FMA and F16C (`table` checked); `w` holds `nb` blocks of this type and

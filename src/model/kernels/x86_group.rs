@@ -163,38 +163,32 @@ macro_rules! group_kernels {
             out
         }
 
-        /// Eight interleaved `Q8_0` rows against `T` `Q8_0` activation
+        /// Eight interleaved `Q8_0` rows against `T` `Q8_0O` activation
         /// rows: `out[t·8 + r]`.
         pub(crate) fn q8_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-            assert!(group.len() == nb * 272 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 36), "group kernel shapes");
+            assert!(group.len() == nb * 272 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 40), "group kernel shapes");
             // SAFETY: as for `q4x8`: features detected, sizes asserted.
             put(unsafe { q8_0x8_k::<T>(group, nb, a) }, out);
         }
 
         // SAFETY (callers): the CPU has the build's features; `g` holds
-        // `nb` group blocks and each row of `a` `nb` 36-byte blocks.
+        // `nb` group blocks and each row of `a` `nb` 40-byte blocks.
         #[target_feature(enable = $features)]
         unsafe fn q8_0x8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
             let mut acc = [_mm256_setzero_ps(); T];
             for b in 0..nb {
                 let p = g.as_ptr().add(b * 272);
                 ahead(p, 272);
-                // Per token, in 32 bits (a pair of products fits 16 bits:
-                // |w| ≤ 128 and |a| ≤ 127; eight pairs do not).
-                let mut s = [_mm256_setzero_si256(); T];
+                let mut s: [__m256i; T] = std::array::from_fn(|t| q8_start(a[t].as_ptr().add(b * 40)));
                 for c in 0..8 {
-                    let x = load(p.add(16 + 32 * c));
-                    // |w|, with the sign moved onto the activations: the
-                    // products take one unsigned operand.
-                    let ax = _mm256_sign_epi8(x, x);
+                    let w = q8_weights(load(p.add(16 + 32 * c)));
                     for t in 0..T {
-                        let sy = _mm256_sign_epi8(four(a[t].as_ptr().add(b * 36 + 4 + 4 * c)), x);
-                        s[t] = dot(s[t], ax, sy);
+                        s[t] = q8_dot(s[t], w, four(a[t].as_ptr().add(b * 40 + 8 + 4 * c)));
                     }
                 }
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
                 for t in 0..T {
-                    let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 36) as *const f32)));
+                    let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 40) as *const f32)));
                     acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s[t]), acc[t]);
                 }
             }
@@ -348,6 +342,35 @@ pub(super) mod avx2 {
         _mm256_add_epi32(s, small_sum(_mm256_maddubs_epi16(u, i)))
     }
 
+    /// `Q8_0`'s stored weights (`q + 128`, `interleave.rs`) as this build
+    /// multiplies them: `|q|`, and `q` for the signs. `maddubs` would
+    /// saturate on the unsigned values (255·127·2 > 2¹⁵), so the 128 comes
+    /// off here, and a block's sum starts at 0 ([`q8_start`]).
+    // SAFETY (callers): The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn q8_weights(x: __m256i) -> [__m256i; 2] {
+        let q = _mm256_xor_si256(x, _mm256_set1_epi8(-128));
+        [_mm256_sign_epi8(q, q), q]
+    }
+
+    /// `s + q·i` for [`q8_weights`]' `w` (a pair of products fits 16
+    /// bits: |q| ≤ 128, |i| ≤ 127; eight pairs do not, so 32-bit sums).
+    // SAFETY (callers): The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn q8_dot(s: __m256i, w: [__m256i; 2], i: __m256i) -> __m256i {
+        dot(s, w[0], _mm256_sign_epi8(i, w[1]))
+    }
+
+    /// Where a `Q8_0` block's sum starts: 0 ([`q8_weights`] took the offset off).
+    // SAFETY (callers): The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn q8_start(_ab: *const u8) -> __m256i {
+        _mm256_setzero_si256()
+    }
+
     group_kernels!("avx2,fma,f16c");
 }
 
@@ -377,6 +400,30 @@ macro_rules! vnni_kernels {
         #[inline]
         fn small_sum(s: __m256i) -> __m256i {
             s
+        }
+
+        /// `Q8_0`'s stored weights (`q + 128`) as they are: `vpdpbusd`
+        /// takes them unsigned.
+        #[inline]
+        fn q8_weights(x: __m256i) -> __m256i {
+            x
+        }
+
+        /// `s + (q + 128)·i`.
+        // SAFETY (callers): The CPU has `$dot_features`.
+        #[inline]
+        #[target_feature(enable = $dot_features)]
+        unsafe fn q8_dot(s: __m256i, w: __m256i, i: __m256i) -> __m256i {
+            dot(s, w, i)
+        }
+
+        /// Where a `Q8_0` block's sum starts: the activations' −128·Σa,
+        /// which makes it `Σ q·a` exactly.
+        // SAFETY (callers): The CPU has AVX2; `ab..ab+8` is inside an activation row.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn q8_start(ab: *const u8) -> __m256i {
+            offset(ab)
         }
 
         group_kernels!($features);

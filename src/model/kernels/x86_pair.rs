@@ -212,43 +212,36 @@ unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&
     put(acc, out);
 }
 
-/// Sixteen interleaved `Q8_0` rows against `T` `Q8_0` activation rows.
+/// Sixteen interleaved `Q8_0` rows (stored `q + 128`) against `T` `Q8_0O`
+/// activation rows.
 pub(crate) fn q8_0x16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    assert!(groups.len() == 2 * nb * 272 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 36), "pair kernel shapes");
+    assert!(groups.len() == 2 * nb * 272 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 40), "pair kernel shapes");
     // SAFETY: as for `nibbles16`.
     unsafe { q8_0x16_k::<T>(groups, nb, a, out) }
 }
 
+/// Per row and block the exact `Σ(q + 128)·a` started at the activations'
+/// −128·Σa (so `Σ q·a`), then `acc = fma(d_w·d_a, Σ, acc)`: one
+/// `vpdpbusd` per chunk and token, the weights as stored.
 // SAFETY (callers): see `q8_0x16`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn q8_0x16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    // `vpdpbusd` takes one unsigned operand: the activations go in offset
-    // by 128 (`a ^ 0x80` = a + 128 as a byte), which adds 128·Σw to each
-    // row's sum; one `vpdpbusd` of 128s against the weights per chunk
-    // gives that term, subtracted once per block. Both sums are exact in
-    // 32 bits (|Σ| ≤ 32·255·128).
-    let ones128 = _mm512_set1_epi8(-128);
     let mut acc = [_mm512_setzero_ps(); T];
-    let mut shifted = [[0u8; 32]; T];
     for b in 0..nb {
         let pa = g.as_ptr().add(b * 272);
         let pb = pa.add(nb * 272);
         ahead(g.as_ptr(), nb, b, 272);
-        offset128(a, b * 36 + 4, &mut shifted);
-        let mut s = [_mm512_setzero_si512(); T];
-        let mut wsum = _mm512_setzero_si512();
+        let mut s: [__m512i; T] = std::array::from_fn(|t| four(a[t].as_ptr().add(b * 40 + 4)));
         for c in 0..8 {
             let x = pair(pa, pb, 16 + 32 * c);
-            wsum = _mm512_dpbusd_epi32(wsum, ones128, x);
             for t in 0..T {
-                s[t] = _mm512_dpbusd_epi32(s[t], four(shifted[t].as_ptr().add(4 * c)), x);
+                s[t] = _mm512_dpbusd_epi32(s[t], x, four(a[t].as_ptr().add(b * 40 + 8 + 4 * c)));
             }
         }
         let d = halves(pa, pb, 0);
         for t in 0..T {
-            let dd = _mm512_mul_ps(d, scalar(a[t].as_ptr().add(b * 36)));
-            let sum = _mm512_sub_epi32(s[t], wsum);
-            acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), acc[t]);
+            let dd = _mm512_mul_ps(d, scalar(a[t].as_ptr().add(b * 40)));
+            acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s[t]), acc[t]);
         }
     }
     put(acc, out);
