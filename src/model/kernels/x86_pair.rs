@@ -93,29 +93,6 @@ unsafe fn ahead(g: *const u8, nb: usize, b: usize, bytes: usize) {
 /// decode ≈ 6 % slower on SmolLM2, 64 or 128 gained nothing more.
 const AHEAD: usize = 32;
 
-/// The `N` bytes at `off` of each activation row offset by 128 (`a ^ 0x80`:
-/// `vpdpbusd` takes one unsigned operand) into `dst`, then hidden from the
-/// optimiser, so that the kernel reads each broadcast back from memory as
-/// part of its `vpdpbusd`; left in registers, every broadcast cost two
-/// shuffles on the port `vpdpbusd` needs (8 rows ran at 98 G MAC/s
-/// instead of 143).
-// SAFETY (callers): the CPU has AVX2; each row of `a` holds at least
-// `off + N` bytes (the callers pass block `b`'s quantized values, inside
-// the `nb` activation blocks their safe wrappers assert).
-// `dst` is the caller's own array, written in bounds (`N / 32` chunks of 32).
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn offset128<const T: usize, const N: usize>(a: [&[u8]; T], off: usize, dst: &mut [[u8; N]; T]) {
-    let bias = _mm256_set1_epi8(-128);
-    for (row, d) in a.iter().zip(dst.iter_mut()) {
-        for c in 0..N / 32 {
-            let q = load(row.as_ptr().add(off + 32 * c));
-            _mm256_storeu_si256(d.as_mut_ptr().add(32 * c) as *mut __m256i, _mm256_xor_si256(q, bias));
-        }
-    }
-    std::hint::black_box(dst);
-}
-
 /// Stores the sixteen rows' sums of each activation row into `out[t·16 + r]`.
 // SAFETY (callers): the CPU has AVX-512F.
 #[inline]
@@ -349,22 +326,40 @@ pub(crate) fn q6_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], o
 
 /// Per row and super-block the exact integer sum `Σ_j sc_j·Σ(q−32)·a`
 /// over the sixteen sub-blocks of 16 values, then `acc += (d·d_a)·sum`
-/// (`interleave::q6_kx8`). The weights go in signed (`q − 32`) and the
-/// activations offset by 128 (`a ^ 0x80`, as in [`q8_0x16_k`]): each
-/// sub-block's sum takes back 128·Σw, one `vpdpbusd` of 128s per chunk.
+/// (`interleave::q6_kx8`), computed as `Σ_j sc_j·Σ q·a − Σ_j 32·sc_j·Σa`:
+/// `vpdpbusd` takes the 6-bit `q` as they are (unsigned) against the
+/// activations as they are (signed), and the `Q8_K` blocks' sums of 16
+/// (`bsums`) give the second term, two sub-blocks per `vpdpwssd`.
 // SAFETY (callers): see `q6_kx16`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn q6_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
-    let (nib, two, off) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30), _mm512_set1_epi8(32));
-    let ones128 = _mm512_set1_epi8(-128);
+    let (nib, two) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30));
+    // Bytes 0, 1 (`first`) or 2, 3 of each 32-bit lane into the high bytes
+    // of its two 16-bit halves (index −1 writes a zero byte).
+    let spread = |b: i8| _mm512_broadcast_i32x4(_mm_setr_epi8(-1, b, -1, b + 1, -1, b + 4, -1, b + 5, -1, b + 8, -1, b + 9, -1, b + 12, -1, b + 13));
+    let (first, second) = (spread(0), spread(2));
     let mut acc = [_mm512_setzero_ps(); T];
-    let mut shifted = [[0u8; 256]; T];
     for b in 0..nb {
         let pa = g.as_ptr().add(b * 1680);
         let pb = pa.add(nb * 1680);
         ahead(g.as_ptr(), nb, b, 1680);
-        offset128(a, b * 292 + 4, &mut shifted);
+        // Each sum starts at −Σ_j 32·sc_j·bsum_j.
         let mut s = [_mm512_setzero_si512(); T];
+        for c in 0..4 {
+            // Scales 4c..4c+4 of each row (one byte each in its lane).
+            let scales = pair(pa, pb, 16 + 32 * c);
+            // −32·sc of sub-blocks (4c, 4c+1) and (4c+2, 4c+3) as pairs of
+            // i16 (a byte in a half's high byte, shifted down 3: sign-extended,
+            // times 32; |32·sc| ≤ 4,096, |bsum| ≤ 2,032).
+            let neg = |x: __m512i| _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_srai_epi16(x, 3));
+            let pairs = [neg(_mm512_shuffle_epi8(scales, first)), neg(_mm512_shuffle_epi8(scales, second))];
+            for t in 0..T {
+                let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * c);
+                for (h, p) in pairs.iter().enumerate() {
+                    s[t] = _mm512_dpwssd_epi32(s[t], *p, four(bs.add(4 * h)));
+                }
+            }
+        }
         for j in 0..16 {
             // Sub-block j: half h, quarter k of the half, run `is` of 16.
             let (h, k, is) = (j / 8, j % 8 / 2, j % 2);
@@ -372,7 +367,6 @@ unsafe fn q6_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
             let up = _mm512_set1_epi32(24 - 8 * (j as i32 % 4));
             let sc = _mm512_srai_epi32(_mm512_sllv_epi32(pair(pa, pb, 16 + 32 * (j / 4)), up), 24);
             let mut d = [_mm512_setzero_si512(); T];
-            let mut wsum = _mm512_setzero_si512();
             for c in 0..4 {
                 let l = 16 * is + 4 * c;
                 let ql = pair(pa, pb, 144 + 8 * (64 * h + 32 * (k % 2) + l));
@@ -387,15 +381,14 @@ unsafe fn q6_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
                     },
                     two,
                 );
-                let w = _mm512_sub_epi8(_mm512_or_si512(low, high), off);
-                wsum = _mm512_dpbusd_epi32(wsum, ones128, w);
+                let w = _mm512_or_si512(low, high);
                 let v = 128 * h + 32 * k + l;
                 for t in 0..T {
-                    d[t] = _mm512_dpbusd_epi32(d[t], four(shifted[t].as_ptr().add(v)), w);
+                    d[t] = _mm512_dpbusd_epi32(d[t], w, four(a[t].as_ptr().add(b * 292 + 4 + v)));
                 }
             }
             for t in 0..T {
-                s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(_mm512_sub_epi32(d[t], wsum), sc));
+                s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(d[t], sc));
             }
         }
         let dw = halves(pa, pb, 0);
