@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import pytest
 
@@ -16,6 +16,17 @@ import lmt
 
 # Far more work than a test waits for: only Ctrl-C ends it early.
 LONG = "{% for i in range(2000) %}Line {{ i }}:{% gen xs[] max_tokens=40 %}\n{% end %}"
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own Ctrl-C handler for each test, even where this process
+    started with SIGINT ignored (as a background job of a non-interactive
+    shell starts it): then Python installs none, a SIGINT is dropped, and a
+    run that only Ctrl-C ends would not end."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 def press_ctrl_c_after(seconds: float) -> threading.Timer:
