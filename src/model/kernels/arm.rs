@@ -93,7 +93,7 @@ unsafe fn exp2_lanes(xd: float64x2_t) -> float64x2_t {
 
 /// The NEON activation quantizer: the portable one's bytes.
 pub(super) fn quantize_q8(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
-    assert!(x.len().is_multiple_of(32) && out.len() >= x.len() / 32 * layout.bytes(), "whole blocks, and room for them");
+    assert!(x.len().is_multiple_of(32) && out.len() >= x.len() / 32 * scalar::Q8_BLOCK_BYTES, "whole blocks, and room for them");
     // SAFETY: NEON is part of aarch64; each block handed to the block
     // quantizer is 32 floats and 32 bytes (`chunks_exact`).
     scalar::quantize_q8_with(layout, x, out, |xb, q| unsafe { block_q8(xb, q) });

@@ -56,12 +56,10 @@ pub(crate) enum Q8Layout {
     Sum16,
 }
 
-impl Q8Layout {
-    /// Bytes a block takes (the same in both layouts).
-    pub(crate) fn bytes(self) -> usize {
-        40
-    }
+/// Bytes of a block in either [`Q8Layout`].
+pub(crate) const Q8_BLOCK_BYTES: usize = 40;
 
+impl Q8Layout {
     /// The second field of a block whose values sum to `sum`, from its
     /// unrounded scale `d`.
     #[inline]
@@ -107,9 +105,8 @@ pub(crate) fn quantize_q8(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
 /// its caller's loop).
 #[inline(always)]
 pub(crate) fn quantize_q8_with(layout: Q8Layout, x: &[f32], out: &mut [u8], block: impl Fn(&[f32], &mut [u8]) -> (f32, i32)) {
-    let bytes = layout.bytes();
-    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(bytes)) {
-        let (d, sum) = block(xb, &mut ob[bytes - 32..]);
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_BLOCK_BYTES)) {
+        let (d, sum) = block(xb, &mut ob[Q8_BLOCK_BYTES - 32..]);
         put_f16_as_f32(ob, 0, d);
         ob[4..8].copy_from_slice(&layout.second(d, sum));
     }

@@ -140,11 +140,11 @@ fn the_activation_quantizers_agree_bit_for_bit() {
     blocks.push(randoms(32, 77).iter().map(|v| v * 1e-4).collect());
     let row: Vec<f32> = blocks.concat();
     for layout in [Q8Layout::Offset(8), Q8Layout::Offset(16), Q8Layout::Offset(128), Q8Layout::Sum16] {
-        let mut a = vec![0u8; blocks.len() * layout.bytes()];
+        let mut a = vec![0u8; blocks.len() * scalar::Q8_BLOCK_BYTES];
         let mut b = a.clone();
         scalar::quantize_q8(layout, &row, &mut a);
         best(layout, &row, &mut b);
-        for (i, (x, y)) in a.chunks(layout.bytes()).zip(b.chunks(layout.bytes())).enumerate() {
+        for (i, (x, y)) in a.chunks(scalar::Q8_BLOCK_BYTES).zip(b.chunks(scalar::Q8_BLOCK_BYTES)).enumerate() {
             assert_eq!(x, y, "{layout:?}, block {i}: {:?}", blocks[i]);
         }
     }

@@ -69,7 +69,7 @@ pub(super) fn quantize_q8() -> Option<scalar::QuantizeQ8> {
 }
 
 fn quantize_q8_safe(layout: Q8Layout, x: &[f32], out: &mut [u8]) {
-    assert!(x.len().is_multiple_of(32) && out.len() >= x.len() / 32 * layout.bytes(), "whole blocks, and room for them");
+    assert!(x.len().is_multiple_of(32) && out.len() >= x.len() / 32 * scalar::Q8_BLOCK_BYTES, "whole blocks, and room for them");
     // SAFETY: `quantize_q8` hands this out only after detecting AVX2, FMA
     // and F16C; the body reads whole blocks of `x` and writes whole blocks
     // of `out`, which the assertion guarantees are there.

@@ -142,11 +142,12 @@ macro_rules! group_kernels {
                     }
                 }
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                // `Q4_1`'s mins, once a block (`Q4_0` has none).
+                let m = if MIN { _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i)) } else { _mm256_setzero_ps() };
                 for t in 0..T {
                     let ab = a[t].as_ptr().add(b * 40);
                     let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&*(ab as *const f32)));
                     if MIN {
-                        let m = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
                         acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(small_sum(s[t])), acc[t]);
                         acc[t] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(&*(ab.add(4) as *const f32)), acc[t]);
                     } else {

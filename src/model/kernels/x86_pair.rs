@@ -154,7 +154,7 @@ unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&
             if KIND == Q4_1 {
                 _mm512_setzero_si512()
             } else {
-                _mm512_set1_epi32(std::ptr::read_unaligned(a[t].as_ptr().add(b * 40 + 4) as *const i32))
+                four(a[t].as_ptr().add(b * 40 + 4))
             }
         });
         for c in 0..4 {
