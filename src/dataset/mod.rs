@@ -123,10 +123,12 @@ where
     let mut summary = Summary::default();
     let (send, receive) = mpsc::channel::<RowResult>();
     std::thread::scope(|scope| {
-        for _ in 0..opts.parallel.max(1) {
+        for k in 0..opts.parallel.max(1) {
             let send = send.clone();
             let (rows, read_error, batcher, declared) = (&rows, &read_error, batcher.as_ref(), &declared);
-            scope.spawn(move || loop {
+            // Named, so that a profile or a debugger tells rows from the model's workers.
+            let row_thread = std::thread::Builder::new().name("lmt-row".into());
+            let spawned = row_thread.spawn_scoped(scope, move || loop {
                 if opts.cancel.load(Ordering::SeqCst) {
                     return;
                 }
@@ -154,6 +156,14 @@ where
                     return;
                 }
             });
+            // Fewer threads (the system refused one) still run every row.
+            if let Err(e) = spawned {
+                if k == 0 {
+                    let e = std::io::Error::new(e.kind(), format!("no thread could be started for the rows ({e})"));
+                    *read_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                }
+                break;
+            }
         }
         drop(send);
         for result in receive {

@@ -158,6 +158,9 @@ impl<'d> Batcher<'d> {
                 let started = std::time::Instant::now();
                 // A panic in a pass must not leave the others waiting forever.
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(jobs)));
+                // The members now do their own work (masks, sampling) before
+                // the next pass: the model's idle workers leave them the cores.
+                self.decoder.rest();
                 let (results, stats) = ran.unwrap_or_else(|_| {
                     let failed = |ticket| {
                         let seq = Seq { ticket, st: self.decoder.new_state() };

@@ -293,6 +293,11 @@ impl Model {
         self.pool.threads()
     }
 
+    /// The pool's workers sleep until the next pass (see [`Pool::rest`]).
+    pub fn rest(&self) {
+        self.pool.rest();
+    }
+
     /// Runs the segments' tokens through the model, appending their K/V to
     /// their caches; the logits of each segment's `rows`.
     pub fn forward(&self, cfg: &ModelConfig, segs: &mut [Seg<'_>]) -> Vec<Vec<Vec<f32>>> {

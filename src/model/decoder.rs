@@ -206,6 +206,15 @@ impl Decoder {
         }
     }
 
+    /// Tells the runtime that no pass follows soon (the caller's threads
+    /// have their own work to do first): its idle workers give up their
+    /// cores at once instead of spinning for the next pass.
+    pub fn rest(&self) {
+        if let Backend::Cpu(m) = &*self.backend {
+            m.rest();
+        }
+    }
+
     /// What runs the forward pass, in words.
     pub fn runtime_name(&self) -> &'static str {
         match &*self.backend {

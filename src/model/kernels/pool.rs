@@ -30,6 +30,9 @@ struct Shared {
     /// A worker's job panicked.
     panicked: AtomicBool,
     stop: AtomicBool,
+    /// Workers go to sleep without spinning until the next job (see
+    /// [`Pool::rest`]).
+    rest: AtomicBool,
     /// Workers asleep on `wake`.
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -82,6 +85,7 @@ impl Pool {
             done: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(0))).collect(),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            rest: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -124,6 +128,7 @@ impl Pool {
         // `busy` as this one does) and reads it again only after the
         // generation published below (see `Shared`'s `Sync`).
         unsafe { *s.job.get() = Some(SendJob(job)) };
+        s.rest.store(false, Ordering::Relaxed);
         let generation = s.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -151,6 +156,16 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// Lets the workers sleep at once instead of spinning for the next
+    /// job: the caller knows none comes soon, and other threads of the
+    /// process (a dataset run's rows, between batched passes) want the
+    /// cores. The next [`Pool::run`] wakes them.
+    pub fn rest(&self) {
+        self.shared.rest.store(true, Ordering::Relaxed);
+    }
+}
+
 fn worker(s: &Shared, index: usize) {
     let mut seen = 0usize;
     loop {
@@ -163,7 +178,7 @@ fn worker(s: &Shared, index: usize) {
                 break;
             }
             spins += 1;
-            if spins < SPIN {
+            if spins < SPIN && !s.rest.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
                 continue;
             }

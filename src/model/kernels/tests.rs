@@ -162,6 +162,12 @@ fn a_pool_runs_every_index_once_and_reports_panics() {
                 hits[i].fetch_add(1 + job % 3, Ordering::Relaxed);
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1 + job % 3), "job {job} on {threads} threads");
+            // Every other job after the workers were told to rest: they go
+            // to sleep at once and the next job must still wake them all
+            // (a lost wake-up hangs here).
+            if job % 2 == 1 {
+                pool.rest();
+            }
         }
     }
     let pool = Pool::new(3);
