@@ -207,6 +207,30 @@ fn strided_vector_ops_match_the_portable_ones_and_f64() {
     }
 }
 
+/// Every x86 build of the weighted values gives the same bits (the 512-bit
+/// one takes each value's FMA in the order the 256-bit one does), also
+/// with zero weights (skipped) and head sizes without a build of their own.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_weighted_value_builds_agree_bit_for_bit() {
+    let builds = super::x86::axpys_builds();
+    for d in [8, 64, 65, 128] {
+        for (n, stride) in [(0, d), (1, d), (37, d), (9, 3 * d + 2)] {
+            let rows = randoms((n.max(1) - 1) * stride + d, n as u64 + 3);
+            let p: Vec<f32> = randoms(n, 5).into_iter().enumerate().map(|(j, v)| if j % 4 == 1 { 0.0 } else { v }).collect();
+            let outs: Vec<Vec<u32>> = builds
+                .iter()
+                .map(|axpys| {
+                    let mut y = randoms(d, 9);
+                    axpys(&mut y, &p, &rows, stride);
+                    y.iter().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            assert!(outs.windows(2).all(|w| w[0] == w[1]), "d={d} n={n} stride={stride}");
+        }
+    }
+}
+
 /// A key's dot and a value's share do not depend on how many keys there
 /// are: a sequence's attention is the same whatever else shares its pass
 /// (options scored together, a beam's forks).
