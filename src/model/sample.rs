@@ -95,21 +95,20 @@ impl Sampler {
             biased = a;
             &biased
         };
-        // Candidates, in id order: allowed tokens with a finite logit.
-        let ids: Box<dyn Iterator<Item = usize> + '_> = match mask {
-            Some(m) => Box::new(m.ones().map(|i| i as usize).take_while(|&i| i < adj.len())),
-            None => Box::new(0..adj.len()),
-        };
-        let mut cand = ids.map(|i| (i as u32, adj[i])).filter(|c| c.1.is_finite());
-        let Some(first) = cand.next() else {
-            return Err(ModelError::Runtime("no token is allowed here: the constraint admits nothing the model can emit".into()));
-        };
+        let none = || ModelError::Runtime("no token is allowed here: the constraint admits nothing the model can emit".into());
         let p = &self.params;
         let token = if p.temperature == 0.0 {
-            // The first of the largest.
-            cand.fold(first, |best, c| if c.1 > best.1 { c } else { best }).0
+            argmax_allowed(adj, mask).ok_or_else(none)?
         } else {
-            let mut cand: Vec<(u32, f32)> = std::iter::once(first).chain(cand).collect();
+            // Candidates, in id order: allowed tokens with a finite logit.
+            let ids: Box<dyn Iterator<Item = usize> + '_> = match mask {
+                Some(m) => Box::new(m.ones().map(|i| i as usize).take_while(|&i| i < adj.len())),
+                None => Box::new(0..adj.len()),
+            };
+            let mut cand: Vec<(u32, f32)> = ids.map(|i| (i as u32, adj[i])).filter(|c| c.1.is_finite()).collect();
+            if cand.is_empty() {
+                return Err(none());
+            }
             cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             if p.top_k > 0 {
                 cand.truncate(p.top_k);
@@ -145,7 +144,7 @@ impl Sampler {
             }
             pick
         };
-        let top = top_n_of(logits.iter().map(|&v| v - lse), p.top_alternatives);
+        let top = top_n_shifted(logits, lse, p.top_alternatives);
         Ok(Sampled { token, logprob: logits[token as usize] - lse, top })
     }
 }
@@ -162,14 +161,102 @@ fn top_n_of(values: impl Iterator<Item = f32>, n: usize) -> Vec<(u32, f32)> {
         return best;
     }
     for (i, v) in values.enumerate() {
-        if best.len() == n && v <= best[n - 1].1 {
-            continue;
-        }
-        let at = best.partition_point(|&(_, b)| b >= v);
-        best.insert(at, (i as u32, v));
-        best.truncate(n);
+        keep_best(&mut best, n, i as u32, v);
     }
     best
+}
+
+/// Takes `(i, v)` into `best`, the `n` largest values so far in
+/// descending order (the earlier index first among equals).
+#[inline]
+fn keep_best(best: &mut Vec<(u32, f32)>, n: usize, i: u32, v: f32) {
+    if best.len() == n && v <= best[n - 1].1 {
+        return;
+    }
+    let at = best.partition_point(|&(_, b)| b >= v);
+    best.insert(at, (i, v));
+    best.truncate(n);
+}
+
+/// [`top_n`] of `x[i] − shift` (log-probabilities from logits), the same
+/// result without visiting most of a vocabulary: once `n` are kept, a run
+/// of 64 whose largest value, shifted, would not enter is passed over
+/// whole. That is exact: subtracting one number keeps the order (rounding
+/// is monotone), so nothing in the run would have entered; a run holding
+/// a NaN (which [`keep_best`] would take) is visited value by value.
+fn top_n_shifted(x: &[f32], shift: f32, n: usize) -> Vec<(u32, f32)> {
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
+    if n == 0 {
+        return best;
+    }
+    for (c, run) in x.chunks(64).enumerate() {
+        if best.len() == n && !has_nan_or_above(run, shift, best[n - 1].1) {
+            continue;
+        }
+        for (k, &v) in run.iter().enumerate() {
+            keep_best(&mut best, n, (64 * c + k) as u32, v - shift);
+        }
+    }
+    best
+}
+
+/// Whether `run` holds a NaN or a value `v` with `v − shift > floor`.
+// Eight running maxima and NaN flags: a loop the compiler vectorises
+// (a fold through `f32::max` stays scalar and cost more than it saved).
+fn has_nan_or_above(run: &[f32], shift: f32, floor: f32) -> bool {
+    let (mut max, mut nan) = ([f32::NEG_INFINITY; 8], [false; 8]);
+    let mut eights = run.chunks_exact(8);
+    for e in eights.by_ref() {
+        for l in 0..8 {
+            max[l] = if e[l] > max[l] { e[l] } else { max[l] };
+            nan[l] |= e[l].is_nan();
+        }
+    }
+    for (l, &v) in eights.remainder().iter().enumerate() {
+        max[l] = if v > max[l] { v } else { max[l] };
+        nan[l] |= v.is_nan();
+    }
+    // A value is passed over only when `v − shift <= floor` holds, which it
+    // never does for a NaN on either side (`keep_best` takes it then).
+    let below = |m: f32| matches!((m - shift).partial_cmp(&floor), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal));
+    nan.iter().any(|&b| b) || !max.iter().all(|&m| below(m))
+}
+
+/// The first allowed id (any, when `mask` is `None`) with the largest
+/// finite value; `None` when no allowed value is finite.
+fn argmax_allowed(x: &[f32], mask: Option<&TokenMask>) -> Option<u32> {
+    let Some(m) = mask else {
+        // The largest value in eight lanes the compiler vectorises, then
+        // its first place (only a finite value equals a finite largest).
+        let max = finite_max(x);
+        return max.is_finite().then(|| x.iter().position(|&v| v == max)).flatten().map(|i| i as u32);
+    };
+    // (`for_each`: the mask's nested iterator runs as one loop, where a
+    // `for` loop re-enters it per id.)
+    let mut best: Option<(u32, f32)> = None;
+    m.ones().map(|i| i as usize).take_while(|&i| i < x.len()).for_each(|i| {
+        let v = x[i];
+        if v.is_finite() && best.is_none_or(|(_, b)| v > b) {
+            best = Some((i as u32, v));
+        }
+    });
+    best.map(|(i, _)| i)
+}
+
+/// The largest finite value of `x` (−∞ when none is), in eight running
+/// maxima.
+fn finite_max(x: &[f32]) -> f32 {
+    let mut max = [f32::NEG_INFINITY; 8];
+    let mut eights = x.chunks_exact(8);
+    for e in eights.by_ref() {
+        for l in 0..8 {
+            max[l] = if e[l].is_finite() && e[l] > max[l] { e[l] } else { max[l] };
+        }
+    }
+    for (l, &v) in eights.remainder().iter().enumerate() {
+        max[l] = if v.is_finite() && v > max[l] { v } else { max[l] };
+    }
+    max.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
 }
 
 /// SplitMix64: tiny, fast and the same on every platform and version, so a
@@ -189,5 +276,58 @@ impl SplitMix64 {
     /// Uniform in [0, 1).
     fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values with ties, infinities and (when asked) NaNs, from a seed.
+    fn logits(len: usize, seed: u64, nan: bool) -> Vec<f32> {
+        let mut r = SplitMix64(seed);
+        (0..len)
+            .map(|i| match r.next_f64() {
+                u if u < 0.02 => f32::NEG_INFINITY,
+                u if u < 0.03 => f32::INFINITY,
+                u if u < 0.04 && nan => f32::NAN,
+                // Ties at the top.
+                u if u < 0.05 => 30.0,
+                // Ties, and neighbours that a shift rounds together.
+                u if u < 0.2 => (i % 7) as f32,
+                u => (u * 40.0 - 20.0) as f32 + (i as f32) * 1e-7,
+            })
+            .collect()
+    }
+
+    /// The shortcuts give what the plain loops give, bit for bit.
+    #[test]
+    fn the_sampling_shortcuts_match_the_plain_loops() {
+        let bits = |v: &[(u32, f32)]| v.iter().map(|&(i, f)| (i, f.to_bits())).collect::<Vec<_>>();
+        for seed in 0..60 {
+            let len = [1, 63, 64, 65, 1000, 49_152][seed as usize % 6];
+            let x = logits(len, seed, (seed / 6) % 2 == 0);
+            for shift in [0.0, 3.5, -1e30, f32::INFINITY, f32::NAN] {
+                for n in [0, 1, 5, 70] {
+                    let want = top_n_of(x.iter().map(|&v| v - shift), n);
+                    assert_eq!(bits(&top_n_shifted(&x, shift, n)), bits(&want), "seed {seed} shift {shift} n {n}");
+                }
+            }
+            let mut r = SplitMix64(seed ^ 0x5eed);
+            for density in [0.0, 0.001, 0.5, 1.0] {
+                // Longer than the logits: ids past them are never picked.
+                let mut m = TokenMask::new(len + 3);
+                (0..len as u32 + 3).filter(|_| r.next_f64() < density).for_each(|i| m.set(i));
+                for mask in [None, Some(&m)] {
+                    let ids: Vec<usize> = match mask {
+                        Some(m) => m.ones().map(|i| i as usize).take_while(|&i| i < len).collect(),
+                        None => (0..len).collect(),
+                    };
+                    let mut cand = ids.into_iter().map(|i| (i as u32, x[i])).filter(|c| c.1.is_finite());
+                    let want = cand.next().map(|first| cand.fold(first, |best, c| if c.1 > best.1 { c } else { best }).0);
+                    assert_eq!(argmax_allowed(&x, mask), want, "seed {seed} density {density}");
+                }
+            }
+        }
     }
 }

@@ -109,6 +109,14 @@ impl Pool {
         self.threads
     }
 
+    /// Lets the workers sleep at once instead of spinning for the next
+    /// job: the caller knows none comes soon, and other threads of the
+    /// process (a dataset run's rows, between batched passes) want the
+    /// cores. The next [`Pool::run`] wakes them.
+    pub fn rest(&self) {
+        self.shared.rest.store(true, Ordering::Relaxed);
+    }
+
     /// Runs `f(i)` once on each thread `i` in `0..threads()` and returns
     /// when all have finished. A panic in any of them is raised here.
     pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
@@ -153,16 +161,6 @@ impl Pool {
         if s.panicked.swap(false, Ordering::SeqCst) {
             panic!("a model worker thread panicked");
         }
-    }
-}
-
-impl Pool {
-    /// Lets the workers sleep at once instead of spinning for the next
-    /// job: the caller knows none comes soon, and other threads of the
-    /// process (a dataset run's rows, between batched passes) want the
-    /// cores. The next [`Pool::run`] wakes them.
-    pub fn rest(&self) {
-        self.shared.rest.store(true, Ordering::Relaxed);
     }
 }
 
