@@ -151,19 +151,8 @@ impl Sampler {
 
 /// The `n` largest entries, best first (ties by lower id).
 pub fn top_n(values: &[f32], n: usize) -> Vec<(u32, f32)> {
-    top_n_of(values.iter().copied(), n)
-}
-
-/// [`top_n`] of values as they come (id = place in the sequence).
-fn top_n_of(values: impl Iterator<Item = f32>, n: usize) -> Vec<(u32, f32)> {
-    let mut best: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
-    if n == 0 {
-        return best;
-    }
-    for (i, v) in values.enumerate() {
-        keep_best(&mut best, n, i as u32, v);
-    }
-    best
+    // `v − 0` is `v`, bit for bit (−0 included).
+    top_n_shifted(values, 0.0, n)
 }
 
 /// Takes `(i, v)` into `best`, the `n` largest values so far in
@@ -178,19 +167,16 @@ fn keep_best(best: &mut Vec<(u32, f32)>, n: usize, i: u32, v: f32) {
     best.truncate(n);
 }
 
-/// [`top_n`] of `x[i] − shift` (log-probabilities from logits), the same
-/// result without visiting most of a vocabulary: once `n` are kept, a run
-/// of 64 whose largest value, shifted, would not enter is passed over
-/// whole. That is exact: subtracting one number keeps the order (rounding
-/// is monotone), so nothing in the run would have entered; a run holding
-/// a NaN (which [`keep_best`] would take) is visited value by value.
+/// [`top_n`] of `x[i] − shift` (log-probabilities from logits), without
+/// visiting most of a vocabulary one value at a time: once `n` are kept,
+/// a run of 64 none of which would enter is passed over whole.
 fn top_n_shifted(x: &[f32], shift: f32, n: usize) -> Vec<(u32, f32)> {
     let mut best: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
     if n == 0 {
         return best;
     }
     for (c, run) in x.chunks(64).enumerate() {
-        if best.len() == n && !has_nan_or_above(run, shift, best[n - 1].1) {
+        if best.len() == n && all_at_most(run, shift, best[n - 1].1) {
             continue;
         }
         for (k, &v) in run.iter().enumerate() {
@@ -200,26 +186,18 @@ fn top_n_shifted(x: &[f32], shift: f32, n: usize) -> Vec<(u32, f32)> {
     best
 }
 
-/// Whether `run` holds a NaN or a value `v` with `v − shift > floor`.
-// Eight running maxima and NaN flags: a loop the compiler vectorises
-// (a fold through `f32::max` stays scalar and cost more than it saved).
-fn has_nan_or_above(run: &[f32], shift: f32, floor: f32) -> bool {
-    let (mut max, mut nan) = ([f32::NEG_INFINITY; 8], [false; 8]);
+/// Whether every `v` of `run` has `v − shift <= floor`: [`keep_best`]'s
+/// own test for passing a value over (so never true of a NaN), in eight
+/// lanes the compiler vectorises.
+fn all_at_most(run: &[f32], shift: f32, floor: f32) -> bool {
+    let mut at_most = [true; 8];
     let mut eights = run.chunks_exact(8);
     for e in eights.by_ref() {
         for l in 0..8 {
-            max[l] = if e[l] > max[l] { e[l] } else { max[l] };
-            nan[l] |= e[l].is_nan();
+            at_most[l] &= e[l] - shift <= floor;
         }
     }
-    for (l, &v) in eights.remainder().iter().enumerate() {
-        max[l] = if v > max[l] { v } else { max[l] };
-        nan[l] |= v.is_nan();
-    }
-    // A value is passed over only when `v − shift <= floor` holds, which it
-    // never does for a NaN on either side (`keep_best` takes it then).
-    let below = |m: f32| matches!((m - shift).partial_cmp(&floor), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal));
-    nan.iter().any(|&b| b) || !max.iter().all(|&m| below(m))
+    at_most.iter().all(|&b| b) && eights.remainder().iter().all(|&v| v - shift <= floor)
 }
 
 /// The first allowed id (any, when `mask` is `None`) with the largest
@@ -300,6 +278,18 @@ mod tests {
             .collect()
     }
 
+    /// The `n` largest of `values`, one at a time: the plain loop.
+    fn top_n_of(values: impl Iterator<Item = f32>, n: usize) -> Vec<(u32, f32)> {
+        let mut best: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
+        if n == 0 {
+            return best;
+        }
+        for (i, v) in values.enumerate() {
+            keep_best(&mut best, n, i as u32, v);
+        }
+        best
+    }
+
     /// The shortcuts give what the plain loops give, bit for bit.
     #[test]
     fn the_sampling_shortcuts_match_the_plain_loops() {
@@ -311,6 +301,9 @@ mod tests {
                 for n in [0, 1, 5, 70] {
                     let want = top_n_of(x.iter().map(|&v| v - shift), n);
                     assert_eq!(bits(&top_n_shifted(&x, shift, n)), bits(&want), "seed {seed} shift {shift} n {n}");
+                    if shift == 0.0 {
+                        assert_eq!(bits(&top_n(&x, n)), bits(&top_n_of(x.iter().copied(), n)), "seed {seed} n {n}");
+                    }
                 }
             }
             let mut r = SplitMix64(seed ^ 0x5eed);
