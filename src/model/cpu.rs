@@ -437,13 +437,12 @@ impl Model {
                     let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
                     self.weights(s, i, q, &kv, scale, window, p);
                 }
-                for (k, p) in sc.chunks_exact(hi).enumerate() {
-                    let head = first + k;
-                    // SAFETY: work item `w` alone writes its heads' slices
-                    // of this token's output row.
-                    let y = unsafe { dst.slice(row * qn + head * d, d) };
-                    y.fill(0.0);
-                    kv.axpys(&self.ops, y, p);
+                // SAFETY: work item `w` alone writes its heads' slices of
+                // this token's output row.
+                let ys = unsafe { dst.slice(row * qn + first * d, per * d) };
+                ys.fill(0.0);
+                kv.axpys_heads(&self.ops, ys, per, &sc);
+                for (y, p) in ys.chunks_exact_mut(d).zip(sc.chunks_exact(hi)) {
                     let inv = 1.0 / p.iter().fold(0f32, |sum, &v| sum + v);
                     y.iter_mut().for_each(|v| *v *= inv);
                 }

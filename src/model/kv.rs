@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::kernels::{prefetch_line, VecOps};
+use super::kernels::{prefetch_line, HeadWeights, VecOps};
 
 /// Frozen blocks a cache may chain before a new freeze merges all but the
 /// first into one (a bound on attention's calls per head).
@@ -74,11 +74,15 @@ impl LaneKv<'_> {
         }
     }
 
-    /// `y += Σ_j p[j] · value j` over the first `p.len()` positions, in
-    /// position order as one call would add.
-    pub fn axpys(&self, ops: &VecOps, y: &mut [f32], p: &[f32]) {
-        for (_, vals, r) in self.upto(p.len()) {
-            (ops.axpys)(y, &p[r], vals, self.cache.head_dim);
+    /// For each of `heads` heads reading this lane, `y += Σ_j p[j] ·
+    /// value j` over the first `n` positions, in position order as one
+    /// call would add: head `h`'s `y` is `ys[h·d..(h + 1)·d]`, its `p` is
+    /// `p[h·n..(h + 1)·n]`.
+    pub fn axpys_heads(&self, ops: &VecOps, ys: &mut [f32], heads: usize, p: &[f32]) {
+        let n = p.len() / heads.max(1);
+        for (_, vals, r) in self.upto(n) {
+            let w = HeadWeights { p: &p[r.start..], heads, stride: n, n: r.len() };
+            (ops.axpys_heads)(ys, w, vals, self.cache.head_dim);
         }
     }
 }
@@ -295,7 +299,7 @@ mod tests {
         (ops.dots)(&q, &keys, D, &mut want);
         assert_eq!(got, want);
         let (mut y, mut z) = (vec![0f32; D], vec![0f32; D]);
-        c.lane(1).axpys(&ops, &mut y, &p);
+        c.lane(1).axpys_heads(&ops, &mut y, 1, &p);
         (ops.axpys)(&mut z, &p, &vals, D);
         assert_eq!(y, z);
     }

@@ -12,6 +12,7 @@ mod exp;
 mod interleave;
 mod pool;
 mod scalar;
+mod vec_ops;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
@@ -35,6 +36,8 @@ use scalar::Q8Layout;
 pub use arena::{release_free_memory, Arena, Region};
 
 pub use pool::{physical_cores, Pool};
+pub(crate) use vec_ops::check_strided;
+pub use vec_ops::{exps, HeadWeights, VecOps};
 
 /// A weight type the kernels multiply directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -463,27 +466,6 @@ pub fn prefetch_line(p: *const u8) {
     let _ = p;
 }
 
-/// f32 vector operations: attention's over rows `j·stride..j·stride + d`
-/// of a cache slice (one KV head's keys or values), and `exp`.
-#[derive(Clone, Copy)]
-pub struct VecOps {
-    /// `out[j] = q · keys[row j]` for `j < out.len()`.
-    pub dots: fn(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]),
-    /// `y += Σ_j p[j] · vals[row j]` (rows whose `p` is 0 are skipped).
-    pub axpys: fn(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize),
-    /// `x[i] = exp(x[i])`, every build bit for bit the portable
-    /// `exp::expf` (so also the same wherever a value sits in `x`).
-    pub exps: fn(x: &mut [f32]),
-}
-
-/// `x[i] = exp(x[i])` with the fastest [`VecOps::exps`] this CPU runs
-/// (attention's weights, SiLU, the log-probabilities of a vocabulary's
-/// logits).
-pub fn exps(x: &mut [f32]) {
-    static BEST: std::sync::OnceLock<fn(&mut [f32])> = std::sync::OnceLock::new();
-    (BEST.get_or_init(|| VecOps::best().exps))(x)
-}
-
 /// `Σ term(x[i])` in f64, in eight running sums (the compiler vectorises
 /// them, where one running sum waits on each add), joined pairwise: the
 /// total can differ from a sequential sum's in its last bits, far below
@@ -497,37 +479,6 @@ pub fn sum_f64(x: &[f32], term: impl Fn(f32) -> f64) -> f64 {
     }
     let rest: f64 = chunks.remainder().iter().map(|&v| term(v)).sum();
     ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])) + rest
-}
-
-/// Panics unless `n` rows of `d` values at `stride` fit in `len` values.
-pub(crate) fn check_strided(d: usize, len: usize, stride: usize, n: usize) {
-    assert!(n == 0 || (n - 1) * stride + d <= len, "strided rows out of bounds");
-}
-
-impl std::fmt::Debug for VecOps {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("VecOps")
-    }
-}
-
-impl VecOps {
-    /// The fastest this CPU runs.
-    pub fn best() -> VecOps {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(v) = x86::vec_ops() {
-            return v;
-        }
-        // Every aarch64 CPU has NEON.
-        #[cfg(target_arch = "aarch64")]
-        return arm::vec_ops();
-        #[cfg(not(target_arch = "aarch64"))]
-        VecOps::portable()
-    }
-
-    /// Plain loops (eight independent lanes, which compilers vectorize).
-    pub fn portable() -> VecOps {
-        VecOps { dots: scalar::dots, axpys: scalar::axpys, exps: exp::exps }
-    }
 }
 
 /// A weight matrix as stored: `rows` rows of `cols` values, each row whole

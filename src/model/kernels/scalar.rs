@@ -378,6 +378,11 @@ pub(crate) fn axpys(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     }
 }
 
+/// [`axpys`] of each head in turn.
+pub(crate) fn axpys_heads(ys: &mut [f32], w: super::HeadWeights<'_>, vals: &[f32], stride: usize) {
+    super::vec_ops::each_head(axpys, ys, w, vals, stride)
+}
+
 /// Σ a·b in eight independent lanes.
 fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());

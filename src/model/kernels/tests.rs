@@ -231,6 +231,60 @@ fn the_weighted_value_builds_agree_bit_for_bit() {
     }
 }
 
+/// Every x86 build of the keys' dots gives the same bits (the 512-bit one
+/// runs the 256-bit one's two sums in one register's halves), for every
+/// count of keys past a multiple of eight and head sizes without a build
+/// of their own.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_dot_builds_agree_bit_for_bit() {
+    let builds = super::x86::dots_builds();
+    for d in [8, 64, 65, 128] {
+        for (n, stride) in [(0, d), (1, d), (7, d), (8, d), (21, d), (9, 3 * d + 2)] {
+            let q = randoms(d, 4);
+            let rows = randoms((n.max(1) - 1) * stride + d, n as u64 + 3);
+            let outs: Vec<Vec<u32>> = builds
+                .iter()
+                .map(|dots| {
+                    let mut out = vec![f32::NAN; n];
+                    dots(&q, &rows, stride, &mut out);
+                    out.iter().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            assert!(outs.windows(2).all(|w| w[0] == w[1]), "d={d} n={n} stride={stride}");
+        }
+    }
+}
+
+/// Several heads' weighted values over one lane's rows, taken together,
+/// are each head's bits from a call of its own, for every number of heads
+/// (the 512-bit build groups them by four or two) and with zero weights.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_heads_weighted_values_are_each_heads_own() {
+    let Some(&alone) = super::x86::axpys_builds().first() else { return };
+    for build in super::x86::axpys_heads_builds() {
+        for d in [8, 64, 65, 128] {
+            for heads in 1..=6 {
+                for (n, stride) in [(0, d), (1, d), (37, d), (9, 3 * d + 2)] {
+                    let rows = randoms((n.max(1) - 1) * stride + d, n as u64 + 3);
+                    let p: Vec<f32> = randoms(heads * (n + 1), 5).into_iter().enumerate().map(|(j, v)| if j % 5 == 1 { 0.0 } else { v }).collect();
+                    let w = HeadWeights { p: &p, heads, stride: n + 1, n };
+                    let y0 = randoms(heads * d, 9);
+                    let mut got = y0.clone();
+                    build(&mut got, w, &rows, stride);
+                    let mut want = y0.clone();
+                    for (h, y) in want.chunks_exact_mut(d).enumerate() {
+                        alone(y, w.head(h), &rows, stride);
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "d={d} heads={heads} n={n} stride={stride}");
+                }
+            }
+        }
+    }
+}
+
 /// A key's dot and a value's share do not depend on how many keys there
 /// are: a sequence's attention is the same whatever else shares its pass
 /// (options scored together, a beam's forks).

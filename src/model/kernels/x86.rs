@@ -15,7 +15,8 @@ use std::arch::x86_64::*;
 use super::x86_low::{q2_k_avx2, q2_k_vnni, q3_k_avx2};
 
 use super::scalar::Q8Layout;
-use super::{exp, scalar, Kernel, QType};
+use super::vec_ops::each_head;
+use super::{exp, scalar, HeadWeights, Kernel, QType, VecOps};
 
 /// The kernels for `ty`, when this CPU runs them.
 pub(super) fn table(ty: QType) -> Option<Kernel> {
@@ -55,27 +56,50 @@ pub(super) fn q2_k_builds() -> Vec<Kernel> {
 }
 
 /// f32 vector operations for attention, when this CPU runs them.
-pub(super) fn vec_ops() -> Option<super::VecOps> {
+pub(super) fn vec_ops() -> Option<VecOps> {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
         return None;
     }
-    // 512-bit weighted values where the CPU has them: the same FMA per
-    // value as the 256-bit loop (so the same bits), half the instructions.
-    let axpys = if is_x86_feature_detected!("avx512f") { vaxpys512 } else { vaxpys };
-    Some(super::VecOps { dots: vdots, axpys, exps })
+    // 512-bit keys' dots and weighted values where the CPU has them: the
+    // same FMAs per value as the 256-bit loops (so the same bits), half
+    // the instructions; several heads' values in one pass over the rows.
+    Some(if is_x86_feature_detected!("avx512f") {
+        VecOps { dots: vdots512, axpys: vaxpys512, axpys_heads: vaxpys_heads512, exps }
+    } else {
+        VecOps { dots: vdots, axpys: vaxpys, axpys_heads: vaxpys_heads, exps }
+    })
 }
 
-/// Every build of [`super::VecOps::axpys`] this CPU runs (tests compare them).
+/// The 256-bit build of an attention op, then the 512-bit one, as far as
+/// this CPU runs them (tests compare them).
 #[cfg(test)]
-pub(super) fn axpys_builds() -> Vec<fn(&mut [f32], &[f32], &[f32], usize)> {
-    let mut all: Vec<fn(&mut [f32], &[f32], &[f32], usize)> = Vec::new();
+fn builds<T>(avx2: T, avx512: T) -> Vec<T> {
+    let mut all = Vec::new();
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        all.push(vaxpys);
+        all.push(avx2);
         if is_x86_feature_detected!("avx512f") {
-            all.push(vaxpys512);
+            all.push(avx512);
         }
     }
     all
+}
+
+/// Every build of [`VecOps::dots`] this CPU runs.
+#[cfg(test)]
+pub(super) fn dots_builds() -> Vec<fn(&[f32], &[f32], usize, &mut [f32])> {
+    builds(vdots, vdots512)
+}
+
+/// Every build of [`VecOps::axpys`] this CPU runs.
+#[cfg(test)]
+pub(super) fn axpys_builds() -> Vec<fn(&mut [f32], &[f32], &[f32], usize)> {
+    builds(vaxpys, vaxpys512)
+}
+
+/// Every x86 build of [`VecOps::axpys_heads`] this CPU runs.
+#[cfg(test)]
+pub(super) fn axpys_heads_builds() -> Vec<fn(&mut [f32], HeadWeights<'_>, &[f32], usize)> {
+    builds(vaxpys_heads, vaxpys_heads512)
 }
 
 /// The AVX2 [`scalar::QuantizeQ8`], when this CPU runs it.
@@ -218,11 +242,94 @@ fn vaxpys(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     unsafe { vaxpys_avx2(y, p, vals, stride) }
 }
 
+fn vdots512(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    super::check_strided(q.len(), keys.len(), stride, out.len());
+    // SAFETY: `vec_ops` hands this out only after detecting AVX-512F (and
+    // AVX2 and FMA); the body slices with bounds checks.
+    unsafe { vdots_avx512(q, keys, stride, out) }
+}
+
 fn vaxpys512(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     super::check_strided(y.len(), vals.len(), stride, p.len());
     // SAFETY: `vec_ops` hands this out only after detecting AVX-512F (and
     // AVX2 and FMA); the body slices with bounds checks.
     unsafe { vaxpys_avx512(y, p, vals, stride) }
+}
+
+fn vaxpys_heads(ys: &mut [f32], w: HeadWeights<'_>, vals: &[f32], stride: usize) {
+    each_head(vaxpys, ys, w, vals, stride)
+}
+
+fn vaxpys_heads512(ys: &mut [f32], w: HeadWeights<'_>, vals: &[f32], stride: usize) {
+    if w.heads == 0 {
+        return;
+    }
+    let d = ys.len() / w.heads;
+    super::check_strided(d, vals.len(), stride, w.n);
+    // SAFETY: `vec_ops` hands this out only after detecting AVX-512F (and
+    // AVX2 and FMA); the body slices with bounds checks.
+    unsafe { vaxpys_heads_avx512(ys, d, w, vals, stride) }
+}
+
+/// The heads in groups that fit the 32 registers with their
+/// accumulators, each group one pass over the rows.
+// SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA; `vals` holds
+// `w.n` rows of `d` values at `stride` (`check_strided` asserted it).
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn vaxpys_heads_avx512(ys: &mut [f32], d: usize, w: HeadWeights<'_>, vals: &[f32], stride: usize) {
+    let group = match d {
+        64 => 4,
+        128 => 2,
+        _ => return each_head(vaxpys512, ys, w, vals, stride),
+    };
+    for (g, y) in ys.chunks_mut(group * d).enumerate() {
+        let h0 = g * group;
+        match (d, y.len() / d) {
+            (64, 4) => vaxpys_heads_in_zmm::<4, 4>(y, std::array::from_fn(|h| w.head(h0 + h)), vals, stride),
+            (64, 3) => vaxpys_heads_in_zmm::<4, 3>(y, std::array::from_fn(|h| w.head(h0 + h)), vals, stride),
+            (64, 2) => vaxpys_heads_in_zmm::<4, 2>(y, std::array::from_fn(|h| w.head(h0 + h)), vals, stride),
+            (128, 2) => vaxpys_heads_in_zmm::<8, 2>(y, std::array::from_fn(|h| w.head(h0 + h)), vals, stride),
+            _ => vaxpys_avx512(y, w.head(h0), vals, stride),
+        }
+    }
+}
+
+/// [`vaxpys_in_zmm`] for `H` heads at once: each row's values are loaded
+/// once for all of them, and the `H` heads' sums are independent chains
+/// of FMAs (one head's four chains wait on the FMA latency, with both
+/// FMA units of a full-width 512-bit CPU half idle). Each head gets the
+/// same FMAs in the same row order as alone, so the same bits.
+// SAFETY (callers): The CPU has AVX-512F; `y.len()` is `16·N·H`; `vals`
+// holds each `p[h].len()` rows of `16·N` values at `stride` (rows are
+// sliced with bounds checks).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn vaxpys_heads_in_zmm<const N: usize, const H: usize>(y: &mut [f32], p: [&[f32]; H], vals: &[f32], stride: usize) {
+    let mut acc = [[_mm512_setzero_ps(); N]; H];
+    for (h, a) in acc.iter_mut().enumerate() {
+        for (k, a) in a.iter_mut().enumerate() {
+            *a = _mm512_loadu_ps(y[16 * (N * h + k)..16 * (N * h + k) + 16].as_ptr());
+        }
+    }
+    let n = p.iter().map(|p| p.len()).min().unwrap_or(0);
+    for j in 0..n {
+        let row = &vals[j * stride..j * stride + 16 * N];
+        let v: [__m512; N] = std::array::from_fn(|k| _mm512_loadu_ps(row.as_ptr().add(16 * k)));
+        for (a, p) in acc.iter_mut().zip(&p) {
+            let pj = p[j];
+            if pj != 0.0 {
+                let pv = _mm512_set1_ps(pj);
+                for (a, v) in a.iter_mut().zip(&v) {
+                    *a = _mm512_fmadd_ps(pv, *v, *a);
+                }
+            }
+        }
+    }
+    for (h, a) in acc.iter().enumerate() {
+        for (k, a) in a.iter().enumerate() {
+            _mm512_storeu_ps(y[16 * (N * h + k)..16 * (N * h + k) + 16].as_mut_ptr(), *a);
+        }
+    }
 }
 
 // SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA (`vec_ops` checked); slices are indexed with bounds checks.
@@ -261,6 +368,48 @@ unsafe fn vaxpys_in_zmm<const N: usize>(y: &mut [f32], p: &[f32], vals: &[f32], 
     for (k, a) in acc.iter().enumerate() {
         _mm512_storeu_ps(y[16 * k..16 * k + 16].as_mut_ptr(), *a);
     }
+}
+
+// SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA (`vec_ops` checked); slices are indexed with bounds checks.
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn vdots_avx512(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    if q.len() == 64 {
+        return vdots_64_zmm(q, keys, stride, out);
+    }
+    vdots_avx2(q, keys, stride, out)
+}
+
+/// [`vdots_64`] in 512-bit registers, eight keys at a time: a register's
+/// low half runs the 256-bit loop's first sum and its high half the
+/// second, the same FMAs in the same order, so the same bits. Eight keys
+/// are eight independent chains of four FMAs, enough to keep both FMA
+/// units busy on CPUs with full-width 512-bit units (AMD Zen 5).
+// SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA; `q.len()` is 64
+// and `keys` holds `out.len()` rows at `stride` (`check_strided` asserted
+// it; rows are sliced with bounds checks).
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn vdots_64_zmm(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+    let qv: [__m512; 4] = std::array::from_fn(|k| _mm512_loadu_ps(q[16 * k..16 * k + 16].as_ptr()));
+    let base = keys.as_ptr();
+    let sums = |j: usize| {
+        let row = base.add(j * stride);
+        let mut s = _mm512_setzero_ps();
+        for (k, qk) in qv.iter().enumerate() {
+            s = _mm512_fmadd_ps(*qk, _mm512_loadu_ps(row.add(16 * k)), s);
+        }
+        s
+    };
+    let halves = |s: __m512| _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))));
+    let done = out.len() / 8 * 8;
+    let mut eights = out.chunks_exact_mut(8);
+    for (i, o) in eights.by_ref().enumerate() {
+        let s: [__m512; 8] = std::array::from_fn(|k| sums(8 * i + k));
+        let h: [__m256; 8] = std::array::from_fn(|k| halves(s[k]));
+        _mm_storeu_ps(o.as_mut_ptr(), four(h[0], h[1], h[2], h[3]));
+        _mm_storeu_ps(o.as_mut_ptr().add(4), four(h[4], h[5], h[6], h[7]));
+    }
+    vdots_64(q, &keys[(done * stride).min(keys.len())..], stride, eights.into_remainder());
 }
 
 // SAFETY (callers): The CPU has AVX2 and FMA (`vec_ops` checked); slices are indexed with bounds checks.
@@ -310,14 +459,6 @@ unsafe fn vdots_64(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
         }
         _mm256_add_ps(s0, s1)
     };
-    // Four dots reduced together; the rows past a multiple of four go
-    // through the same additions beside zeros, so a key's dot does not
-    // depend on how many keys there are (a sequence's numbers stay the
-    // same whatever else shares its pass).
-    let four = |a: __m256, b: __m256, c: __m256, d: __m256| {
-        let h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-        _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
-    };
     let full = out.len() / 4 * 4;
     let mut fours = out.chunks_exact_mut(4);
     for (i, o) in fours.by_ref().enumerate() {
@@ -355,6 +496,19 @@ unsafe fn vaxpys_in_registers<const N: usize>(y: &mut [f32], p: &[f32], vals: &[
     for (k, a) in acc.iter().enumerate() {
         _mm256_storeu_ps(y[8 * k..8 * k + 8].as_mut_ptr(), *a);
     }
+}
+
+/// Four dots' eight-lane sums reduced together. Each dot's lanes meet
+/// only each other, so the rows past a multiple of four go through the
+/// same additions beside zeros and a key's dot does not depend on how
+/// many keys there are (a sequence's numbers stay the same whatever else
+/// shares its pass).
+// SAFETY (callers): The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn four(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+    let h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
 }
 
 // SAFETY (callers): The CPU has AVX2 and FMA; `b` holds at least `a.len()` values (callers slice it so).

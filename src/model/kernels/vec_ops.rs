@@ -1,0 +1,96 @@
+//! Attention's f32 vector operations over a KV head's cached rows (keys'
+//! dots, weighted values) and `exp`, one table of builds per CPU.
+
+#[cfg(target_arch = "aarch64")]
+use super::arm;
+#[cfg(target_arch = "x86_64")]
+use super::x86;
+use super::{exp, scalar};
+
+/// f32 vector operations: attention's over rows `j·stride..j·stride + d`
+/// of a cache slice (one KV head's keys or values), and `exp`.
+#[derive(Clone, Copy)]
+pub struct VecOps {
+    /// `out[j] = q · keys[row j]` for `j < out.len()`.
+    pub dots: fn(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]),
+    /// `y += Σ_j p[j] · vals[row j]` (rows whose `p` is 0 are skipped).
+    pub axpys: fn(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize),
+    /// [`VecOps::axpys`] of several heads over the same rows: head `h`'s
+    /// `y` is `ys[h·d..(h + 1)·d]` (`d = ys.len() / w.heads`) and its
+    /// weights `w.head(h)`. Each head's values are the bits `axpys` gives
+    /// it; a build may take the heads together, reading each row once.
+    pub axpys_heads: fn(ys: &mut [f32], w: HeadWeights<'_>, vals: &[f32], stride: usize),
+    /// `x[i] = exp(x[i])`, every build bit for bit the portable
+    /// `exp::expf` (so also the same wherever a value sits in `x`).
+    pub exps: fn(x: &mut [f32]),
+}
+
+/// Several heads' weights over the same `n` rows: head `h`'s are
+/// `p[h·stride..h·stride + n]`.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadWeights<'a> {
+    /// The heads' weights, each head's `stride` after the last's.
+    pub p: &'a [f32],
+    /// How many heads.
+    pub heads: usize,
+    /// Where each head's weights start after the last's.
+    pub stride: usize,
+    /// Weights (rows) a head.
+    pub n: usize,
+}
+
+impl<'a> HeadWeights<'a> {
+    /// Head `h`'s weights.
+    pub fn head(&self, h: usize) -> &'a [f32] {
+        &self.p[h * self.stride..h * self.stride + self.n]
+    }
+}
+
+/// [`VecOps::axpys_heads`] as one `axpys` call per head.
+pub(crate) fn each_head(axpys: fn(&mut [f32], &[f32], &[f32], usize), ys: &mut [f32], w: HeadWeights<'_>, vals: &[f32], stride: usize) {
+    if w.heads == 0 {
+        return;
+    }
+    for (h, y) in ys.chunks_exact_mut(ys.len() / w.heads).enumerate() {
+        axpys(y, w.head(h), vals, stride);
+    }
+}
+
+/// `x[i] = exp(x[i])` with the fastest [`VecOps::exps`] this CPU runs
+/// (attention's weights, SiLU, the log-probabilities of a vocabulary's
+/// logits).
+pub fn exps(x: &mut [f32]) {
+    static BEST: std::sync::OnceLock<fn(&mut [f32])> = std::sync::OnceLock::new();
+    (BEST.get_or_init(|| VecOps::best().exps))(x)
+}
+
+/// Panics unless `n` rows of `d` values at `stride` fit in `len` values.
+pub(crate) fn check_strided(d: usize, len: usize, stride: usize, n: usize) {
+    assert!(n == 0 || (n - 1) * stride + d <= len, "strided rows out of bounds");
+}
+
+impl std::fmt::Debug for VecOps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VecOps")
+    }
+}
+
+impl VecOps {
+    /// The fastest this CPU runs.
+    pub fn best() -> VecOps {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(v) = x86::vec_ops() {
+            return v;
+        }
+        // Every aarch64 CPU has NEON.
+        #[cfg(target_arch = "aarch64")]
+        return arm::vec_ops();
+        #[cfg(not(target_arch = "aarch64"))]
+        VecOps::portable()
+    }
+
+    /// Plain loops (eight independent lanes, which compilers vectorize).
+    pub fn portable() -> VecOps {
+        VecOps { dots: scalar::dots, axpys: scalar::axpys, axpys_heads: scalar::axpys_heads, exps: exp::exps }
+    }
+}
