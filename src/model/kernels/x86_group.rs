@@ -37,6 +37,14 @@ pub(super) fn has_vnni() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
+/// Whether the CPU is AMD's (its vendor string), where some kernel
+/// choices differ as measured.
+pub(super) fn is_amd() -> bool {
+    // Leaf 0 (the vendor) exists on every x86-64 CPU.
+    let id = std::arch::x86_64::__cpuid(0);
+    [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).eq(*b"AuthenticAMD")
+}
+
 /// The eight rows' sums of each activation row into `out[t·8 + r]`.
 fn put<const T: usize>(sums: [[f32; 8]; T], out: &mut [f32]) {
     for (o, s) in out.chunks_exact_mut(8).zip(sums) {
