@@ -396,7 +396,7 @@ impl Simd {
                     // One activation row (a decoded token) on AMD's cores
                     // runs faster through the eight-row build (Zen 5, a
                     // sequence's decode: the TinyLlama-shaped Q4_K_M file
-                    // 44 → 51 tok/s, Q8_0 files +5–10 %); Intel's Xeon
+                    // 41–44 → 47–51 tok/s, Q8_0 files +5–10 %); Intel's Xeon
                     // runs the two alike.
                     QType::Q8_0 => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q8_0x16) }),
                     QType::Q4K => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q4_kx16) }),

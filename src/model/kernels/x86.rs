@@ -391,12 +391,11 @@ unsafe fn vdots_avx512(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) 
 #[target_feature(enable = "avx2,fma,avx512f")]
 unsafe fn vdots_64_zmm(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
     let qv: [__m512; 4] = std::array::from_fn(|k| _mm512_loadu_ps(q[16 * k..16 * k + 16].as_ptr()));
-    let base = keys.as_ptr();
     let sums = |j: usize| {
-        let row = base.add(j * stride);
+        let row = &keys[j * stride..j * stride + 64];
         let mut s = _mm512_setzero_ps();
         for (k, qk) in qv.iter().enumerate() {
-            s = _mm512_fmadd_ps(*qk, _mm512_loadu_ps(row.add(16 * k)), s);
+            s = _mm512_fmadd_ps(*qk, _mm512_loadu_ps(row[16 * k..16 * k + 16].as_ptr()), s);
         }
         s
     };
