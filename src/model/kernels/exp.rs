@@ -5,7 +5,7 @@
 //! one: the model's numbers are those `f32::exp` gives on such a system,
 //! and the same on every other (at most 0.502 ulp from exact).
 //!
-//! [`expf`] is the spec; the SIMD builds (`x86::exps`, `arm::exps`) compute the same
+//! [`expf`] is the spec; the SIMD builds (`x86_vec::exps`, `arm::exps`) compute the same
 //! operations lane by lane and are tested against it bit for bit.
 
 /// `2^(i/32)` as f64 bits, less `i·2⁴⁷`: adding `k·2⁴⁷` for `k = 32·e + i`

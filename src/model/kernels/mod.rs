@@ -18,6 +18,8 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_group;
 #[cfg(target_arch = "x86_64")]
+mod x86_vec;
+#[cfg(target_arch = "x86_64")]
 mod x86_pair;
 #[cfg(target_arch = "x86_64")]
 mod x86_low;

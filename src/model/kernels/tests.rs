@@ -213,7 +213,7 @@ fn strided_vector_ops_match_the_portable_ones_and_f64() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_weighted_value_builds_agree_bit_for_bit() {
-    let builds = super::x86::axpys_builds();
+    let builds = super::x86_vec::axpys_builds();
     for d in [8, 64, 65, 128] {
         for (n, stride) in [(0, d), (1, d), (37, d), (9, 3 * d + 2)] {
             let rows = randoms((n.max(1) - 1) * stride + d, n as u64 + 3);
@@ -238,7 +238,7 @@ fn the_weighted_value_builds_agree_bit_for_bit() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_dot_builds_agree_bit_for_bit() {
-    let builds = super::x86::dots_builds();
+    let builds = super::x86_vec::dots_builds();
     for d in [8, 64, 65, 128] {
         for (n, stride) in [(0, d), (1, d), (7, d), (8, d), (21, d), (9, 3 * d + 2)] {
             let q = randoms(d, 4);
@@ -262,8 +262,8 @@ fn the_dot_builds_agree_bit_for_bit() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_heads_weighted_values_are_each_heads_own() {
-    let Some(&alone) = super::x86::axpys_builds().first() else { return };
-    for build in super::x86::axpys_heads_builds() {
+    let Some(&alone) = super::x86_vec::axpys_builds().first() else { return };
+    for build in super::x86_vec::axpys_heads_builds() {
         for d in [8, 64, 65, 128] {
             for heads in 1..=6 {
                 for (n, stride) in [(0, d), (1, d), (37, d), (9, 3 * d + 2)] {

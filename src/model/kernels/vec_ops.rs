@@ -4,7 +4,7 @@
 #[cfg(target_arch = "aarch64")]
 use super::arm;
 #[cfg(target_arch = "x86_64")]
-use super::x86;
+use super::x86_vec;
 use super::{exp, scalar};
 
 /// f32 vector operations: attention's over rows `j·stride..j·stride + d`
@@ -79,7 +79,7 @@ impl VecOps {
     /// The fastest this CPU runs.
     pub fn best() -> VecOps {
         #[cfg(target_arch = "x86_64")]
-        if let Some(v) = x86::vec_ops() {
+        if let Some(v) = x86_vec::vec_ops() {
             return v;
         }
         // Every aarch64 CPU has NEON.
