@@ -15,6 +15,11 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
+/// `Q6_K` rows stay plain on aarch64 (`QMatrix::new` groups them for the
+/// AVX-512 pair build alone): tests that switch builds run the portable
+/// group kernel.
+pub(crate) use super::interleave::q6_kx8;
+
 /// Whether this CPU runs these kernels.
 pub(super) fn has_dotprod() -> bool {
     std::arch::is_aarch64_feature_detected!("dotprod")

@@ -7,6 +7,7 @@
 //! stored eight at a time interleaved (`interleave.rs`), which their group
 //! kernels read.
 
+mod act;
 mod arena;
 mod exp;
 mod interleave;
@@ -33,8 +34,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::Device;
-use scalar::Q8Layout;
 
+use act::Act;
 pub use arena::{release_free_memory, Arena, Region};
 
 pub use pool::{physical_cores, Pool};
@@ -70,59 +71,6 @@ pub enum QType {
     Q5K,
     /// k-quant 6-bit.
     Q6K,
-}
-
-/// The activation format a weight type's dot product reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Act {
-    F32,
-    /// 8-bit values with −k·Σq beside the scale (`Q4_0`: k = 8, `Q5_0`:
-    /// 16, `Q8_0`: 128).
-    Q8_0O(i32),
-    Q8_1,
-    Q8K,
-}
-
-impl Act {
-    /// Values and bytes per block.
-    fn block(self) -> (usize, usize) {
-        match self {
-            Act::F32 => (1, 4),
-            Act::Q8_0O(_) => (32, 40),
-            Act::Q8_1 => (32, 40),
-            Act::Q8K => (256, 292),
-        }
-    }
-
-    fn quantize(self, x: &[f32], out: &mut [u8]) {
-        match self {
-            Act::F32 => {
-                for (o, v) in out.chunks_exact_mut(4).zip(x) {
-                    o.copy_from_slice(&v.to_le_bytes());
-                }
-            }
-            Act::Q8_0O(k) => best_quantize_q8()(Q8Layout::Offset(k), x, out),
-            Act::Q8_1 => best_quantize_q8()(Q8Layout::Sum16, x, out),
-            Act::Q8K => scalar::quantize_q8_k(x, out),
-        }
-    }
-}
-
-/// The fastest [`scalar::QuantizeQ8`] this CPU runs.
-fn best_quantize_q8() -> scalar::QuantizeQ8 {
-    static BEST: std::sync::OnceLock<scalar::QuantizeQ8> = std::sync::OnceLock::new();
-    *BEST.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(q) = x86::quantize_q8() {
-            return q;
-        }
-        // Every aarch64 CPU has NEON.
-        #[cfg(target_arch = "aarch64")]
-        let q: scalar::QuantizeQ8 = arm::quantize_q8;
-        #[cfg(not(target_arch = "aarch64"))]
-        let q: scalar::QuantizeQ8 = scalar::quantize_q8;
-        q
-    })
 }
 
 impl QType {
@@ -354,6 +302,14 @@ impl Simd {
         ("neon-dotprod", Simd::NeonDot),
     ];
 
+    /// Whether this build stores `Q6_K` rows in groups: only the one with
+    /// 512-bit pair kernels was measured faster than the row kernels;
+    /// elsewhere its rows stay plain (the AVX2 row kernel also differs
+    /// from the group kernels in the last bits).
+    pub(crate) fn groups_q6_k(self) -> bool {
+        self == Simd::Avx512Pairs
+    }
+
     /// The group kernels of `ty` (the types stored interleaved) in this build.
     fn group_kernel(self, ty: QType) -> Option<GroupKernel> {
         macro_rules! build {
@@ -365,16 +321,11 @@ impl Simd {
                     QType::Q5_0 => Some(GroupKernel { g1: m::q5_0x8::<1>, g4: m::q5_0x8::<4>, g8: $g8(m::q5_0x8::<8>), pairs: None }),
                     QType::Q8_0 => Some(GroupKernel { g1: m::q8_0x8::<1>, g4: m::q8_0x8::<4>, g8: $g8(m::q8_0x8::<8>), pairs: None }),
                     QType::Q4K => Some(GroupKernel { g1: m::q4_kx8::<1>, g4: m::q4_kx8::<4>, g8: $g8(m::q4_kx8::<8>), pairs: None }),
-                    // Only the pair build multiplies `Q6_K` groups itself
-                    // (`QMatrix::new` interleaves them for it alone); the
-                    // others run the specification, for lone groups and
-                    // for tests that switch builds.
-                    QType::Q6K => Some(GroupKernel {
-                        g1: interleave::q6_kx8::<1>,
-                        g4: interleave::q6_kx8::<4>,
-                        g8: Some(interleave::q6_kx8::<8>),
-                        pairs: None,
-                    }),
+                    // `QMatrix::new` interleaves `Q6_K` for the pair build
+                    // alone (`groups_q6_k`), which runs these on AMD and
+                    // for lone groups; the others' serve tests that switch
+                    // builds.
+                    QType::Q6K => Some(GroupKernel { g1: m::q6_kx8::<1>, g4: m::q6_kx8::<4>, g8: $g8(m::q6_kx8::<8>), pairs: None }),
                     _ => None,
                 }
             }};
@@ -402,6 +353,14 @@ impl Simd {
                     // runs the two alike.
                     QType::Q8_0 => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q8_0x16) }),
                     QType::Q4K => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q4_kx16) }),
+                    // On AMD's cores `Q6_K` goes through the eight-row
+                    // build at every batch: the pair kernel, reading two
+                    // groups' scattered `ql` and `qh` at once, streams its
+                    // weights from memory at a third to a half of the
+                    // group kernel's rate (Zen 5, one thread: 12–16 against
+                    // 31–37 GB/s for one activation row; 8 rows 81 against
+                    // 136 G multiply-adds/s). Intel's Xeon is unmeasured.
+                    QType::Q6K if x86_group::is_amd() => None,
                     QType::Q6K => Some(pair_kernel!(q6_kx16)),
                     _ => None,
                 };
@@ -561,9 +520,8 @@ impl QMatrix {
         if data.len() != rb * rows {
             return Err(format!("{} bytes for {rows}×{cols} {ty:?} (expected {})", data.len(), rb * rows));
         }
-        // `Q6_K` groups pay only where a build multiplies them itself (the
-        // pairs); elsewhere its rows stay plain, on the row kernels.
-        let group_kernel = Simd::best().group_kernel(ty).filter(|g| ty != QType::Q6K || g.pairs.is_some());
+        let best = Simd::best();
+        let group_kernel = best.group_kernel(ty).filter(|_| ty != QType::Q6K || best.groups_q6_k());
         let interleaved = group_kernel.is_some() && rows >= 8;
         let fill = |src: &[u8], dst: &mut [u8]| {
             if interleaved {

@@ -75,6 +75,10 @@ impl Q8Layout {
 /// quantizer is this portable one or a SIMD one that writes the same bytes.
 pub(crate) type QuantizeQ8 = fn(layout: Q8Layout, x: &[f32], out: &mut [u8]);
 
+/// Whole rows of values as `Q8_K` blocks ([`quantize_q8_k`], or a SIMD
+/// quantizer that writes the same bytes).
+pub(crate) type QuantizeQ8K = fn(x: &[f32], out: &mut [u8]);
+
 /// One block of 32 values as 8-bit values `q` (as bytes) with scale
 /// `d = amax/127`, rounding half to even as llama.cpp's AVX2 quantizer
 /// does: returns (d, Σq).

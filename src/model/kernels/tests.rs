@@ -6,6 +6,8 @@
 use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
 
+use super::act::{best_quantize_q8, best_quantize_q8_k};
+use super::scalar::Q8Layout;
 use super::*;
 
 const ALL: [QType; 13] = QType::ALL;
@@ -147,6 +149,31 @@ fn the_activation_quantizers_agree_bit_for_bit() {
         for (i, (x, y)) in a.chunks(scalar::Q8_BLOCK_BYTES).zip(b.chunks(scalar::Q8_BLOCK_BYTES)).enumerate() {
             assert_eq!(x, y, "{layout:?}, block {i}: {:?}", blocks[i]);
         }
+    }
+}
+
+/// The SIMD `Q8_K` quantizer writes the portable one's bytes: random
+/// blocks at many scales, zeros, ties, a largest magnitude met twice with
+/// both signs (the first sets the sign), NaNs, infinities and a largest
+/// magnitude so small that its reciprocal overflows.
+#[test]
+fn the_q8_k_quantizers_agree_bit_for_bit() {
+    let mut blocks: Vec<Vec<f32>> = (0..100).map(|i| randoms(256, 300 + i).iter().map(|v| v * (i as f32 * 0.37 + 1e-3)).collect()).collect();
+    blocks.push(vec![0.0; 256]);
+    blocks.push((0..256).map(|i| if i == 0 { -127.0 } else { (i % 64) as f32 - 31.5 }).collect());
+    blocks.push((0..256).map(|i| if i == 40 { 3.0 } else if i == 9 { -3.0 } else { (i % 7) as f32 * 0.1 }).collect());
+    blocks.push((0..256).map(|i| if i % 50 == 3 { f32::NAN } else { i as f32 }).collect());
+    blocks.push((0..256).map(|i| if i == 100 { f32::INFINITY } else { i as f32 }).collect());
+    blocks.push((0..256).map(|i| if i == 5 { f32::NEG_INFINITY } else { i as f32 }).collect());
+    blocks.push(vec![f32::NAN; 256]);
+    blocks.push((0..256).map(|i| if i == 17 { 1e-45 } else { 0.0 }).collect());
+    blocks.push((0..256).map(|i| (i as f32 - 128.0) * 1e-39).collect());
+    let row: Vec<f32> = blocks.concat();
+    let (mut a, mut b) = (vec![0u8; blocks.len() * 292], vec![1u8; blocks.len() * 292]);
+    scalar::quantize_q8_k(&row, &mut a);
+    best_quantize_q8_k()(&row, &mut b);
+    for (i, (x, y)) in a.chunks(292).zip(b.chunks(292)).enumerate() {
+        assert_eq!(x, y, "block {i}: {:?}", &blocks[i][..8]);
     }
 }
 
@@ -500,8 +527,7 @@ fn every_build_agrees_on_tall_matrices() {
 fn interleaved_type_round_trips(ty: QType) {
     let (rows, cols) = (21, ty.block().0.max(32) * 3);
     let (m, _) = matrix(ty, rows, cols, 41);
-    // `Q6_K` is stored in groups only where the best build has pairs.
-    let grouped = ty != QType::Q6K || Simd::best().group_kernel(ty).is_some_and(|g| g.pairs.is_some());
+    let grouped = ty != QType::Q6K || Simd::best().groups_q6_k();
     assert_eq!(m.groups, if grouped { 2 } else { 0 }, "two groups of eight, five plain rows");
     let rb = ty.row_bytes(cols).unwrap();
     let plain = {

@@ -108,6 +108,77 @@ unsafe fn block_q8_avx2(xb: &[f32], q: &mut [u8]) -> (f32, i32) {
     (amax / 127.0, sum)
 }
 
+/// The AVX2 `Q8_K` activation quantizer, when this CPU runs it.
+pub(super) fn quantize_q8_k() -> Option<scalar::QuantizeQ8K> {
+    is_x86_feature_detected!("avx2").then_some(quantize_q8_k_safe as scalar::QuantizeQ8K)
+}
+
+fn quantize_q8_k_safe(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(292)) {
+        // SAFETY: `quantize_q8_k` hands this out only after detecting AVX2;
+        // `chunks_exact` gives the body 256 floats and 292 bytes.
+        if !unsafe { block_q8_k_avx2(xb, ob) } {
+            scalar::quantize_q8_k(xb, ob);
+        }
+    }
+}
+
+/// One block of 256 values as [`scalar::quantize_q8_k`] writes it, or
+/// false with nothing written where its scale is not a finite nonzero
+/// number (a block of zeros, an infinity, a largest magnitude whose
+/// reciprocal overflows): the portable rule handles those.
+// SAFETY (callers): The CPU has AVX2; `xb` holds 256 floats, `ob` 292 bytes.
+#[target_feature(enable = "avx2")]
+unsafe fn block_q8_k_avx2(xb: &[f32], ob: &mut [u8]) -> bool {
+    let p = xb.as_ptr();
+    let sign = _mm256_set1_ps(-0.0);
+    let abs = |i: usize| _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * i)));
+    // The largest magnitude; `max_ps` returns its second operand where the
+    // first is NaN, so NaNs are passed over as the portable `>` does.
+    let mut m = _mm256_setzero_ps();
+    for i in 0..32 {
+        m = _mm256_max_ps(abs(i), m);
+    }
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+    // The first value of that magnitude gives the scale its sign.
+    let Some(first) = (0..32).find_map(|i| {
+        let hits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(abs(i), _mm256_set1_ps(amax)));
+        (hits != 0).then(|| 8 * i + hits.trailing_zeros() as usize)
+    }) else {
+        return false;
+    };
+    let iscale = -127.0 / xb[first];
+    if !iscale.is_finite() || iscale == 0.0 {
+        return false;
+    }
+    let is = _mm256_set1_ps(iscale);
+    // |iscale·v| ≤ 127 for every finite v; a NaN's product becomes 0, as
+    // the portable cast makes it.
+    let q = |i: usize| {
+        let v = _mm256_mul_ps(_mm256_loadu_ps(p.add(8 * i)), is);
+        let r = _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v));
+        _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v)), r)
+    };
+    let mut sums = [0u64; 4];
+    for c in 0..8 {
+        let i = [q(4 * c), q(4 * c + 1), q(4 * c + 2), q(4 * c + 3)];
+        let packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        let bytes = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(ob.as_mut_ptr().add(4 + 32 * c) as *mut __m256i, bytes);
+        // Sums of 16: the bytes made unsigned (+128) summed in fours of eight.
+        let sad = _mm256_sad_epu8(_mm256_xor_si256(bytes, _mm256_set1_epi8(-128)), _mm256_setzero_si256());
+        _mm256_storeu_si256(sums.as_mut_ptr() as *mut __m256i, sad);
+        for h in 0..2 {
+            let (j, sum) = (2 * c + h, (sums[2 * h] + sums[2 * h + 1]) as i32 - 16 * 128);
+            ob[260 + 2 * j..262 + 2 * j].copy_from_slice(&(sum as i16).to_le_bytes());
+        }
+    }
+    ob[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    true
+}
+
 /// Asks for the `bytes` at [`AHEAD`] bytes after `p` to be brought into
 /// cache. The kernels read weights once per pass, front to back; the
 /// hardware prefetchers alone left them waiting on weight loads (on a

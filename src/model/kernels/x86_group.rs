@@ -275,6 +275,98 @@ macro_rules! group_kernels {
             out
         }
 
+        /// Eight interleaved `Q6_K` rows against `T` `Q8_K` activation
+        /// rows: `out[t·8 + r]`.
+        pub(crate) fn q6_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+            assert!(group.len() == nb * 1680 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
+            // SAFETY: as for `q4x8`: features detected, sizes asserted
+            // (the body reads a group block below 1,680: scales to 144,
+            // `ql` to 1,168, `qh` to 1,680).
+            put(unsafe { q6_kx8_k::<T>(group, nb, a) }, out);
+        }
+
+        /// Per row and super-block the exact integer sum
+        /// `Σ_j sc_j·Σ(q−32)·a` of `interleave::q6_kx8`, computed as
+        /// `Σ_j sc_j·Σ q·a − 32·Σ_j sc_j·bsum_j`: the 6-bit `q` are
+        /// unsigned bytes against the signed activations, and the `Q8_K`
+        /// blocks' sums of 16 give the second term. Each pass reads one
+        /// `ql` chunk for two quarters of a half (its low and high nibbles)
+        /// and the `qh` chunk that completes them.
+        // SAFETY (callers): the CPU has the build's features; `g` holds
+        // `nb` group blocks and each row of `a` `nb` 292-byte blocks.
+        #[target_feature(enable = $features)]
+        unsafe fn q6_kx8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+            let (nib, two) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x30));
+            let mut acc = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                let p = g.as_ptr().add(b * 1680);
+                ahead(p, 1680);
+                let mut s = [_mm256_setzero_si256(); T];
+                for c in 0..4 {
+                    // Scales 4c..4c+4 of each row as 16-bit pairs (4c, 4c+2)
+                    // and (4c+1, 4c+3), sign-extended; |sc·bsum| ≤ 128·2,032.
+                    let x = load(p.add(16 + 32 * c));
+                    let (even, odd) = (_mm256_srai_epi16(_mm256_slli_epi16(x, 8), 8), _mm256_srai_epi16(x, 8));
+                    for t in 0..T {
+                        let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * c) as *const u16;
+                        let bsum = |k: usize| i32::from(std::ptr::read_unaligned(bs.add(k)));
+                        let m = _mm256_add_epi32(
+                            _mm256_madd_epi16(even, _mm256_set1_epi32(bsum(0) | bsum(2) << 16)),
+                            _mm256_madd_epi16(odd, _mm256_set1_epi32(bsum(1) | bsum(3) << 16)),
+                        );
+                        s[t] = _mm256_sub_epi32(s[t], _mm256_slli_epi32(m, 5));
+                    }
+                }
+                for h in 0..2 {
+                    for is in 0..2 {
+                        // Quarters k and k + 2 of half h, run `is` of 16.
+                        for k in 0..2 {
+                            let mut d = [[_mm256_setzero_si256(); 2]; T];
+                            for c in 0..4 {
+                                let l = 16 * is + 4 * c;
+                                let ql = load(p.add(144 + 8 * (64 * h + 32 * k + l)));
+                                let qh = load(p.add(1168 + 8 * (32 * h + l)));
+                                // Bits 2k, 2k+1 (and 2k+4, 2k+5) of each `qh` byte at bits 4, 5.
+                                let (up, down) = if k == 0 {
+                                    (_mm256_slli_epi32(qh, 4), qh)
+                                } else {
+                                    (_mm256_slli_epi32(qh, 2), _mm256_srli_epi32(qh, 2))
+                                };
+                                let w = [
+                                    _mm256_or_si256(_mm256_and_si256(ql, nib), _mm256_and_si256(up, two)),
+                                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(ql, 4), nib), _mm256_and_si256(down, two)),
+                                ];
+                                for t in 0..T {
+                                    let y = a[t].as_ptr().add(b * 292 + 4 + 128 * h + 32 * k + l);
+                                    d[t][0] = dot(d[t][0], w[0], four(y));
+                                    d[t][1] = dot(d[t][1], w[1], four(y.add(64)));
+                                }
+                            }
+                            for (q, kq) in [k, k + 2].into_iter().enumerate() {
+                                // Scale j of each row, sign-extended from byte j % 4 of its lane.
+                                let j = 8 * h + 2 * kq + is;
+                                let chunk = load(p.add(16 + 32 * (j / 4)));
+                                let sc = _mm256_srai_epi32(_mm256_sllv_epi32(chunk, _mm256_set1_epi32(24 - 8 * (j as i32 % 4))), 24);
+                                for t in 0..T {
+                                    s[t] = _mm256_add_epi32(s[t], _mm256_mullo_epi32(d[t][q], sc));
+                                }
+                            }
+                        }
+                    }
+                }
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                for t in 0..T {
+                    let dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 292) as *const f32)));
+                    acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[t])));
+                }
+            }
+            let mut out = [[0f32; 8]; T];
+            for t in 0..T {
+                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+            }
+            out
+        }
+
         /// Eight interleaved `Q5_0` rows against `T` activation rows with
         /// sums: `out[t·8 + r]`.
         pub(crate) fn q5_0x8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
