@@ -18,7 +18,7 @@ pub(super) fn vec_ops() -> Option<VecOps> {
     // same FMAs per value as the 256-bit loops (so the same bits), half
     // the instructions; several heads' values in one pass over the rows.
     Some(if is_x86_feature_detected!("avx512f") {
-        VecOps { dots: vdots512, axpys: vaxpys512, axpys_heads: vaxpys_heads512, exps }
+        VecOps { dots: vdots512, axpys: vaxpys512, axpys_heads: vaxpys_heads512, exps: exps512 }
     } else {
         VecOps { dots: vdots, axpys: vaxpys, axpys_heads: vaxpys_heads, exps }
     })
@@ -48,6 +48,12 @@ pub(super) fn dots_builds() -> Vec<fn(&[f32], &[f32], usize, &mut [f32])> {
 #[cfg(test)]
 pub(super) fn axpys_builds() -> Vec<fn(&mut [f32], &[f32], &[f32], usize)> {
     builds(vaxpys, vaxpys512)
+}
+
+/// Every build of [`VecOps::exps`] this CPU runs.
+#[cfg(test)]
+pub(super) fn exps_builds() -> Vec<fn(&mut [f32])> {
+    builds(exps, exps512)
 }
 
 /// Every x86 build of [`VecOps::axpys_heads`] this CPU runs.
@@ -99,14 +105,20 @@ unsafe fn exp8(x: __m256) -> __m256 {
     let (mut xs, mut ys) = ([0f32; 8], [0f32; 8]);
     _mm256_storeu_ps(xs.as_mut_ptr(), x);
     _mm256_storeu_ps(ys.as_mut_ptr(), y);
+    edges(&xs, &mut ys, edge as u32);
+    _mm256_loadu_ps(ys.as_ptr())
+}
+
+/// `ys[l] = exp::edge(xs[l])` for the lanes `l` set in `lanes` where it
+/// has a value (the rest keep the table-and-cubic result).
+fn edges(xs: &[f32], ys: &mut [f32], lanes: u32) {
     for (l, (x, y)) in xs.iter().zip(ys.iter_mut()).enumerate() {
-        if edge >> l & 1 == 1 {
+        if lanes >> l & 1 == 1 {
             if let Some(v) = exp::edge(*x) {
                 *y = v;
             }
         }
     }
-    _mm256_loadu_ps(ys.as_ptr())
 }
 
 /// The table-and-cubic part of [`exp::expf`] for four values (as f64).
@@ -127,6 +139,75 @@ unsafe fn exp4(xd: __m256d) -> __m128 {
     let y = _mm256_fmadd_pd(c(exp::C2), r, c(1.0));
     let y = _mm256_fmadd_pd(z, r2, y);
     _mm256_cvtpd_ps(_mm256_mul_pd(y, s))
+}
+
+fn exps512(x: &mut [f32]) {
+    // SAFETY: `vec_ops` hands this out only after detecting AVX-512F (and
+    // AVX2 and FMA); the body reads and writes whole chunks of `x`, and its
+    // remainder through a buffer.
+    unsafe { exps_avx512(x) }
+}
+
+// SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn exps_avx512(x: &mut [f32]) {
+    // The table in four registers: a lane's entry is two permutes and a
+    // blend away, where the 256-bit build gathers it from memory.
+    let table: [__m512i; 4] = std::array::from_fn(|i| _mm512_loadu_si512(exp::EXP2_TABLE.as_ptr().add(8 * i) as *const _));
+    let mut chunks = x.chunks_exact_mut(16);
+    for c in chunks.by_ref() {
+        _mm512_storeu_ps(c.as_mut_ptr(), exp16(_mm512_loadu_ps(c.as_ptr()), &table));
+    }
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let mut buf = [0f32; 16];
+        buf[..rest.len()].copy_from_slice(rest);
+        _mm512_storeu_ps(buf.as_mut_ptr(), exp16(_mm512_loadu_ps(buf.as_ptr()), &table));
+        rest.copy_from_slice(&buf[..rest.len()]);
+    }
+}
+
+/// [`exp8`] for sixteen values, eight f64 lanes at a time.
+// SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn exp16(x: __m512, table: &[__m512i; 4]) -> __m512 {
+    let halves = [_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x)))];
+    let [lo, hi] = halves.map(|h| _mm256_castps_pd(exp8d(_mm512_cvtps_pd(h), table)));
+    let y = _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castpd256_pd512(lo), hi));
+    let top = _mm512_and_si512(_mm512_srli_epi32::<20>(_mm512_castps_si512(x)), _mm512_set1_epi32(0x7ff));
+    let edge = _mm512_cmpgt_epi32_mask(top, _mm512_set1_epi32(exp::EDGE_TOP as i32 - 1));
+    if edge == 0 {
+        return y;
+    }
+    let (mut xs, mut ys) = ([0f32; 16], [0f32; 16]);
+    _mm512_storeu_ps(xs.as_mut_ptr(), x);
+    _mm512_storeu_ps(ys.as_mut_ptr(), y);
+    edges(&xs, &mut ys, u32::from(edge));
+    _mm512_loadu_ps(ys.as_ptr())
+}
+
+/// [`exp4`] for eight values.
+// SAFETY (callers): The CPU has AVX-512F and FMA.
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn exp8d(xd: __m512d, table: &[__m512i; 4]) -> __m256 {
+    let c = _mm512_set1_pd;
+    let kd = _mm512_fmadd_pd(c(exp::INV_LN2_32), xd, c(exp::SHIFT));
+    let ki = _mm512_castpd_si512(kd);
+    let kd = _mm512_sub_pd(kd, c(exp::SHIFT));
+    let r = _mm512_fmsub_pd(c(exp::INV_LN2_32), xd, kd);
+    // Entry `ki & 31`: bits 0..4 pick within a pair of registers, bit 4 the pair.
+    let idx = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+    let low = _mm512_permutex2var_epi64(table[0], idx, table[1]);
+    let high = _mm512_permutex2var_epi64(table[2], idx, table[3]);
+    let t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(idx, _mm512_set1_epi64(16)), low, high);
+    let s = _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64::<47>(ki)));
+    let z = _mm512_fmadd_pd(c(exp::C0), r, c(exp::C1));
+    let r2 = _mm512_mul_pd(r, r);
+    let y = _mm512_fmadd_pd(c(exp::C2), r, c(1.0));
+    let y = _mm512_fmadd_pd(z, r2, y);
+    _mm512_cvtpd_ps(_mm512_mul_pd(y, s))
 }
 
 fn vdots(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
