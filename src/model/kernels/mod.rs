@@ -691,6 +691,7 @@ impl QMatrix {
         let rows = self.rows;
         let rb = self.data.len() / rows.max(1);
         let threads = pool.threads();
+        let chunk = n.div_ceil(2 * threads).max(1);
         // Rows are handed out in chunks from a counter, so a thread slowed
         // by other work takes fewer. Chunks shrink as the rows run out
         // (guided scheduling): few claims on the shared counter, and the
@@ -703,24 +704,28 @@ impl QMatrix {
         let next = AtomicUsize::new(0);
         let add = dst.write() == Write::Add;
         pool.run(&|_| {
-            // Input rows first, taken one at a time from a counter; a row
-            // counts as ready even if making it panicked, so no thread
-            // waits forever (the pool raises the panic after the run).
+            // Input rows first, taken from a counter in chunks (each claim
+            // and report is a cache line passed between the threads); a
+            // chunk counts as ready even if making it panicked, so no
+            // thread waits forever (the pool raises the panic after the run).
             loop {
-                let t = claimed.fetch_add(1, Ordering::Relaxed);
-                if t >= n {
+                let t0 = claimed.fetch_add(chunk, Ordering::Relaxed);
+                if t0 >= n {
                     break;
                 }
-                let _ready = Ready(&ready);
-                // SAFETY: row `t` was claimed by this thread alone.
-                let a = unsafe { acts_out.slice(t * arow, arow) };
-                match input {
-                    Input::Rows(x) => act.quantize(&x[t * cols..(t + 1) * cols], a),
-                    Input::Made(make) => {
-                        // SAFETY: as above.
-                        let row = unsafe { made.slice(t * cols, cols) };
-                        make(t, row);
-                        act.quantize(row, a);
+                let t1 = (t0 + chunk).min(n);
+                let _ready = Ready(&ready, t1 - t0);
+                for t in t0..t1 {
+                    // SAFETY: row `t` was claimed by this thread alone.
+                    let a = unsafe { acts_out.slice(t * arow, arow) };
+                    match input {
+                        Input::Rows(x) => act.quantize(&x[t * cols..(t + 1) * cols], a),
+                        Input::Made(make) => {
+                            // SAFETY: as above.
+                            let row = unsafe { made.slice(t * cols, cols) };
+                            make(t, row);
+                            act.quantize(row, a);
+                        }
                     }
                 }
             }
@@ -894,12 +899,13 @@ pub enum Input<'a> {
     Made(&'a (dyn Fn(usize, &mut [f32]) + Sync)),
 }
 
-/// Counts one input row ready when dropped (also when unwinding).
-struct Ready<'a>(&'a AtomicUsize);
+/// Counts a chunk of input rows (its length) ready when dropped (also
+/// when unwinding).
+struct Ready<'a>(&'a AtomicUsize, usize);
 
 impl Drop for Ready<'_> {
     fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::Release);
+        self.0.fetch_add(self.1, Ordering::Release);
     }
 }
 
