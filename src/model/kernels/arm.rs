@@ -11,6 +11,7 @@
 use std::arch::aarch64::*;
 
 use super::scalar::{self, Q8Layout};
+use super::vec_ops::by_chunks;
 use super::{exp, Kernel, QType, VecOps};
 
 /// f32 vector operations: the portable attention loops (which compilers
@@ -27,19 +28,7 @@ fn exps(x: &mut [f32]) {
 // SAFETY (callers): none beyond NEON, which every aarch64 CPU has.
 #[target_feature(enable = "neon")]
 unsafe fn exps_neon(x: &mut [f32]) {
-    let mut chunks = x.chunks_exact_mut(4);
-    for c in chunks.by_ref() {
-        vst1q_f32(c.as_mut_ptr(), exp4(vld1q_f32(c.as_ptr())));
-    }
-    // The rest goes through the same lanes beside zeros: a value's exp
-    // does not depend on where it sits.
-    let rest = chunks.into_remainder();
-    if !rest.is_empty() {
-        let mut buf = [0f32; 4];
-        buf[..rest.len()].copy_from_slice(rest);
-        vst1q_f32(buf.as_mut_ptr(), exp4(vld1q_f32(buf.as_ptr())));
-        rest.copy_from_slice(&buf[..rest.len()]);
-    }
+    by_chunks::<4>(x, |c| vst1q_f32(c.as_mut_ptr(), exp4(vld1q_f32(c.as_ptr()))));
 }
 
 /// [`exp::expf`] of four values: its operations lane by lane, in f64 two

@@ -56,6 +56,24 @@ pub(crate) fn each_head(axpys: fn(&mut [f32], &[f32], &[f32], usize), ys: &mut [
     }
 }
 
+/// `f` on each whole chunk of `N` values of `x`, then on the rest beside
+/// zeros in a chunk of its own: for element-wise operations, whose value
+/// at an index does not depend on where it sits (the SIMD `exps`).
+#[inline(always)]
+pub(crate) fn by_chunks<const N: usize>(x: &mut [f32], mut f: impl FnMut(&mut [f32; N])) {
+    let mut chunks = x.chunks_exact_mut(N);
+    for c in chunks.by_ref() {
+        f(c.try_into().expect("chunks_exact gives N values"));
+    }
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let mut buf = [0f32; N];
+        buf[..rest.len()].copy_from_slice(rest);
+        f(&mut buf);
+        rest.copy_from_slice(&buf[..rest.len()]);
+    }
+}
+
 /// `x[i] = exp(x[i])` with the fastest [`VecOps::exps`] this CPU runs
 /// (attention's weights, SiLU, the log-probabilities of a vocabulary's
 /// logits).

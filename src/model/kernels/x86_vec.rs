@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::vec_ops::each_head;
+use super::vec_ops::{by_chunks, each_head};
 use super::x86::hsum;
 use super::{exp, HeadWeights, VecOps};
 
@@ -72,19 +72,7 @@ fn exps(x: &mut [f32]) {
 // SAFETY (callers): The CPU has AVX2 and FMA (`vec_ops` checked).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn exps_avx2(x: &mut [f32]) {
-    let mut chunks = x.chunks_exact_mut(8);
-    for c in chunks.by_ref() {
-        _mm256_storeu_ps(c.as_mut_ptr(), exp8(_mm256_loadu_ps(c.as_ptr())));
-    }
-    // The rest goes through the same lanes beside zeros: a value's exp
-    // does not depend on where it sits.
-    let rest = chunks.into_remainder();
-    if !rest.is_empty() {
-        let mut buf = [0f32; 8];
-        buf[..rest.len()].copy_from_slice(rest);
-        _mm256_storeu_ps(buf.as_mut_ptr(), exp8(_mm256_loadu_ps(buf.as_ptr())));
-        rest.copy_from_slice(&buf[..rest.len()]);
-    }
+    by_chunks::<8>(x, |c| _mm256_storeu_ps(c.as_mut_ptr(), exp8(_mm256_loadu_ps(c.as_ptr()))));
 }
 
 /// [`exp::expf`] of eight values: its operations lane by lane, in f64
@@ -154,17 +142,7 @@ unsafe fn exps_avx512(x: &mut [f32]) {
     // The table in four registers: a lane's entry is two permutes and a
     // blend away, where the 256-bit build gathers it from memory.
     let table: [__m512i; 4] = std::array::from_fn(|i| _mm512_loadu_si512(exp::EXP2_TABLE.as_ptr().add(8 * i) as *const _));
-    let mut chunks = x.chunks_exact_mut(16);
-    for c in chunks.by_ref() {
-        _mm512_storeu_ps(c.as_mut_ptr(), exp16(_mm512_loadu_ps(c.as_ptr()), &table));
-    }
-    let rest = chunks.into_remainder();
-    if !rest.is_empty() {
-        let mut buf = [0f32; 16];
-        buf[..rest.len()].copy_from_slice(rest);
-        _mm512_storeu_ps(buf.as_mut_ptr(), exp16(_mm512_loadu_ps(buf.as_ptr()), &table));
-        rest.copy_from_slice(&buf[..rest.len()]);
-    }
+    by_chunks::<16>(x, |c| _mm512_storeu_ps(c.as_mut_ptr(), exp16(_mm512_loadu_ps(c.as_ptr()), &table)));
 }
 
 /// [`exp8`] for sixteen values, eight f64 lanes at a time.
