@@ -1,13 +1,21 @@
 //! A persistent pool of worker threads for the forward pass: a job is a
-//! borrowed closure every thread runs once (`f(thread_index)`), the caller
-//! taking part as thread 0. Workers spin briefly between jobs (a forward
+//! borrowed closure each thread runs at most once (`f(thread_index)`), the
+//! caller always, as thread 0. Workers spin briefly between jobs (a forward
 //! pass runs a job every few microseconds), then sleep on a condition
 //! variable, so an idle model costs no CPU. A job is handed out and
 //! collected without locks or shared counters: the job's pointer is
-//! published by the generation number, and each worker reports done in a
-//! cache line of its own (a pass hands out ≈ 150 jobs of a few µs, so on
-//! many cores a mutex or a counter every worker bumps costs as much as the
-//! work).
+//! published by the generation number, and each worker takes part and
+//! reports done in cache lines of its own (a pass hands out ≈ 150 jobs of
+//! a few µs, so on many cores a mutex or a counter every worker bumps
+//! costs as much as the work).
+//!
+//! A worker that has not started a job when the caller has finished its
+//! own part is left out of it: on a machine busy with other programs a
+//! worker may wait milliseconds for a core, and a pass that waited for it
+//! at each of its ≈ 150 jobs ran 2–50× slower beside one or two busy
+//! programs on two cores (llama.cpp's decode: 3.6× and 33×). So jobs share
+//! their work out through counters the threads claim from, never by
+//! thread index: whoever takes part does all of it.
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -25,6 +33,10 @@ struct Shared {
     /// The current job: written by `Pool::run` only while no worker can
     /// read it (see `run`), read by workers after they see its generation.
     job: UnsafeCell<Option<SendJob>>,
+    /// Per worker (index − 1), who settled each generation: `2·g` when
+    /// the worker took part in generation `g`, `2·g + 1` when the caller
+    /// finished `g` without it (see [`Pool::run`]).
+    taken: Box<[Line]>,
     /// Per worker (index − 1), the generation it last finished.
     done: Box<[Line]>,
     /// A worker's job panicked.
@@ -41,9 +53,12 @@ struct Shared {
 
 // SAFETY: every field but `job` is `Sync`; `job` is written only by the
 // thread in `Pool::run` holding `busy`, after every worker has reported the
-// previous generation done and before the new generation is published
-// (a release), and read by a worker only after it has seen that generation
-// (an acquire) and before it reports it done: a write never overlaps a read.
+// previous generation done or been left out of it and before the new
+// generation is published (a release), and read by a worker only after it
+// has seen that generation (an acquire) and taken part in it (its `taken`
+// moved from the previous generation's mark to this one's, which the
+// caller then waits on), and before it reports it done: a write never
+// overlaps a read.
 unsafe impl Sync for Shared {}
 
 /// An atomic alone in its cache lines (128 bytes: adjacent-line prefetch
@@ -82,6 +97,7 @@ impl Pool {
         let shared = Arc::new(Shared {
             generation: AtomicUsize::new(0),
             job: UnsafeCell::new(None),
+            taken: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(0))).collect(),
             done: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(0))).collect(),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -117,8 +133,11 @@ impl Pool {
         self.shared.rest.store(true, Ordering::Relaxed);
     }
 
-    /// Runs `f(i)` once on each thread `i` in `0..threads()` and returns
-    /// when all have finished. A panic in any of them is raised here.
+    /// Runs `f(i)` on the calling thread (`i = 0`) and on each worker `i`
+    /// in `1..threads()` that starts before the caller has finished its
+    /// own `f(0)`; returns when every thread that started has finished. A
+    /// panic in any of them is raised here. `f` must share its work out
+    /// dynamically (a worker may be left out; see the module's comment).
     pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
         if self.threads == 1 {
             return f(0);
@@ -126,15 +145,17 @@ impl Pool {
         let _busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
         // SAFETY (lifetime erasure): the pointer is published to workers
-        // below and read by each at most once per generation; `Wait` makes
-        // this function return (or unwind) only after every worker has
-        // reported this generation done, after which no worker reads the
-        // pointer again. So `f` outlives every use.
+        // below and read at most once per generation, only by a worker that
+        // took part in it; `Wait` makes this function return (or unwind)
+        // only after every worker has either reported this generation done
+        // or been left out of it (then it never reads the pointer), and no
+        // worker reads it again after. So `f` outlives every use.
         let job: Job = unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), Job>(f as *const _) };
         // SAFETY: no worker reads `job` now: each has reported the last
-        // generation done (the previous `run` waited for that, holding
-        // `busy` as this one does) and reads it again only after the
-        // generation published below (see `Shared`'s `Sync`).
+        // generation done or was left out of it (the previous `run` settled
+        // that, holding `busy` as this one does), and reads it again only
+        // after taking part in the generation published below (see
+        // `Shared`'s `Sync`).
         unsafe { *s.job.get() = Some(SendJob(job)) };
         s.rest.store(false, Ordering::Relaxed);
         let generation = s.generation.fetch_add(1, Ordering::SeqCst) + 1;
@@ -142,12 +163,23 @@ impl Pool {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        struct Wait<'a>(&'a [Line], usize);
+        /// Settles each worker's part in the generation once the caller's
+        /// own is done (or unwinding): left out if it has not started,
+        /// else waited for.
+        struct Wait<'a>(&'a [Line], &'a [Line], usize);
         impl Drop for Wait<'_> {
             fn drop(&mut self) {
-                for w in self.0 {
+                let g = self.2;
+                for (taken, done) in self.0.iter().zip(self.1) {
+                    // `taken` is `2·(g − 1)` or `2·(g − 1) + 1` until the
+                    // worker takes part (`2·g`) or the caller leaves it out.
+                    let t = taken.0.load(Ordering::Acquire);
+                    let started = t == 2 * g || taken.0.compare_exchange(t, 2 * g + 1, Ordering::AcqRel, Ordering::Acquire).is_err();
+                    if !started {
+                        continue;
+                    }
                     let mut spins = 0u32;
-                    while w.0.load(Ordering::Acquire) != self.1 {
+                    while done.0.load(Ordering::Acquire) != g {
                         spins += 1;
                         if spins < SPIN { std::hint::spin_loop() } else { std::thread::yield_now() }
                     }
@@ -155,7 +187,8 @@ impl Pool {
             }
         }
         // Only the workers that started (`threads` counts them).
-        let wait = Wait(&s.done[..self.threads - 1], generation);
+        let n = self.threads - 1;
+        let wait = Wait(&s.taken[..n], &s.done[..n], generation);
         f(0);
         drop(wait);
         if s.panicked.swap(false, Ordering::SeqCst) {
@@ -188,8 +221,18 @@ fn worker(s: &Shared, index: usize) {
             s.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
         seen = s.generation.load(Ordering::Acquire);
+        // Take part unless the caller has finished the job without this
+        // worker (then wait for the next). While `taken` still holds the
+        // last generation's mark, `seen` is the job in the slot: the caller
+        // settles every worker's part before it publishes another.
+        let taken = &s.taken[index - 1].0;
+        let t = taken.load(Ordering::Acquire);
+        if t / 2 + 1 != seen || taken.compare_exchange(t, 2 * seen, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            continue;
+        }
         // SAFETY: this generation's job was written before it was published
-        // and is not written again before this worker reports it done.
+        // and is not written again before this worker, which took part in
+        // it, reports it done.
         let job = unsafe { (*s.job.get()).as_ref().map(|j| j.0) };
         if let Some(job) = job {
             // SAFETY: `run` keeps the closure alive until this worker

@@ -178,34 +178,75 @@ fn the_q8_k_quantizers_agree_bit_for_bit() {
 }
 
 #[test]
-fn a_pool_runs_every_index_once_and_reports_panics() {
+fn a_pools_jobs_do_all_their_work_once_and_report_panics() {
     // More threads than this machine's cores too: workers that yield, sleep
-    // and wake between jobs (the job is handed out without a lock).
-    for threads in [3, 9] {
+    // and wake between jobs (the job is handed out without a lock), and
+    // that the caller may leave out of a job they start late.
+    for threads in [2, 3, 9] {
         let pool = Pool::new(threads);
         for job in 0..if threads > 3 { 300 } else { 2000 } {
             let hits: Vec<AtomicUsize> = (0..threads).map(|_| AtomicUsize::new(0)).collect();
+            let items: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
+            let next = AtomicUsize::new(0);
             pool.run(&|i| {
-                hits[i].fetch_add(1 + job % 3, Ordering::Relaxed);
+                hits[i].fetch_add(1, Ordering::Relaxed);
+                // Work shared out by a counter, as the pool's jobs must.
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(k) else { break };
+                    item.fetch_add(1 + job % 3, Ordering::Relaxed);
+                }
             });
-            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1 + job % 3), "job {job} on {threads} threads");
+            assert_eq!(hits[0].load(Ordering::Relaxed), 1, "job {job}: the caller takes part");
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) <= 1), "job {job} on {threads} threads: an index ran twice");
+            assert!(items.iter().all(|x| x.load(Ordering::Relaxed) == 1 + job % 3), "job {job} on {threads} threads: work lost or done twice");
             // Every other job after the workers were told to rest: they go
-            // to sleep at once and the next job must still wake them all
-            // (a lost wake-up hangs here).
+            // to sleep at once and the next job must still wake them (a
+            // lost wake-up leaves them out of every job after).
             if job % 2 == 1 {
                 pool.rest();
             }
         }
+        // Workers still take part: a job whose caller waits for them
+        // (bounded, so a broken pool fails here instead of hanging).
+        let joined = AtomicUsize::new(0);
+        pool.run(&|i| {
+            if i == 0 {
+                let t = std::time::Instant::now();
+                while joined.load(Ordering::SeqCst) < threads - 1 && t.elapsed().as_secs() < 10 {
+                    std::thread::yield_now();
+                }
+            } else {
+                joined.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        assert_eq!(joined.load(Ordering::SeqCst), threads - 1, "every worker took part in a job that waited for it");
     }
     let pool = Pool::new(3);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run(&|i| assert!(i != 2, "boom"))));
-    assert!(r.is_err());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run(&|i| assert!(i != 0, "boom"))));
+    assert!(r.is_err(), "the caller's panic");
+    // A worker's panic, in a job whose caller waits for a worker to start.
+    let started = AtomicUsize::new(0);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.run(&|i| {
+            if i == 0 {
+                let t = std::time::Instant::now();
+                while started.load(Ordering::SeqCst) == 0 && t.elapsed().as_secs() < 10 {
+                    std::thread::yield_now();
+                }
+            } else {
+                started.fetch_add(1, Ordering::SeqCst);
+                panic!("boom");
+            }
+        })
+    }));
+    assert!(r.is_err(), "a worker's panic is raised by the caller");
     // The pool still works after a panic.
     let count = AtomicUsize::new(0);
     pool.run(&|_| {
         count.fetch_add(1, Ordering::Relaxed);
     });
-    assert_eq!(count.load(Ordering::Relaxed), 3);
+    assert!((1..=3).contains(&count.load(Ordering::Relaxed)));
 }
 
 #[test]
