@@ -5,7 +5,7 @@
 //! variable, so an idle model costs no CPU. A job is handed out and
 //! collected without locks or shared counters: the job's pointer is
 //! published by the generation number, and each worker takes part and
-//! reports done in cache lines of its own (a pass hands out ≈ 150 jobs of
+//! reports done in a cache line of its own (a pass hands out ≈ 150 jobs of
 //! a few µs, so on many cores a mutex or a counter every worker bumps
 //! costs as much as the work).
 //!
@@ -33,12 +33,10 @@ struct Shared {
     /// The current job: written by `Pool::run` only while no worker can
     /// read it (see `run`), read by workers after they see its generation.
     job: UnsafeCell<Option<SendJob>>,
-    /// Per worker (index − 1), who settled each generation: `2·g` when
-    /// the worker took part in generation `g`, `2·g + 1` when the caller
-    /// finished `g` without it (see [`Pool::run`]).
-    taken: Box<[Line]>,
-    /// Per worker (index − 1), the generation it last finished.
-    done: Box<[Line]>,
+    /// Per worker (index − 1), its part in the latest generation `g` it
+    /// knows of: `3·g` taking part, `3·g + 1` done, `3·g + 2` left out by
+    /// the caller, which finished `g` without it (see [`Pool::run`]).
+    part: Box<[Line]>,
     /// A worker's job panicked.
     panicked: AtomicBool,
     stop: AtomicBool,
@@ -55,9 +53,9 @@ struct Shared {
 // thread in `Pool::run` holding `busy`, after every worker has reported the
 // previous generation done or been left out of it and before the new
 // generation is published (a release), and read by a worker only after it
-// has seen that generation (an acquire) and taken part in it (its `taken`
-// moved from the previous generation's mark to this one's, which the
-// caller then waits on), and before it reports it done: a write never
+// has seen that generation (an acquire) and taken part in it (its `part`
+// moved from the previous generation's settled mark to this one's, which
+// the caller then waits on), and before it reports it done: a write never
 // overlaps a read.
 unsafe impl Sync for Shared {}
 
@@ -97,8 +95,8 @@ impl Pool {
         let shared = Arc::new(Shared {
             generation: AtomicUsize::new(0),
             job: UnsafeCell::new(None),
-            taken: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(0))).collect(),
-            done: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(0))).collect(),
+            // Generation 0, done.
+            part: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(1))).collect(),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             rest: AtomicBool::new(false),
@@ -166,20 +164,21 @@ impl Pool {
         /// Settles each worker's part in the generation once the caller's
         /// own is done (or unwinding): left out if it has not started,
         /// else waited for.
-        struct Wait<'a>(&'a [Line], &'a [Line], usize);
+        struct Wait<'a>(&'a [Line], usize);
         impl Drop for Wait<'_> {
             fn drop(&mut self) {
-                let g = self.2;
-                for (taken, done) in self.0.iter().zip(self.1) {
-                    // `taken` is `2·(g − 1)` or `2·(g − 1) + 1` until the
-                    // worker takes part (`2·g`) or the caller leaves it out.
-                    let t = taken.0.load(Ordering::Acquire);
-                    let started = t == 2 * g || taken.0.compare_exchange(t, 2 * g + 1, Ordering::AcqRel, Ordering::Acquire).is_err();
+                let g = self.1;
+                for part in self.0 {
+                    // `part` holds generation `g − 1`'s settled mark until
+                    // the worker takes part (`3·g`) or the caller leaves it
+                    // out (`3·g + 2`).
+                    let t = part.0.load(Ordering::Acquire);
+                    let started = t / 3 == g || part.0.compare_exchange(t, 3 * g + 2, Ordering::AcqRel, Ordering::Acquire).is_err();
                     if !started {
                         continue;
                     }
                     let mut spins = 0u32;
-                    while done.0.load(Ordering::Acquire) != g {
+                    while part.0.load(Ordering::Acquire) != 3 * g + 1 {
                         spins += 1;
                         if spins < SPIN { std::hint::spin_loop() } else { std::thread::yield_now() }
                     }
@@ -187,8 +186,7 @@ impl Pool {
             }
         }
         // Only the workers that started (`threads` counts them).
-        let n = self.threads - 1;
-        let wait = Wait(&s.taken[..n], &s.done[..n], generation);
+        let wait = Wait(&s.part[..self.threads - 1], generation);
         f(0);
         drop(wait);
         if s.panicked.swap(false, Ordering::SeqCst) {
@@ -222,12 +220,12 @@ fn worker(s: &Shared, index: usize) {
         }
         seen = s.generation.load(Ordering::Acquire);
         // Take part unless the caller has finished the job without this
-        // worker (then wait for the next). While `taken` still holds the
-        // last generation's mark, `seen` is the job in the slot: the caller
-        // settles every worker's part before it publishes another.
-        let taken = &s.taken[index - 1].0;
-        let t = taken.load(Ordering::Acquire);
-        if t / 2 + 1 != seen || taken.compare_exchange(t, 2 * seen, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        // worker (then wait for the next). While `part` still holds the
+        // last generation's settled mark, `seen` is the job in the slot: the
+        // caller settles every worker's part before it publishes another.
+        let part = &s.part[index - 1].0;
+        let t = part.load(Ordering::Acquire);
+        if t / 3 + 1 != seen || part.compare_exchange(t, 3 * seen, Ordering::AcqRel, Ordering::Acquire).is_err() {
             continue;
         }
         // SAFETY: this generation's job was written before it was published
@@ -242,7 +240,7 @@ fn worker(s: &Shared, index: usize) {
                 s.panicked.store(true, Ordering::SeqCst);
             }
         }
-        s.done[index - 1].0.store(seen, Ordering::Release);
+        part.store(3 * seen + 1, Ordering::Release);
     }
 }
 
