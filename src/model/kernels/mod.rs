@@ -352,7 +352,13 @@ impl Simd {
                     // 41–44 → 47–51 tok/s, Q8_0 files +5–10 %); Intel's Xeon
                     // runs the two alike.
                     QType::Q8_0 => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q8_0x16) }),
-                    QType::Q4K => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q4_kx16) }),
+                    // Five to eight rows in two products of at most four
+                    // (`q4_kx16_halves`: eight in one spill registers).
+                    QType::Q4K => {
+                        let mut k = PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q4_kx16) };
+                        k.tiles[4..].fill(x86_pair::q4_kx16_halves);
+                        Some(k)
+                    }
                     // On AMD's cores `Q6_K` goes through the eight-row
                     // build at every batch: the pair kernel, reading two
                     // groups' scattered `ql` and `qh` at once, streams its

@@ -69,7 +69,7 @@ unsafe fn fifth_bits(qh: __m512i, from: u32) -> __mmask64 {
     _mm512_test_epi8_mask(spread, _mm512_set1_epi32(0x0804_0201 << (from % 8)))
 }
 
-/// Asks for the blocks [`AHEAD`] blocks after block `b` of the pair at `g`
+/// Asks for the blocks `blocks` blocks after block `b` of the pair at `g`
 /// (`nb` blocks of `bytes` a group) to be brought into cache: the same
 /// block of both groups, or past their end, of a later pair (a thread's
 /// chunk holds pairs one after another). The hardware prefetchers alone
@@ -79,8 +79,8 @@ unsafe fn fifth_bits(qh: __m512i, from: u32) -> __mmask64 {
 // addresses are computed with `wrapping_add`, so any pointer is sound.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn ahead(g: *const u8, nb: usize, b: usize, bytes: usize) {
-    let k = b + AHEAD;
+unsafe fn ahead(g: *const u8, nb: usize, b: usize, bytes: usize, blocks: usize) {
+    let k = b + blocks;
     let (pair, block) = (g.wrapping_add(k / nb * 2 * nb * bytes), k % nb);
     let first = pair.wrapping_add(block * bytes);
     prefetch(first, bytes);
@@ -92,6 +92,12 @@ unsafe fn ahead(g: *const u8, nb: usize, b: usize, bytes: usize) {
 /// and the weights come from L3 or memory); 8 blocks left one sequence's
 /// decode ≈ 6 % slower on SmolLM2, 64 or 128 gained nothing more.
 const AHEAD: usize = 32;
+
+/// [`AHEAD`] for the 256-value super-blocks of the K types: ≈ 18 KB of
+/// `Q4_K` weights a group (32 blocks, four times as far in bytes as
+/// `Q4_0`'s distance, left eight activation rows ≈ 10 % slower from
+/// memory with both threads streaming; 4, 8 and 64 blocks were no better).
+const AHEAD_K: usize = 16;
 
 /// Stores the sixteen rows' sums of each activation row into `out[t·16 + r]`.
 // SAFETY (callers): the CPU has AVX-512F.
@@ -146,7 +152,7 @@ unsafe fn nibbles16_k<const T: usize, const KIND: u8>(g: &[u8], nb: usize, a: [&
     for b in 0..nb {
         let pa = g.as_ptr().add(b * gbytes);
         let pb = pa.add(nb * gbytes);
-        ahead(g.as_ptr(), nb, b, gbytes);
+        ahead(g.as_ptr(), nb, b, gbytes, AHEAD);
         let qh = if KIND == Q5_0 { pair(pa, pb, 16) } else { _mm512_setzero_si512() };
         // The offset types start from −k·Σa (a broadcast load, no vector
         // work: one float op less a block and token than a min's FMA).
@@ -207,7 +213,7 @@ unsafe fn q8_0x16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
     for b in 0..nb {
         let pa = g.as_ptr().add(b * 272);
         let pb = pa.add(nb * 272);
-        ahead(g.as_ptr(), nb, b, 272);
+        ahead(g.as_ptr(), nb, b, 272, AHEAD);
         let mut s: [__m512i; T] = std::array::from_fn(|t| four(a[t].as_ptr().add(b * 40 + 4)));
         for c in 0..8 {
             let x = pair(pa, pb, 16 + 32 * c);
@@ -252,6 +258,27 @@ pub(crate) fn q4_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], o
     unsafe { q4_kx16_k::<T>(groups, nb, a, out) }
 }
 
+/// [`q4_kx16`] of five to eight activation rows (`a`) as two products of
+/// at most four rows, one after the other, the second reading the
+/// weights from cache: each row's sums are the ones `q4_kx16` gives it.
+/// Eight rows in one product keep 48 sums and accumulators for 32
+/// registers; two of four ran faster from memory with both threads
+/// streaming (Zen 5, 16 rows × 2048: 8 rows 200–224 → 258–266 G MAC/s a
+/// thread, 7 rows 211 → 251, 6 rows 216 → 242, 5 rows 166 → 219).
+pub(crate) fn q4_kx16_halves(groups: &[u8], nb: usize, a: &[&[u8]], out: &mut [f32]) {
+    let (first, second) = a.split_at(a.len().div_ceil(2));
+    let (o1, o2) = out.split_at_mut(16 * first.len());
+    for (a, out) in [(first, o1), (second, o2)] {
+        match *a {
+            [a0] => q4_kx16::<1>(groups, nb, [a0], out),
+            [a0, a1] => q4_kx16::<2>(groups, nb, [a0, a1], out),
+            [a0, a1, a2] => q4_kx16::<3>(groups, nb, [a0, a1, a2], out),
+            [a0, a1, a2, a3] => q4_kx16::<4>(groups, nb, [a0, a1, a2, a3], out),
+            _ => unreachable!("five to eight activation rows in two halves"),
+        }
+    }
+}
+
 /// Per row and super-block the exact integer sums `Σ_j sc_j·Σ(q·a)` and
 /// `Σ_j m_j·Σa`, then `acc = fma(d·d_a, sums, acc)` and `mins =
 /// fma(dmin·d_a, msums, mins)`; the result is `acc − mins`
@@ -265,7 +292,7 @@ unsafe fn q4_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
     for b in 0..nb {
         let pa = g.as_ptr().add(b * 1152);
         let pb = pa.add(nb * 1152);
-        ahead(g.as_ptr(), nb, b, 1152);
+        ahead(g.as_ptr(), nb, b, 1152, AHEAD_K);
         let chunks = [pair(pa, pb, 32), pair(pa, pb, 64), pair(pa, pb, 96)];
         let mut sums = [_mm512_setzero_si512(); T];
         let mut msums = [_mm512_setzero_si512(); T];
@@ -342,7 +369,7 @@ unsafe fn q6_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
     for b in 0..nb {
         let pa = g.as_ptr().add(b * 1680);
         let pb = pa.add(nb * 1680);
-        ahead(g.as_ptr(), nb, b, 1680);
+        ahead(g.as_ptr(), nb, b, 1680, AHEAD_K);
         // Each sum starts at −Σ_j 32·sc_j·bsum_j.
         let mut s = [_mm512_setzero_si512(); T];
         for c in 0..4 {
