@@ -33,9 +33,9 @@ struct Shared {
     /// The current job: written by `Pool::run` only while no worker can
     /// read it (see `run`), read by workers after they see its generation.
     job: UnsafeCell<Option<SendJob>>,
-    /// Per worker (index − 1), its part in the latest generation `g` it
-    /// knows of: `3·g` taking part, `3·g + 1` done, `3·g + 2` left out by
-    /// the caller, which finished `g` without it (see [`Pool::run`]).
+    /// Per worker (index − 1), its part in the latest generation it knows
+    /// of: [`taking_part`], [`done`] or [`left_out`] by the caller, which
+    /// finished that generation without it (see [`Pool::run`]).
     part: Box<[Line]>,
     /// A worker's job panicked.
     panicked: AtomicBool,
@@ -47,6 +47,27 @@ struct Shared {
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
+}
+
+/// A worker's `part` in generation `g`: it has started the job.
+const fn taking_part(g: usize) -> usize {
+    3 * g
+}
+
+/// A worker's `part` in generation `g`: it has finished the job.
+const fn done(g: usize) -> usize {
+    3 * g + 1
+}
+
+/// A worker's `part` in generation `g`: the caller finished the job
+/// before the worker started it, which then never reads it.
+const fn left_out(g: usize) -> usize {
+    3 * g + 2
+}
+
+/// The generation a `part` mark is about.
+const fn generation_of(mark: usize) -> usize {
+    mark / 3
 }
 
 // SAFETY: every field but `job` is `Sync`; `job` is written only by the
@@ -95,8 +116,7 @@ impl Pool {
         let shared = Arc::new(Shared {
             generation: AtomicUsize::new(0),
             job: UnsafeCell::new(None),
-            // Generation 0, done.
-            part: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(1))).collect(),
+            part: (1..threads.max(1)).map(|_| Line(AtomicUsize::new(done(0)))).collect(),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             rest: AtomicBool::new(false),
@@ -170,15 +190,15 @@ impl Pool {
                 let g = self.1;
                 for part in self.0 {
                     // `part` holds generation `g − 1`'s settled mark until
-                    // the worker takes part (`3·g`) or the caller leaves it
-                    // out (`3·g + 2`).
+                    // the worker takes part or the caller leaves it out.
                     let t = part.0.load(Ordering::Acquire);
-                    let started = t / 3 == g || part.0.compare_exchange(t, 3 * g + 2, Ordering::AcqRel, Ordering::Acquire).is_err();
+                    let started =
+                        generation_of(t) == g || part.0.compare_exchange(t, left_out(g), Ordering::AcqRel, Ordering::Acquire).is_err();
                     if !started {
                         continue;
                     }
                     let mut spins = 0u32;
-                    while part.0.load(Ordering::Acquire) != 3 * g + 1 {
+                    while part.0.load(Ordering::Acquire) != done(g) {
                         spins += 1;
                         if spins < SPIN { std::hint::spin_loop() } else { std::thread::yield_now() }
                     }
@@ -225,7 +245,7 @@ fn worker(s: &Shared, index: usize) {
         // caller settles every worker's part before it publishes another.
         let part = &s.part[index - 1].0;
         let t = part.load(Ordering::Acquire);
-        if t / 3 + 1 != seen || part.compare_exchange(t, 3 * seen, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if generation_of(t) + 1 != seen || part.compare_exchange(t, taking_part(seen), Ordering::AcqRel, Ordering::Acquire).is_err() {
             continue;
         }
         // SAFETY: this generation's job was written before it was published
@@ -240,7 +260,7 @@ fn worker(s: &Shared, index: usize) {
                 s.panicked.store(true, Ordering::SeqCst);
             }
         }
-        part.store(3 * seen + 1, Ordering::Release);
+        part.store(done(seen), Ordering::Release);
     }
 }
 

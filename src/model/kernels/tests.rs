@@ -177,6 +177,15 @@ fn the_q8_k_quantizers_agree_bit_for_bit() {
     }
 }
 
+/// Yields until `done` holds, for at most 10 s (a broken pool then fails
+/// the test's assertion instead of hanging it).
+fn wait_for(done: impl Fn() -> bool) {
+    let t = std::time::Instant::now();
+    while !done() && t.elapsed().as_secs() < 10 {
+        std::thread::yield_now();
+    }
+}
+
 #[test]
 fn a_pools_jobs_do_all_their_work_once_and_report_panics() {
     // More threads than this machine's cores too: workers that yield, sleep
@@ -212,10 +221,7 @@ fn a_pools_jobs_do_all_their_work_once_and_report_panics() {
         let joined = AtomicUsize::new(0);
         pool.run(&|i| {
             if i == 0 {
-                let t = std::time::Instant::now();
-                while joined.load(Ordering::SeqCst) < threads - 1 && t.elapsed().as_secs() < 10 {
-                    std::thread::yield_now();
-                }
+                wait_for(|| joined.load(Ordering::SeqCst) == threads - 1);
             } else {
                 joined.fetch_add(1, Ordering::SeqCst);
             }
@@ -230,10 +236,7 @@ fn a_pools_jobs_do_all_their_work_once_and_report_panics() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         pool.run(&|i| {
             if i == 0 {
-                let t = std::time::Instant::now();
-                while started.load(Ordering::SeqCst) == 0 && t.elapsed().as_secs() < 10 {
-                    std::thread::yield_now();
-                }
+                wait_for(|| started.load(Ordering::SeqCst) > 0);
             } else {
                 started.fetch_add(1, Ordering::SeqCst);
                 panic!("boom");

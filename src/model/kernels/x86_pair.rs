@@ -75,8 +75,10 @@ unsafe fn fifth_bits(qh: __m512i, from: u32) -> __mmask64 {
 /// chunk holds pairs one after another). The hardware prefetchers alone
 /// left the kernels waiting on weight loads; a plain distance in bytes
 /// would ask for the second group's blocks long after their first use.
-// SAFETY (callers): the CPU has AVX2. A prefetch never faults and the
-// addresses are computed with `wrapping_add`, so any pointer is sound.
+// SAFETY (callers): the CPU has AVX2, and `nb > 0` (callers run it inside
+// their loop over the `nb` blocks). A prefetch never faults and the
+// addresses are computed with `wrapping_add`, so any pointer and any
+// distance `blocks` are sound.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn ahead(g: *const u8, nb: usize, b: usize, bytes: usize, blocks: usize) {
