@@ -21,7 +21,8 @@
 //! `LMT_BENCH_THREADS` (default 2). Each figure is the median of
 //! `LMT_BENCH_REPEATS` (default 3) runs, the two programs alternating.
 //! `LMT_BENCH_PROFILE_BATCH=N` runs only lmt's batched decode of `N`
-//! sequences, `LMT_BENCH_REPEATS` times (to profile it).
+//! sequences, `LMT_BENCH_REPEATS` times (to profile it);
+//! `LMT_BENCH_PROFILE_PREFILL=N` likewise only lmt's prefill of `N` tokens.
 
 #[path = "../tests/common/tiny.rs"]
 mod tiny;
@@ -261,6 +262,13 @@ fn main() {
             let prompt = model.tokenizer.encoder.encode(DECODE_PROMPT).unwrap();
             for _ in 0..repeats {
                 eprintln!("{name}: {n} sequences {:.1} tok/s", lmt_batched(m, &prompt, n));
+            }
+            continue;
+        }
+        if let Some(n) = std::env::var("LMT_BENCH_PROFILE_PREFILL").ok().and_then(|v| v.parse().ok()) {
+            let ids = model.tokenizer.encoder.encode(&text_of(&model, n)).unwrap();
+            for _ in 0..repeats {
+                eprintln!("{name}: prefill {} tokens {:.1} tok/s", ids.len(), lmt_prefill(m, &ids));
             }
             continue;
         }
