@@ -215,6 +215,12 @@ impl TokenMask {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
     }
 
+    /// The packed bits: id `i` is bit `i % 64` of word `i / 64` (none set
+    /// past [`TokenMask::len`]).
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+
     /// The allowed ids, ascending.
     pub fn ones(&self) -> impl Iterator<Item = u32> + '_ {
         self.words.iter().enumerate().flat_map(|(w, &bits)| {

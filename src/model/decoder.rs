@@ -12,7 +12,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device};
 
 use super::config::ModelConfig;
-use super::kernels::sum_f64;
+use super::kernels::LaneSums;
 use super::weights::Weights;
 use super::{candle_graph, cpu, kv, ModelError};
 
@@ -491,10 +491,8 @@ struct Pass<'a> {
 
 /// `log(softmax(x))`, computed stably in f64 for the sum.
 pub fn log_softmax(x: &[f32]) -> Vec<f32> {
-    let mut out = Vec::new();
-    let lse = log_sum_exp_into(x, &mut out);
-    out.iter_mut().zip(x).for_each(|(o, &v)| *o = v - lse);
-    out
+    let lse = log_sum_exp(x);
+    x.iter().map(|&v| v - lse).collect()
 }
 
 /// `log(Σ exp(x))`, stably (a row of scores at a time: the terms go in a
@@ -506,15 +504,78 @@ pub(super) fn log_sum_exp(x: &[f32]) -> f32 {
     TERMS.with(|t| log_sum_exp_into(x, &mut t.borrow_mut()))
 }
 
-/// `log(Σ exp(x))`, stably: the terms relative to the largest (in `terms`,
-/// a buffer), exponentiated together and summed in f64 ([`sum_f64`]: a
-/// vocabulary of 49,152 terms in ≈ 9 µs here, where one sequential sum
-/// took ≈ 25; this runs for every sampled token).
+/// `log(Σ exp(x))`, stably: the terms relative to the largest, a piece at
+/// a time in `terms` (a buffer that stays in the L1 cache), exponentiated
+/// together and summed in f64 in [`super::kernels::sum_f64`]'s order, so
+/// the same bits as one pass of each step over the whole row. This runs
+/// for every sampled token: 49,152 logits in ≈ 26 µs here, against ≈ 30
+/// for the whole-row passes with a sequential largest.
 fn log_sum_exp_into(x: &[f32], terms: &mut Vec<f32>) -> f32 {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    terms.clear();
-    terms.extend(x.iter().map(|&v| v - max));
-    super::kernels::exps(terms);
-    let sum = sum_f64(terms, f64::from);
-    max + sum.ln() as f32
+    /// Values a piece (whole eights, so each joins its lane of the sum).
+    const PIECE: usize = 2048;
+    let max = largest(x);
+    let whole = x.len() / 8 * 8;
+    let mut sums = LaneSums::default();
+    let exp_of = |piece: &[f32], terms: &mut Vec<f32>| {
+        terms.clear();
+        terms.extend(piece.iter().map(|&v| v - max));
+        super::kernels::exps(terms);
+    };
+    for piece in x[..whole].chunks(PIECE) {
+        exp_of(piece, terms);
+        sums.add(terms, f64::from);
+    }
+    exp_of(&x[whole..], terms);
+    max + sums.total(terms, f64::from).ln() as f32
+}
+
+/// The largest of `x` by `f32::max` (NaNs passed over; −∞ when empty), in
+/// sixteen running maxima the compiler vectorises: the largest value is
+/// the same whatever the order.
+fn largest(x: &[f32]) -> f32 {
+    let mut top = [f32::NEG_INFINITY; 16];
+    let mut runs = x.chunks_exact(16);
+    for r in runs.by_ref() {
+        top.iter_mut().zip(r).for_each(|(t, &v)| *t = t.max(v));
+    }
+    runs.remainder().iter().chain(&top).fold(f32::NEG_INFINITY, |a, &b| a.max(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernels::{exps, sum_f64};
+
+    /// The log-sum-exp as one pass of each step over the whole row.
+    fn plain(x: &[f32]) -> f32 {
+        let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut terms: Vec<f32> = x.iter().map(|&v| v - max).collect();
+        exps(&mut terms);
+        max + sum_f64(&terms, f64::from).ln() as f32
+    }
+
+    #[test]
+    fn log_sum_exp_in_pieces_is_the_plain_one_bit_for_bit() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for case in 0..40 {
+            let len = [0, 1, 7, 8, 15, 2047, 2048, 2049, 4103, 49_152][case % 10];
+            let x: Vec<f32> = (0..len)
+                .map(|i| match next() {
+                    u if u < 0.02 && case >= 20 => f32::NEG_INFINITY,
+                    u if u < 0.03 && case >= 30 => f32::INFINITY,
+                    u if u < 0.04 && case >= 30 => f32::NAN,
+                    u if u < 0.1 => (i % 5) as f32,
+                    u => (u * 60.0 - 30.0) as f32,
+                })
+                .collect();
+            let (got, want) = (log_sum_exp(&x), plain(&x));
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "case {case}: {got} against {want}");
+        }
+    }
 }

@@ -449,13 +449,33 @@ pub fn prefetch_line(p: *const u8) {
 /// an f32 result's. Always this order, so a row's sum is the same bits
 /// wherever it is taken.
 pub fn sum_f64(x: &[f32], term: impl Fn(f32) -> f64) -> f64 {
-    let mut lanes = [0f64; 8];
-    let mut chunks = x.chunks_exact(8);
-    for c in chunks.by_ref() {
-        lanes.iter_mut().zip(c).for_each(|(l, &v)| *l += term(v));
+    let whole = x.len() / 8 * 8;
+    let mut sums = LaneSums::default();
+    sums.add(&x[..whole], &term);
+    sums.total(&x[whole..], term)
+}
+
+/// [`sum_f64`] fed in pieces: the same running sums, so the same bits, for
+/// values that are made a piece at a time (in a buffer that stays small).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LaneSums([f64; 8]);
+
+impl LaneSums {
+    /// Adds the next values, a whole number of eights (so each value
+    /// joins the lane it would in one call).
+    pub fn add(&mut self, x: &[f32], term: impl Fn(f32) -> f64) {
+        debug_assert!(x.len().is_multiple_of(8), "whole eights");
+        for c in x.chunks_exact(8) {
+            self.0.iter_mut().zip(c).for_each(|(l, &v)| *l += term(v));
+        }
     }
-    let rest: f64 = chunks.remainder().iter().map(|&v| term(v)).sum();
-    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])) + rest
+
+    /// The total, with `rest` (fewer than eight values, the last).
+    pub fn total(self, rest: &[f32], term: impl Fn(f32) -> f64) -> f64 {
+        let l = self.0;
+        let rest: f64 = rest.iter().map(|&v| term(v)).sum();
+        ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7])) + rest
+    }
 }
 
 /// A weight matrix as stored: `rows` rows of `cols` values, each row whole
