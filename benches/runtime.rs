@@ -22,7 +22,8 @@
 //! `LMT_BENCH_REPEATS` (default 3) runs, the two programs alternating.
 //! `LMT_BENCH_PROFILE_BATCH=N` runs only lmt's batched decode of `N`
 //! sequences, `LMT_BENCH_REPEATS` times (to profile it);
-//! `LMT_BENCH_PROFILE_PREFILL=N` likewise only lmt's prefill of `N` tokens.
+//! `LMT_BENCH_PROFILE_PREFILL=N` likewise only lmt's prefill of `N` tokens,
+//! `LMT_BENCH_PROFILE_DEEP=1` only its decode after `DEEP` tokens.
 
 #[path = "../tests/common/tiny.rs"]
 mod tiny;
@@ -262,6 +263,14 @@ fn main() {
             let prompt = model.tokenizer.encoder.encode(DECODE_PROMPT).unwrap();
             for _ in 0..repeats {
                 eprintln!("{name}: {n} sequences {:.1} tok/s", lmt_batched(m, &prompt, n));
+            }
+            continue;
+        }
+        if std::env::var("LMT_BENCH_PROFILE_DEEP").is_ok_and(|v| v == "1") {
+            let text = format!("{} {DECODE_PROMPT}", text_of(&model, DEEP));
+            let prompt = model.tokenizer.encoder.encode(&text).unwrap();
+            for _ in 0..repeats {
+                eprintln!("{name}: deep decode {:.1} tok/s", lmt_decode(m, &prompt));
             }
             continue;
         }

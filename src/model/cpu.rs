@@ -404,11 +404,14 @@ impl Model {
         let scale = 1.0 / (d as f32).sqrt();
         // Work items: token × a run of query heads. A run is all the heads
         // that read one KV head (its keys and values come from memory
-        // once), unless that leaves the threads too few items to share.
-        // Items of one run are taken token after token, so tokens whose
-        // sequences share a frozen prefix (a dataset's rows) read its keys
-        // and values while they are still in cache.
-        let per = if items.len() * nkv >= 4 * self.pool.threads() { rep } else { 1 };
+        // once), unless that leaves a thread without an item (a single
+        // token's three KV heads on two threads, one taking two, beat its
+        // nine query heads shared out, each thread then reading the lanes
+        // of the heads it took: BENCHMARKS.md). Items of one run are taken
+        // token after token, so tokens whose sequences share a frozen
+        // prefix (a dataset's rows) read its keys and values while they
+        // are still in cache.
+        let per = if items.len() * nkv >= self.pool.threads() { rep } else { 1 };
         let runs = nh / per;
         let next = AtomicUsize::new(0);
         let total_items = items.len() * runs;
