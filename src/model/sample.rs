@@ -204,45 +204,28 @@ fn all_at_most(run: &[f32], shift: f32, floor: f32) -> bool {
 /// finite value; `None` when no allowed value is finite.
 fn argmax_allowed(x: &[f32], mask: Option<&TokenMask>) -> Option<u32> {
     let Some(m) = mask else {
-        // The largest value in eight lanes the compiler vectorises, then
-        // its first place (only a finite value equals a finite largest).
+        // The largest finite value, then its first place (only a finite
+        // value equals a finite largest).
         let max = finite_max(x);
         return max.is_finite().then(|| x.iter().position(|&v| v == max)).flatten().map(|i| i as u32);
     };
     // A word of the mask at a time, as a walk over its ids would go (ties
     // keep the earlier id): a run of 64 logits none of which beats the
-    // best so far is passed over whole, and one whose ids are all allowed
-    // stands for itself by its largest finite value and its first place.
+    // best so far is passed over whole (one vectorised test), so only the
+    // few runs that raise the best are walked id by id.
     let mut best: Option<(u32, f32)> = None;
-    for (w, &bits) in m.words().iter().enumerate() {
-        let base = 64 * w;
-        if base >= x.len() {
-            break;
-        }
-        let run = &x[base..(base + 64).min(x.len())];
+    for (w, (run, &bits)) in x.chunks(64).zip(m.words()).enumerate() {
         if bits == 0 || best.is_some_and(|(_, b)| all_at_most(run, 0.0, b)) {
-            continue;
-        }
-        let mut take = |k: usize, v: f32| {
-            if v.is_finite() && best.is_none_or(|(_, b)| v > b) {
-                best = Some(((base + k) as u32, v));
-            }
-        };
-        if bits == u64::MAX && run.len() == 64 {
-            let top = finite_max(run);
-            if let Some(k) = top.is_finite().then(|| run.iter().position(|&v| v == top)).flatten() {
-                take(k, top);
-            }
             continue;
         }
         let mut bits = bits;
         while bits != 0 {
             let k = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            if k >= run.len() {
-                break;
+            let Some(&v) = run.get(k) else { break };
+            if v.is_finite() && best.is_none_or(|(_, b)| v > b) {
+                best = Some(((64 * w + k) as u32, v));
             }
-            take(k, run[k]);
         }
     }
     best.map(|(i, _)| i)
