@@ -23,7 +23,8 @@
 //! `LMT_BENCH_PROFILE_BATCH=N` runs only lmt's batched decode of `N`
 //! sequences, `LMT_BENCH_REPEATS` times (to profile it);
 //! `LMT_BENCH_PROFILE_PREFILL=N` likewise only lmt's prefill of `N` tokens,
-//! `LMT_BENCH_PROFILE_DEEP=1` only its decode after `DEEP` tokens.
+//! `LMT_BENCH_PROFILE_DEEP=1` only its decode after `DEEP` tokens (`=N`,
+//! N > 1: after N tokens, past what llama.cpp's harness takes).
 
 #[path = "../tests/common/tiny.rs"]
 mod tiny;
@@ -266,8 +267,10 @@ fn main() {
             }
             continue;
         }
-        if std::env::var("LMT_BENCH_PROFILE_DEEP").is_ok_and(|v| v == "1") {
-            let text = format!("{} {DECODE_PROMPT}", text_of(&model, DEEP));
+        if let Some(deep) = std::env::var("LMT_BENCH_PROFILE_DEEP").ok().and_then(|v| v.parse::<usize>().ok()) {
+            // `1` is the table's depth; a larger figure, that many tokens.
+            let deep = if deep <= 1 { DEEP } else { deep };
+            let text = format!("{} {DECODE_PROMPT}", text_of(&model, deep));
             let prompt = model.tokenizer.encoder.encode(&text).unwrap();
             for _ in 0..repeats {
                 eprintln!("{name}: deep decode {:.1} tok/s", lmt_decode(m, &prompt));

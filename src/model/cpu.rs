@@ -14,7 +14,7 @@ use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Tensor};
 
 use super::config::{ModelConfig, RopeTable};
-use super::kv::{Cache, LaneKv};
+use super::kv::Cache;
 use super::kernels::{release_free_memory, sum_f64, Arena, Disjoint, Input, Pool, QMatrix, QType, Scratch, VecOps};
 use super::weights::{self, Embed, Linear, Proj, Weights};
 use super::ModelError;
@@ -428,17 +428,17 @@ impl Model {
                 let first = w / items.len() * per;
                 let s = &segs[si];
                 let kv = s.cache.lane(li * nkv + first / rep);
-                // Every head's weights first, then every head's values: the
-                // lane's keys, then its values, are read from memory once
-                // for all its heads (one head's keys and values together
-                // outgrow the L1 cache at a few hundred positions).
+                // Every head's dots, then its weights, then every head's
+                // values: the lane's keys, then its values, are read from
+                // memory once for all its heads (one head's keys alone
+                // outgrow the L1 cache at a couple of hundred positions).
                 let hi = s.past + i + 1;
                 sc.clear();
                 sc.resize(per * hi, 0.0);
-                for (k, p) in sc.chunks_exact_mut(hi).enumerate() {
-                    let head = first + k;
-                    let q = &qkv[row * width + head * d..row * width + (head + 1) * d];
-                    self.weights(s, i, q, &kv, scale, window, p);
+                let qs = &qkv[row * width + first * d..row * width + (first + per) * d];
+                kv.dots_heads(&self.ops, qs, per, &mut sc);
+                for p in sc.chunks_exact_mut(hi) {
+                    self.weights(s, i, scale, window, p);
                 }
                 // SAFETY: work item `w` alone writes its heads' slices of
                 // this token's output row.
@@ -453,14 +453,12 @@ impl Model {
         });
     }
 
-    /// One head of token `i` of `s`: the unnormalised softmax weights of
-    /// its scaled scores against the visible positions, into `sc` (one per
-    /// position).
-    #[allow(clippy::too_many_arguments)]
-    fn weights(&self, s: &Seg<'_>, i: usize, q: &[f32], kv: &LaneKv<'_>, scale: f32, window: Option<usize>, sc: &mut [f32]) {
+    /// One head of token `i` of `s`: its dots with the keys in `sc` (one
+    /// per position) become the unnormalised softmax weights of its scaled
+    /// scores against the visible positions.
+    fn weights(&self, s: &Seg<'_>, i: usize, scale: f32, window: Option<usize>, sc: &mut [f32]) {
         // Later tokens of the chunk are never visible.
         let pi = s.positions[i];
-        kv.dots(&self.ops, q, sc);
         let (cached, chunk) = sc.split_at_mut(s.past);
         match window {
             None => cached.iter_mut().for_each(|v| *v *= scale),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::kernels::{prefetch_line, HeadWeights, VecOps};
+use super::kernels::{prefetch_line, HeadDots, HeadWeights, VecOps};
 
 /// Frozen blocks a cache may chain before a new freeze merges all but the
 /// first into one (a bound on attention's calls per head).
@@ -66,11 +66,15 @@ impl LaneKv<'_> {
             .filter(|(_, _, r)| !r.is_empty())
     }
 
-    /// `out[j] = q · key j` for the first `out.len()` positions, part by
-    /// part: a key's dot does not depend on the keys beside it in a call.
-    pub fn dots(&self, ops: &VecOps, q: &[f32], out: &mut [f32]) {
-        for (keys, _, r) in self.upto(out.len()) {
-            (ops.dots)(q, keys, self.cache.head_dim, &mut out[r]);
+    /// For each of `heads` heads reading this lane, `out[h·n + j] = q_h ·
+    /// key j` over the first `n = out.len() / heads` positions, part by
+    /// part (a key's dot does not depend on the keys beside it in a call):
+    /// head `h`'s query is `qs[h·d..(h + 1)·d]`.
+    pub fn dots_heads(&self, ops: &VecOps, qs: &[f32], heads: usize, out: &mut [f32]) {
+        let n = out.len() / heads.max(1);
+        for (keys, _, r) in self.upto(n) {
+            let out = HeadDots { out: &mut out[r.start..], heads, stride: n, n: r.len() };
+            (ops.dots_heads)(qs, keys, self.cache.head_dim, out);
         }
     }
 
@@ -292,15 +296,21 @@ mod tests {
         c.freeze();
         (6..11).for_each(|p| push(&mut c, p));
         let (keys, vals) = read(&c, 1);
-        let q = [0.5, -1.25, 2.0, 0.75];
-        let p: Vec<f32> = (0..9).map(|j| j as f32 * 0.1).collect();
-        let (mut got, mut want) = (vec![0f32; 9], vec![0f32; 9]);
-        c.lane(1).dots(&ops, &q, &mut got);
-        (ops.dots)(&q, &keys, D, &mut want);
+        // Two heads read the lane: each head's dots and values are its own
+        // call's over the whole.
+        let qs = [0.5, -1.25, 2.0, 0.75, -0.5, 1.5, 0.25, -2.0];
+        let p: Vec<f32> = (0..18).map(|j| j as f32 * 0.1 - 0.5).collect();
+        let (mut got, mut want) = (vec![0f32; 18], vec![0f32; 18]);
+        c.lane(1).dots_heads(&ops, &qs, 2, &mut got);
+        for (q, w) in qs.chunks_exact(D).zip(want.chunks_exact_mut(9)) {
+            (ops.dots)(q, &keys, D, w);
+        }
         assert_eq!(got, want);
-        let (mut y, mut z) = (vec![0f32; D], vec![0f32; D]);
-        c.lane(1).axpys_heads(&ops, &mut y, 1, &p);
-        (ops.axpys)(&mut z, &p, &vals, D);
+        let (mut y, mut z) = (vec![0f32; 2 * D], vec![0f32; 2 * D]);
+        c.lane(1).axpys_heads(&ops, &mut y, 2, &p);
+        for (z, p) in z.chunks_exact_mut(D).zip(p.chunks_exact(9)) {
+            (ops.axpys)(z, p, &vals, D);
+        }
         assert_eq!(y, z);
     }
 }

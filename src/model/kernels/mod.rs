@@ -40,7 +40,7 @@ pub use arena::{release_free_memory, Arena, Region};
 
 pub use pool::{physical_cores, Pool};
 pub(crate) use vec_ops::check_strided;
-pub use vec_ops::{exps, HeadWeights, VecOps};
+pub use vec_ops::{exps, HeadDots, HeadWeights, VecOps};
 
 /// A weight type the kernels multiply directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

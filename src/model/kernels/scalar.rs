@@ -372,6 +372,11 @@ pub(crate) fn dots(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
     }
 }
 
+/// [`dots`] of each head in turn.
+pub(crate) fn dots_heads(qs: &[f32], keys: &[f32], stride: usize, out: super::HeadDots<'_>) {
+    super::vec_ops::each_head_dots(dots, qs, keys, stride, out)
+}
+
 /// `y += Σ_j p[j] · vals[j·stride..j·stride + y.len()]`.
 pub(crate) fn axpys(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     super::check_strided(y.len(), vals.len(), stride, p.len());

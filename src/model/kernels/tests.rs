@@ -356,6 +356,34 @@ fn the_heads_weighted_values_are_each_heads_own() {
     }
 }
 
+/// Several heads' dots against one lane's keys, taken together, are each
+/// head's bits from a call of its own, for every number of heads (the
+/// 512-bit build takes two to four at once) and key counts past a
+/// multiple of four.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_heads_dots_are_each_heads_own() {
+    let Some(&alone) = super::x86_vec::dots_builds().last() else { return };
+    for build in super::x86_vec::dots_heads_builds() {
+        for d in [8, 64, 65, 128] {
+            for heads in 1..=6 {
+                for (n, stride) in [(0, d), (1, d), (6, d), (37, d), (9, 3 * d + 2)] {
+                    let rows = randoms((n.max(1) - 1) * stride + d, n as u64 + 3);
+                    let qs = randoms(heads * d, heads as u64);
+                    let mut got = vec![f32::NAN; heads * (n + 1)];
+                    build(&qs, &rows, stride, HeadDots { out: &mut got, heads, stride: n + 1, n });
+                    let mut want = vec![f32::NAN; heads * (n + 1)];
+                    for (q, w) in qs.chunks_exact(d).zip(want.chunks_exact_mut(n + 1)) {
+                        alone(q, &rows, stride, &mut w[..n]);
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "d={d} heads={heads} n={n} stride={stride}");
+                }
+            }
+        }
+    }
+}
+
 /// A key's dot and a value's share do not depend on how many keys there
 /// are: a sequence's attention is the same whatever else shares its pass
 /// (options scored together, a beam's forks).

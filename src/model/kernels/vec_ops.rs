@@ -13,6 +13,12 @@ use super::{exp, scalar};
 pub struct VecOps {
     /// `out[j] = q · keys[row j]` for `j < out.len()`.
     pub dots: fn(q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]),
+    /// [`VecOps::dots`] of several heads' queries against the same keys:
+    /// head `h`'s query is `qs[h·d..(h + 1)·d]` (`d = qs.len() /
+    /// out.heads`) and its dots go to `out.head(h)`. Each head's dots are
+    /// the bits `dots` gives it; a build may take the heads together,
+    /// reading each key once.
+    pub dots_heads: fn(qs: &[f32], keys: &[f32], stride: usize, out: HeadDots<'_>),
     /// `y += Σ_j p[j] · vals[row j]` (rows whose `p` is 0 are skipped).
     pub axpys: fn(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize),
     /// [`VecOps::axpys`] of several heads over the same rows: head `h`'s
@@ -43,6 +49,37 @@ impl<'a> HeadWeights<'a> {
     /// Head `h`'s weights.
     pub fn head(&self, h: usize) -> &'a [f32] {
         &self.p[h * self.stride..h * self.stride + self.n]
+    }
+}
+
+/// Several heads' dots against the same `n` keys: head `h`'s are
+/// `out[h·stride..h·stride + n]`.
+#[derive(Debug)]
+pub struct HeadDots<'a> {
+    /// The heads' dots, each head's `stride` after the last's.
+    pub out: &'a mut [f32],
+    /// How many heads.
+    pub heads: usize,
+    /// Where each head's dots start after the last's.
+    pub stride: usize,
+    /// Dots (keys) a head.
+    pub n: usize,
+}
+
+impl HeadDots<'_> {
+    /// Head `h`'s dots.
+    pub fn head(&mut self, h: usize) -> &mut [f32] {
+        &mut self.out[h * self.stride..h * self.stride + self.n]
+    }
+}
+
+/// [`VecOps::dots_heads`] as one `dots` call per head.
+pub(crate) fn each_head_dots(dots: fn(&[f32], &[f32], usize, &mut [f32]), qs: &[f32], keys: &[f32], stride: usize, mut out: HeadDots<'_>) {
+    if out.heads == 0 {
+        return;
+    }
+    for (h, q) in qs.chunks_exact(qs.len() / out.heads).enumerate() {
+        dots(q, keys, stride, out.head(h));
     }
 }
 
@@ -109,6 +146,12 @@ impl VecOps {
 
     /// Plain loops (eight independent lanes, which compilers vectorize).
     pub fn portable() -> VecOps {
-        VecOps { dots: scalar::dots, axpys: scalar::axpys, axpys_heads: scalar::axpys_heads, exps: exp::exps }
+        VecOps {
+            dots: scalar::dots,
+            dots_heads: scalar::dots_heads,
+            axpys: scalar::axpys,
+            axpys_heads: scalar::axpys_heads,
+            exps: exp::exps,
+        }
     }
 }

@@ -5,9 +5,9 @@
 
 use std::arch::x86_64::*;
 
-use super::vec_ops::{by_chunks, each_head};
+use super::vec_ops::{by_chunks, each_head, each_head_dots};
 use super::x86::hsum;
-use super::{exp, HeadWeights, VecOps};
+use super::{exp, HeadDots, HeadWeights, VecOps};
 
 /// f32 vector operations for attention, when this CPU runs them.
 pub(super) fn vec_ops() -> Option<VecOps> {
@@ -16,11 +16,12 @@ pub(super) fn vec_ops() -> Option<VecOps> {
     }
     // 512-bit keys' dots and weighted values where the CPU has them: the
     // same FMAs per value as the 256-bit loops (so the same bits), half
-    // the instructions; several heads' values in one pass over the rows.
+    // the instructions; several heads' keys and values in one pass over
+    // the rows.
     Some(if is_x86_feature_detected!("avx512f") {
-        VecOps { dots: vdots512, axpys: vaxpys512, axpys_heads: vaxpys_heads512, exps: exps512 }
+        VecOps { dots: vdots512, dots_heads: vdots_heads512, axpys: vaxpys512, axpys_heads: vaxpys_heads512, exps: exps512 }
     } else {
-        VecOps { dots: vdots, axpys: vaxpys, axpys_heads: vaxpys_heads, exps }
+        VecOps { dots: vdots, dots_heads: vdots_heads, axpys: vaxpys, axpys_heads: vaxpys_heads, exps }
     })
 }
 
@@ -54,6 +55,12 @@ pub(super) fn axpys_builds() -> Vec<fn(&mut [f32], &[f32], &[f32], usize)> {
 #[cfg(test)]
 pub(super) fn exps_builds() -> Vec<fn(&mut [f32])> {
     builds(exps, exps512)
+}
+
+/// Every x86 build of [`VecOps::dots_heads`] this CPU runs.
+#[cfg(test)]
+pub(super) fn dots_heads_builds() -> Vec<fn(&[f32], &[f32], usize, HeadDots<'_>)> {
+    builds(vdots_heads, vdots_heads512)
 }
 
 /// Every x86 build of [`VecOps::axpys_heads`] this CPU runs.
@@ -213,6 +220,84 @@ fn vaxpys512(y: &mut [f32], p: &[f32], vals: &[f32], stride: usize) {
     // SAFETY: `vec_ops` hands this out only after detecting AVX-512F (and
     // AVX2 and FMA); the body slices with bounds checks.
     unsafe { vaxpys_avx512(y, p, vals, stride) }
+}
+
+fn vdots_heads(qs: &[f32], keys: &[f32], stride: usize, out: HeadDots<'_>) {
+    each_head_dots(vdots, qs, keys, stride, out)
+}
+
+fn vdots_heads512(qs: &[f32], keys: &[f32], stride: usize, mut out: HeadDots<'_>) {
+    if out.heads == 0 {
+        return;
+    }
+    let d = qs.len() / out.heads;
+    super::check_strided(d, keys.len(), stride, out.n);
+    assert!((out.heads - 1) * out.stride + out.n <= out.out.len(), "heads' dots out of bounds");
+    // SAFETY: `vec_ops` hands this out only after detecting AVX-512F (and
+    // AVX2 and FMA); the body slices with bounds checks.
+    unsafe {
+        match (d, out.heads) {
+            (64, 2) => vdots_heads_64_zmm::<2>(qs, keys, stride, &mut out),
+            (64, 3) => vdots_heads_64_zmm::<3>(qs, keys, stride, &mut out),
+            (64, 4) => vdots_heads_64_zmm::<4>(qs, keys, stride, &mut out),
+            _ => each_head_dots(vdots512, qs, keys, stride, out),
+        }
+    }
+}
+
+/// [`vdots_64_zmm`] of `H` heads' queries against the same keys, four keys
+/// at a time: each key's rows are loaded once for all the heads (a lane's
+/// keys outgrow the L1 cache at a couple of hundred positions, and were
+/// read from L2 once a head), and each (head, key) dot is the same chain
+/// of FMAs and the same reduction as the one-head loop's, so the same
+/// bits. The keys past a multiple of four go through the one-head loop.
+// SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA. The body asserts
+// `qs.len() ≥ 64·H` before its query loads, each four keys' loads stay
+// inside their bounds-checked slice `keys[j·stride..(j + 3)·stride + 64]`
+// (key `k`'s chunk `c` ends at `k·stride + 16c + 16`), and dots are
+// stored through bounds-checked slices.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn vdots_heads_64_zmm<const H: usize>(qs: &[f32], keys: &[f32], stride: usize, out: &mut HeadDots<'_>) {
+    // Plain loops over arrays: closures and `array::from_fn` here were
+    // left as calls outside this function's target features.
+    assert!(qs.len() >= 64 * H);
+    let mut q = [[_mm512_setzero_ps(); 4]; H];
+    for h in 0..H {
+        for c in 0..4 {
+            q[h][c] = _mm512_loadu_ps(qs.as_ptr().add(64 * h + 16 * c));
+        }
+    }
+    let n = out.n;
+    let full = n / 4 * 4;
+    let mut j = 0;
+    while j < full {
+        let row = keys[j * stride..(j + 3) * stride + 64].as_ptr();
+        let mut s = [[_mm512_setzero_ps(); 4]; H];
+        for c in 0..4 {
+            let mut kv = [_mm512_setzero_ps(); 4];
+            for k in 0..4 {
+                kv[k] = _mm512_loadu_ps(row.add(k * stride + 16 * c));
+            }
+            for h in 0..H {
+                for k in 0..4 {
+                    s[h][k] = _mm512_fmadd_ps(q[h][c], kv[k], s[h][k]);
+                }
+            }
+        }
+        for h in 0..H {
+            let mut r = [_mm256_setzero_ps(); 4];
+            for k in 0..4 {
+                r[k] = _mm256_add_ps(_mm512_castps512_ps256(s[h][k]), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s[h][k]))));
+            }
+            _mm_storeu_ps(out.head(h)[j..j + 4].as_mut_ptr(), four(r[0], r[1], r[2], r[3]));
+        }
+        j += 4;
+    }
+    let rest = &keys[(full * stride).min(keys.len())..];
+    for h in 0..H {
+        vdots_64(&qs[64 * h..64 * h + 64], rest, stride, &mut out.head(h)[full..]);
+    }
 }
 
 fn vaxpys_heads(ys: &mut [f32], w: HeadWeights<'_>, vals: &[f32], stride: usize) {
