@@ -445,9 +445,11 @@ impl Model {
                 let ys = unsafe { dst.slice(row * qn + first * d, per * d) };
                 ys.fill(0.0);
                 kv.axpys_heads(&self.ops, ys, per, &sc);
-                for (y, p) in ys.chunks_exact_mut(d).zip(sc.chunks_exact(hi)) {
-                    let inv = 1.0 / p.iter().fold(0f32, |sum, &v| sum + v);
-                    y.iter_mut().for_each(|v| *v *= inv);
+                for (ys, p) in ys.chunks_mut(4 * d).zip(sc.chunks(4 * hi)) {
+                    for (y, sum) in ys.chunks_exact_mut(d).zip(weight_sums(p, hi)) {
+                        let inv = 1.0 / sum;
+                        y.iter_mut().for_each(|v| *v *= inv);
+                    }
                 }
             }
         });
@@ -460,23 +462,23 @@ impl Model {
         // Later tokens of the chunk are never visible.
         let pi = s.positions[i];
         let (cached, chunk) = sc.split_at_mut(s.past);
-        match window {
-            None => cached.iter_mut().for_each(|v| *v *= scale),
-            Some(w) => {
-                for (j, v) in cached.iter_mut().enumerate() {
-                    *v = if pi.saturating_sub(j) < w { *v * scale } else { f32::NEG_INFINITY };
+        if let Some(w) = window {
+            for (j, v) in cached.iter_mut().enumerate() {
+                if pi.saturating_sub(j) >= w {
+                    *v = f32::NEG_INFINITY;
                 }
             }
         }
         for (jj, v) in chunk.iter_mut().enumerate() {
             let visible = s.groups.is_none_or(|g| g[jj] == g[i])
                 && window.is_none_or(|w| pi.saturating_sub(s.positions[jj]) < w);
-            *v = if visible { *v * scale } else { f32::NEG_INFINITY };
+            if !visible {
+                *v = f32::NEG_INFINITY;
+            }
         }
-        let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        sc.iter_mut().for_each(|v| *v -= max);
-        // exp(-inf) = 0: hidden tokens weigh nothing.
-        (self.ops.exps)(sc);
+        // The scale is positive, so hidden positions stay at -inf, and
+        // exp(-inf) = 0: they weigh nothing.
+        (self.ops.softmax)(sc, scale);
     }
 
     fn mlp_block(&self, cfg: &ModelConfig, l: &Layer, n: usize, b: &mut Bufs) {
@@ -501,6 +503,30 @@ impl Model {
 }
 
 /// RMSNorm of each `dim`-row of `x` into `out` (sums of squares in f64).
+/// Each of up to four heads' weights summed (`hi` a head, one after the
+/// other in `p`), every head's sum in position order as one loop would
+/// add them: the heads' chains side by side, so that their adds do not
+/// wait on each other's latency. Lanes past the heads are 0.
+fn weight_sums(p: &[f32], hi: usize) -> [f32; 4] {
+    fn side<const H: usize>(p: &[f32], hi: usize) -> [f32; 4] {
+        let heads: [&[f32]; H] = std::array::from_fn(|h| &p[h * hi..(h + 1) * hi]);
+        let mut sums = [0f32; 4];
+        for j in 0..hi {
+            for h in 0..H {
+                sums[h] += heads[h][j];
+            }
+        }
+        sums
+    }
+    match p.len() / hi.max(1) {
+        0 => [0.0; 4],
+        1 => side::<1>(p, hi),
+        2 => side::<2>(p, hi),
+        3 => side::<3>(p, hi),
+        _ => side::<4>(p, hi),
+    }
+}
+
 fn rms_norm(x: &[f32], w: &[f32], eps: f64, out: &mut [f32], dim: usize) {
     for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
         let inv = rms_scale(xr, eps);
@@ -540,6 +566,27 @@ fn rotate(x: &mut [f32], cos: &[f32], sin: &[f32], interleaved: bool) {
         let (lo, hi) = x[..2 * half].split_at_mut(half);
         for (((a, b), &c), &s) in lo.iter_mut().zip(hi.iter_mut()).zip(cos).zip(sin) {
             (*a, *b) = turn(*a, *b, c, s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weight_sums;
+
+    /// The heads' sums side by side are each head's own sum in position
+    /// order, bit for bit, for one to four heads.
+    #[test]
+    fn weight_sums_are_each_heads_sum_in_order() {
+        for hi in [1, 2, 7, 190] {
+            for heads in 1..=4 {
+                let p: Vec<f32> = (0..heads * hi).map(|i| ((i * 7919 % 1013) as f32 * 0.37).sin().abs() * 10f32.powi((i % 7) as i32 - 3)).collect();
+                let got = weight_sums(&p, hi);
+                for (h, sum) in got.iter().enumerate() {
+                    let want = if h < heads { p[h * hi..(h + 1) * hi].iter().fold(0f32, |s, &v| s + v) } else { 0.0 };
+                    assert_eq!(sum.to_bits(), want.to_bits(), "hi={hi} heads={heads} head {h}");
+                }
+            }
         }
     }
 }

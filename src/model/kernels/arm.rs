@@ -17,7 +17,7 @@ use super::{exp, Kernel, QType, VecOps};
 /// f32 vector operations: the portable attention loops (which compilers
 /// vectorise) and this module's `exps`.
 pub(super) fn vec_ops() -> VecOps {
-    VecOps { exps, ..VecOps::portable() }
+    VecOps { exps, softmax: |x, scale| super::vec_ops::softmax_with(exps, x, scale), ..VecOps::portable() }
 }
 
 fn exps(x: &mut [f32]) {

@@ -29,6 +29,18 @@ pub struct VecOps {
     /// `x[i] = exp(x[i])`, every build bit for bit the portable
     /// `exp::expf` (so also the same wherever a value sits in `x`).
     pub exps: fn(x: &mut [f32]),
+    /// Attention's unnormalised softmax weights: `x[i] = exp(x[i]·scale −
+    /// m)`, `m` the largest `x[i]·scale` (NaNs passed over), every build
+    /// the bits of [`softmax_with`] and this table's `exps`.
+    pub softmax: fn(x: &mut [f32], scale: f32),
+}
+
+/// [`VecOps::softmax`] as plain loops around `exps`.
+pub(crate) fn softmax_with(exps: fn(&mut [f32]), x: &mut [f32], scale: f32) {
+    x.iter_mut().for_each(|v| *v *= scale);
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    x.iter_mut().for_each(|v| *v -= max);
+    exps(x);
 }
 
 /// Several heads' weights over the same `n` rows: head `h`'s are
@@ -152,6 +164,7 @@ impl VecOps {
             axpys: scalar::axpys,
             axpys_heads: scalar::axpys_heads,
             exps: exp::exps,
+            softmax: |x, scale| softmax_with(exp::exps, x, scale),
         }
     }
 }

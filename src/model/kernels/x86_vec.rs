@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::vec_ops::{by_chunks, each_head, each_head_dots};
+use super::vec_ops::{by_chunks, each_head, each_head_dots, softmax_with};
 use super::x86::hsum;
 use super::{exp, HeadDots, HeadWeights, VecOps};
 
@@ -19,9 +19,23 @@ pub(super) fn vec_ops() -> Option<VecOps> {
     // the instructions; several heads' keys and values in one pass over
     // the rows.
     Some(if is_x86_feature_detected!("avx512f") {
-        VecOps { dots: vdots512, dots_heads: vdots_heads512, axpys: vaxpys512, axpys_heads: vaxpys_heads512, exps: exps512 }
+        VecOps {
+            dots: vdots512,
+            dots_heads: vdots_heads512,
+            axpys: vaxpys512,
+            axpys_heads: vaxpys_heads512,
+            exps: exps512,
+            softmax: softmax512,
+        }
     } else {
-        VecOps { dots: vdots, dots_heads: vdots_heads, axpys: vaxpys, axpys_heads: vaxpys_heads, exps }
+        VecOps {
+            dots: vdots,
+            dots_heads: vdots_heads,
+            axpys: vaxpys,
+            axpys_heads: vaxpys_heads,
+            exps,
+            softmax: |x, scale| softmax_with(exps, x, scale),
+        }
     })
 }
 
@@ -150,6 +164,47 @@ unsafe fn exps_avx512(x: &mut [f32]) {
     // blend away, where the 256-bit build gathers it from memory.
     let table: [__m512i; 4] = std::array::from_fn(|i| _mm512_loadu_si512(exp::EXP2_TABLE.as_ptr().add(8 * i) as *const _));
     by_chunks::<16>(x, |c| _mm512_storeu_ps(c.as_mut_ptr(), exp16(_mm512_loadu_ps(c.as_ptr()), &table)));
+}
+
+/// Every x86 build of [`VecOps::softmax`] this CPU runs.
+#[cfg(test)]
+pub(super) fn softmax_builds() -> Vec<fn(&mut [f32], f32)> {
+    builds(|x, scale| softmax_with(exps, x, scale), softmax512)
+}
+
+fn softmax512(x: &mut [f32], scale: f32) {
+    // SAFETY: `vec_ops` hands this out only after detecting AVX-512F (and
+    // AVX2 and FMA); the body reads and writes whole chunks of `x`, and its
+    // remainder through `by_chunks`' buffer or one value at a time.
+    unsafe { softmax_avx512(x, scale) }
+}
+
+/// [`softmax_with`] in 512-bit registers: the scaled values and their
+/// running maxima sixteen at a time (`vmaxps` returns its second operand
+/// where either is NaN, so a NaN value is passed over as `f32::max`
+/// does), then `exp16` of each value less the largest, the subtraction
+/// and `exp` the same operations as the plain loops'.
+// SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn softmax_avx512(x: &mut [f32], scale: f32) {
+    let s = _mm512_set1_ps(scale);
+    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut chunks = x.chunks_exact_mut(16);
+    for c in chunks.by_ref() {
+        let v = _mm512_mul_ps(_mm512_loadu_ps(c.as_ptr()), s);
+        _mm512_storeu_ps(c.as_mut_ptr(), v);
+        m = _mm512_max_ps(v, m);
+    }
+    let mut lanes = [0f32; 16];
+    _mm512_storeu_ps(lanes.as_mut_ptr(), m);
+    let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for v in chunks.into_remainder() {
+        *v *= scale;
+        max = f32::max(max, *v);
+    }
+    let table: [__m512i; 4] = std::array::from_fn(|i| _mm512_loadu_si512(exp::EXP2_TABLE.as_ptr().add(8 * i) as *const _));
+    let shift = _mm512_set1_ps(max);
+    by_chunks::<16>(x, |c| _mm512_storeu_ps(c.as_mut_ptr(), exp16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), shift), &table)));
 }
 
 /// [`exp8`] for sixteen values, eight f64 lanes at a time.
