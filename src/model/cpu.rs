@@ -502,7 +502,6 @@ impl Model {
     }
 }
 
-/// RMSNorm of each `dim`-row of `x` into `out` (sums of squares in f64).
 /// Each of up to four heads' weights summed (`hi` a head, one after the
 /// other in `p`), every head's sum in position order as one loop would
 /// add them: the heads' chains side by side, so that their adds do not
@@ -527,6 +526,7 @@ fn weight_sums(p: &[f32], hi: usize) -> [f32; 4] {
     }
 }
 
+/// RMSNorm of each `dim`-row of `x` into `out` (sums of squares in f64).
 fn rms_norm(x: &[f32], w: &[f32], eps: f64, out: &mut [f32], dim: usize) {
     for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
         let inv = rms_scale(xr, eps);
