@@ -358,15 +358,15 @@ fn the_heads_weighted_values_are_each_heads_own() {
 
 /// Several heads' dots against one lane's keys, taken together, are each
 /// head's bits from a call of its own, for every number of heads (the
-/// 512-bit build takes two to four at once) and key counts past a
-/// multiple of four.
+/// 512-bit build takes them in groups of up to four) and key counts past
+/// a multiple of four.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_heads_dots_are_each_heads_own() {
     let Some(&alone) = super::x86_vec::dots_builds().last() else { return };
     for build in super::x86_vec::dots_heads_builds() {
         for d in [8, 64, 65, 128] {
-            for heads in 1..=6 {
+            for heads in 1..=9 {
                 for (n, stride) in [(0, d), (1, d), (6, d), (37, d), (9, 3 * d + 2)] {
                     let rows = randoms((n.max(1) - 1) * stride + d, n as u64 + 3);
                     let qs = randoms(heads * d, heads as u64);

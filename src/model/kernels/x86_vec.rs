@@ -288,14 +288,57 @@ fn vdots_heads512(qs: &[f32], keys: &[f32], stride: usize, mut out: HeadDots<'_>
     let d = qs.len() / out.heads;
     super::check_strided(d, keys.len(), stride, out.n);
     assert!((out.heads - 1) * out.stride + out.n <= out.out.len(), "heads' dots out of bounds");
-    // SAFETY: `vec_ops` hands this out only after detecting AVX-512F (and
-    // AVX2 and FMA); the body slices with bounds checks.
-    unsafe {
-        match (d, out.heads) {
-            (64, 2) => vdots_heads_64_zmm::<2>(qs, keys, stride, &mut out),
-            (64, 3) => vdots_heads_64_zmm::<3>(qs, keys, stride, &mut out),
-            (64, 4) => vdots_heads_64_zmm::<4>(qs, keys, stride, &mut out),
-            _ => each_head_dots(vdots512, qs, keys, stride, out),
+    if d != 64 && d != 128 {
+        return each_head_dots(vdots512, qs, keys, stride, out);
+    }
+    // Heads in groups of up to four (seven heads to a KV head, as in
+    // Qwen2.5-0.5B, go as four and three).
+    let (heads, stride_out, n) = (out.heads, out.stride, out.n);
+    for first in (0..heads).step_by(4) {
+        let group = (heads - first).min(4);
+        let q = &qs[d * first..d * (first + group)];
+        let mut o = HeadDots { out: &mut out.out[first * stride_out..], heads: group, stride: stride_out, n };
+        // SAFETY: `vec_ops` hands this out only after detecting AVX-512F
+        // (and AVX2 and FMA); the kernels slice with bounds checks.
+        unsafe {
+            match (d, group) {
+                (_, 1) => vdots_avx512(q, keys, stride, o.head(0)),
+                (64, 2) => vdots_heads_64_zmm::<2>(q, keys, stride, &mut o),
+                (64, 3) => vdots_heads_64_zmm::<3>(q, keys, stride, &mut o),
+                (64, _) => vdots_heads_64_zmm::<4>(q, keys, stride, &mut o),
+                (_, 2) => vdots_heads_128_zmm::<2>(q, keys, stride, &mut o),
+                (_, 3) => vdots_heads_128_zmm::<3>(q, keys, stride, &mut o),
+                _ => vdots_heads_128_zmm::<4>(q, keys, stride, &mut o),
+            }
+        }
+    }
+}
+
+/// `vdot_avx2` of `H` heads' 128-value queries against the same keys, a
+/// key at a time: the key's row is loaded once for all the heads, and
+/// each (head, key) dot keeps the 256-bit loop's two sums in one
+/// register's halves (its FMAs in its order), then adds them and
+/// reduces as `hsum` does, so the same bits.
+// SAFETY (callers): The CPU has AVX-512F, AVX2 and FMA. The body asserts
+// `qs.len() ≥ 128·H` before its query loads, each key's loads stay inside
+// its bounds-checked row slice, and dots are stored through bounds-checked
+// slices.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn vdots_heads_128_zmm<const H: usize>(qs: &[f32], keys: &[f32], stride: usize, out: &mut HeadDots<'_>) {
+    assert!(qs.len() >= 128 * H);
+    for j in 0..out.n {
+        let row = keys[j * stride..j * stride + 128].as_ptr();
+        let mut s = [_mm512_setzero_ps(); H];
+        for c in 0..8 {
+            let kv = _mm512_loadu_ps(row.add(16 * c));
+            for h in 0..H {
+                s[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qs.as_ptr().add(128 * h + 16 * c)), kv, s[h]);
+            }
+        }
+        for h in 0..H {
+            let halves = _mm256_add_ps(_mm512_castps512_ps256(s[h]), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s[h]))));
+            out.head(h)[j] = hsum(halves);
         }
     }
 }
