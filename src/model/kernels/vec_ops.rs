@@ -5,7 +5,7 @@
 use super::arm;
 #[cfg(target_arch = "x86_64")]
 use super::x86_vec;
-use super::{exp, scalar};
+use super::{exp, scalar, Simd};
 
 /// f32 vector operations: attention's over rows `j·stride..j·stride + d`
 /// of a cache slice (one KV head's keys or values), and `exp`.
@@ -143,10 +143,16 @@ impl std::fmt::Debug for VecOps {
 }
 
 impl VecOps {
-    /// The fastest this CPU runs.
+    /// The fastest this CPU runs, within the products' build
+    /// (`Simd::best`: `LMT_SIMD=avx2` also keeps attention to 256-bit
+    /// registers, `portable` to plain loops).
     pub fn best() -> VecOps {
+        let simd = Simd::best();
+        if simd == Simd::Portable {
+            return VecOps::portable();
+        }
         #[cfg(target_arch = "x86_64")]
-        if let Some(v) = x86_vec::vec_ops() {
+        if let Some(v) = x86_vec::vec_ops(matches!(simd, Simd::Avx512Vnni | Simd::Avx512Pairs)) {
             return v;
         }
         // Every aarch64 CPU has NEON.

@@ -9,8 +9,9 @@ use super::vec_ops::{by_chunks, each_head, each_head_dots, softmax_with};
 use super::x86::hsum;
 use super::{exp, HeadDots, HeadWeights, VecOps};
 
-/// f32 vector operations for attention, when this CPU runs them.
-pub(super) fn vec_ops() -> Option<VecOps> {
+/// f32 vector operations for attention, when this CPU runs them; in
+/// 512-bit registers where it has AVX-512F and `wide` allows them.
+pub(super) fn vec_ops(wide: bool) -> Option<VecOps> {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
         return None;
     }
@@ -18,7 +19,7 @@ pub(super) fn vec_ops() -> Option<VecOps> {
     // same FMAs per value as the 256-bit loops (so the same bits), half
     // the instructions; several heads' keys and values in one pass over
     // the rows.
-    Some(if is_x86_feature_detected!("avx512f") {
+    Some(if wide && is_x86_feature_detected!("avx512f") {
         VecOps {
             dots: vdots512,
             dots_heads: vdots_heads512,
@@ -281,7 +282,7 @@ fn vdots_heads(qs: &[f32], keys: &[f32], stride: usize, out: HeadDots<'_>) {
     each_head_dots(vdots, qs, keys, stride, out)
 }
 
-fn vdots_heads512(qs: &[f32], keys: &[f32], stride: usize, mut out: HeadDots<'_>) {
+fn vdots_heads512(qs: &[f32], keys: &[f32], stride: usize, out: HeadDots<'_>) {
     if out.heads == 0 {
         return;
     }
