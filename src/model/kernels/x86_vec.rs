@@ -35,7 +35,7 @@ pub(super) fn vec_ops(wide: bool) -> Option<VecOps> {
             axpys: vaxpys,
             axpys_heads: vaxpys_heads,
             exps,
-            softmax: |x, scale| softmax_with(exps, x, scale),
+            softmax,
         }
     })
 }
@@ -170,7 +170,11 @@ unsafe fn exps_avx512(x: &mut [f32]) {
 /// Every x86 build of [`VecOps::softmax`] this CPU runs.
 #[cfg(test)]
 pub(super) fn softmax_builds() -> Vec<fn(&mut [f32], f32)> {
-    builds(|x, scale| softmax_with(exps, x, scale), softmax512)
+    builds(softmax, softmax512)
+}
+
+fn softmax(x: &mut [f32], scale: f32) {
+    softmax_with(exps, x, scale)
 }
 
 fn softmax512(x: &mut [f32], scale: f32) {
