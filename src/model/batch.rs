@@ -223,10 +223,7 @@ impl<'d> Batcher<'d> {
         stats.appends = seqs.len() as u64;
         for ((s, f), r) in seqs.iter_mut().zip(&fulls).zip(&results) {
             if f.is_some() && r.is_ok() {
-                // The sequence and the cache's entry then read its
-                // positions from the same memory.
-                s.st.freeze();
-                let mut copy = s.st.fork();
+                let mut copy = s.st.copy_to_keep();
                 copy.stats = ForwardStats::default();
                 cache.insert(copy);
             }

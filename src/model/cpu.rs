@@ -433,6 +433,7 @@ impl Model {
                 // memory once for all its heads (one head's keys alone
                 // outgrow the L1 cache at a couple of hundred positions).
                 let hi = s.past + i + 1;
+                kv.prefetch_own(hi);
                 // The dots overwrite every score: no clearing first.
                 sc.resize(per * hi, 0.0);
                 let qs = &qkv[row * width + first * d..row * width + (first + per) * d];

@@ -112,6 +112,19 @@ impl KvState {
         }
     }
 
+    /// An independent copy for a prefix cache to keep. The positions fed
+    /// since the last freeze are frozen first, so that both read them from
+    /// the same memory, when there are many; few are copied instead (a
+    /// short block read apart from this state's later positions would cost
+    /// its attention a call per head at every later token, for little
+    /// memory saved).
+    pub fn copy_to_keep(&mut self) -> KvState {
+        if let Cache::Cpu(c) = &mut self.cache {
+            c.freeze_unless_short();
+        }
+        self.fork()
+    }
+
     /// An independent copy: appending to either never changes the other.
     pub fn fork(&self) -> KvState {
         self.clone()

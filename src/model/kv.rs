@@ -10,6 +10,17 @@ use super::kernels::{prefetch_line, HeadDots, HeadWeights, VecOps};
 /// first into one (a bound on attention's calls per head).
 const MAX_BLOCKS: usize = 8;
 
+/// Fewest positions of a frozen block that a prefix reads in place (see
+/// [`Cache::own_short_tail`]).
+const SHORT_PART: usize = 32;
+
+/// Fewest own positions [`Cache::freeze_unless_short`] freezes.
+const SHARE_FROM: usize = 64;
+
+/// Positions of each part [`LaneKv::prefetch_own`] asks for: past them
+/// the hardware prefetchers have caught on.
+const OWN_AHEAD: usize = 64;
+
 /// One sequence's K and V, per lane (layer × KV head, `li·kv_heads + h`):
 /// `head_dim` values a position, so the keys one attention head reads lie
 /// one after the other. The first positions sit in frozen blocks
@@ -64,6 +75,26 @@ impl LaneKv<'_> {
                 Some((k, v, from..(from + n).min(len)))
             })
             .filter(|(_, _, r)| !r.is_empty())
+    }
+
+    /// Asks for the keys and values of the lane's parts after its first,
+    /// among its first `len` positions (at most [`OWN_AHEAD`] of each), to
+    /// be brought into cache. Those parts are a sequence's own positions,
+    /// each short and in memory of its own: read cold, each line of them
+    /// waits on memory, where the hardware prefetchers keep ahead of the
+    /// long first part. Asked before the first part's dots, they arrive
+    /// while those run.
+    pub fn prefetch_own(&self, len: usize) {
+        let d = self.cache.head_dim;
+        for (k, v, r) in self.upto(len).skip(1) {
+            let bytes = r.len().min(OWN_AHEAD) * d * 4;
+            for part in [k, v] {
+                let p = part.as_ptr() as *const u8;
+                for off in (0..bytes).step_by(64) {
+                    prefetch_line(p.wrapping_add(off));
+                }
+            }
+        }
     }
 
     /// For each of `heads` heads reading this lane, `out[h·n + j] = q_h ·
@@ -134,6 +165,14 @@ impl Cache {
         self.shared.push((Arc::new(Frozen { positions: n, k, v }), n));
     }
 
+    /// [`Cache::freeze`] when the cache has [`SHARE_FROM`] own positions
+    /// or more (see [`super::KvState::copy_to_keep`]).
+    pub fn freeze_unless_short(&mut self) {
+        if self.own() >= SHARE_FROM {
+            self.freeze();
+        }
+    }
+
     /// The first `len` positions, reading this cache's frozen blocks; its
     /// own positions among them are frozen first (copied once), so every
     /// cache forked from the result shares them.
@@ -147,7 +186,29 @@ impl Cache {
             c.freeze();
         }
         c.truncate(len);
+        c.own_short_tail();
         c
+    }
+
+    /// Copies the frozen blocks at the end of the chain (never the first)
+    /// that this cache reads fewer than [`SHORT_PART`] positions of into
+    /// its own positions, which must be none yet. A prefix cut just past
+    /// where two cached sequences part (a dataset row's first words shared
+    /// with an earlier row's) would otherwise read a block of a position
+    /// or two: each part costs attention a call per head, and its lines
+    /// come from memory cold.
+    fn own_short_tail(&mut self) {
+        debug_assert_eq!(self.own(), 0);
+        let d = self.head_dim;
+        let mut tail = Vec::new();
+        while self.shared.len() > 1 && self.shared.last().is_some_and(|(_, n)| *n < SHORT_PART) {
+            tail.extend(self.shared.pop());
+        }
+        for (f, n) in tail.iter().rev() {
+            for (own, part) in self.k.iter_mut().zip(&f.k).chain(self.v.iter_mut().zip(&f.v)) {
+                own.extend_from_slice(&part[..n * d]);
+            }
+        }
     }
 
     /// Bytes of the positions the cache holds (shared ones included).
@@ -271,6 +332,41 @@ mod tests {
         (3..7).for_each(|p| push(&mut t, p));
         check(&t, 7);
         check(&c, 9);
+    }
+
+    #[test]
+    fn a_prefix_copies_the_short_blocks_at_its_end() {
+        let mut c = Cache::new(LANES, D);
+        (0..40).for_each(|p| push(&mut c, p));
+        c.freeze();
+        (40..40 + SHORT_PART + 2).for_each(|p| push(&mut c, p));
+        c.freeze();
+        // Three positions of the second block: copied, read as before.
+        let p = c.prefix(43);
+        check(&p, 43);
+        assert_eq!((p.shared.len(), p.own()), (1, 3));
+        assert!(Arc::ptr_eq(&p.shared[0].0, &c.shared[0].0), "the first block stays shared");
+        // All of it: shared in place.
+        let p = c.prefix(40 + SHORT_PART + 2);
+        check(&p, 40 + SHORT_PART + 2);
+        assert_eq!((p.shared.len(), p.own()), (2, 0));
+        // A first block is never copied, however short.
+        let p = c.prefix(2);
+        check(&p, 2);
+        assert_eq!((p.shared.len(), p.own()), (1, 0));
+    }
+
+    #[test]
+    fn few_own_positions_stay_unfrozen() {
+        let mut c = Cache::new(LANES, D);
+        (0..SHARE_FROM - 1).for_each(|p| push(&mut c, p));
+        c.freeze_unless_short();
+        assert!(c.shared.is_empty());
+        check(&c, SHARE_FROM - 1);
+        push(&mut c, SHARE_FROM - 1);
+        c.freeze_unless_short();
+        assert_eq!((c.shared.len(), c.own()), (1, 0));
+        check(&c, SHARE_FROM);
     }
 
     #[test]

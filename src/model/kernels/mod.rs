@@ -194,46 +194,55 @@ struct GroupKernel {
     pairs: Option<PairKernel>,
 }
 
-/// A pair kernel of any number of activation rows (1 to 8).
+/// A pair kernel of any number of activation rows (1 to its widest).
 type AnyTileFn = fn(&[u8], usize, &[&[u8]], &mut [f32]);
 
 /// Kernels of two adjacent groups (sixteen rows, stored one group after
 /// the other) against `T` activation rows, `T - 1` the index: `(groups,
-/// blocks per group, activations, out[t·16 + r])`. Every `T` up to 8 has
-/// its own: a pass of 15 tokens takes one product of 8 and one of 7,
-/// where tiles of 8, 4 and 1 would read the weights five times. `from`:
-/// the fewest activation rows the pairs take (fewer go through the
-/// eight-row build, the same bits).
+/// blocks per group, activations, out[t·16 + r])`. Every `T` up to the
+/// widest has its own: a pass of 15 tokens takes one product of 8 and one
+/// of 7, where tiles of 8, 4 and 1 would read the weights five times.
+/// `from`: the fewest activation rows the pairs take (fewer go through
+/// the eight-row build, the same bits).
 #[derive(Clone, Copy)]
 struct PairKernel {
-    tiles: [AnyTileFn; 8],
+    tiles: &'static [AnyTileFn],
     from: usize,
 }
+
+/// Most activation rows a pair kernel takes at once. The 4-, 5- and 8-bit
+/// kernels keep ten rows' sums and accumulators in the 32 registers at
+/// the rate of eight (Zen 5, `Q4_1` from L2: 8 rows 323–332, 10 rows
+/// 332–342 G multiply-adds/s; `Q5_0` and `Q8_0` slow down from 11), so a
+/// pass of nine or ten tokens (a dataset's rows decoding together, their
+/// forced tokens beside) is one product, not one of eight and a slow one
+/// of one or two.
+const WIDEST_PAIR: usize = 10;
 
 /// One `T` of a [`PairKernel`]: `x86_pair::$k::<T>` (with `$more` after
 /// `T`) taking its rows as a slice.
 #[cfg(target_arch = "x86_64")]
 macro_rules! pair_tile {
     ($k:ident, $t:literal $(, $more:tt)?) => {
+        pair_tile!(@ $k, $t, [$($more)?])
+    };
+    (@ $k:ident, $t:literal, [$($more:tt)?]) => {
         |g: &[u8], nb: usize, a: &[&[u8]], o: &mut [f32]| x86_pair::$k::<$t $(, $more)?>(g, nb, std::array::from_fn(|i| a[i]), o)
     };
 }
 
-/// The [`PairKernel`] of `x86_pair::$k` for every `T` from 1 to 8.
+/// The [`PairKernel`] of `x86_pair::$k` (with `$more` after `T`) for each
+/// `T` listed, 1 up.
 #[cfg(target_arch = "x86_64")]
 macro_rules! pair_kernel {
-    ($k:ident $(, $more:tt)?) => {
-        PairKernel { from: 1, tiles: [
-            pair_tile!($k, 1 $(, $more)?),
-            pair_tile!($k, 2 $(, $more)?),
-            pair_tile!($k, 3 $(, $more)?),
-            pair_tile!($k, 4 $(, $more)?),
-            pair_tile!($k, 5 $(, $more)?),
-            pair_tile!($k, 6 $(, $more)?),
-            pair_tile!($k, 7 $(, $more)?),
-            pair_tile!($k, 8 $(, $more)?),
-        ] }
+    ($k:ident $(, $more:tt)?; $($t:literal)+) => {
+        pair_kernel!(@ $k, [$($more)?]; $($t)+)
     };
+    (@ $k:ident, $more:tt; $($t:literal)+) => {{
+        const _: () = assert!([$($t),+].len() <= WIDEST_PAIR, "`QMatrix::multiply` holds at most WIDEST_PAIR rows a tile");
+        static TILES: &[AnyTileFn] = &[$(pair_tile!(@ $k, $t, $more)),+];
+        PairKernel { from: 1, tiles: TILES }
+    }};
 }
 
 /// The builds of the group kernels: what a matrix multiplies with (the
@@ -343,21 +352,29 @@ impl Simd {
             #[cfg(target_arch = "x86_64")]
             Simd::Avx512Pairs => {
                 let pairs = match ty {
-                    QType::Q4_0 => Some(pair_kernel!(q4x16, false)),
-                    QType::Q4_1 => Some(pair_kernel!(q4x16, true)),
-                    QType::Q5_0 => Some(pair_kernel!(q5_0x16)),
+                    QType::Q4_0 => Some(pair_kernel!(q4x16, false; 1 2 3 4 5 6 7 8 9 10)),
+                    QType::Q4_1 => Some(pair_kernel!(q4x16, true; 1 2 3 4 5 6 7 8 9 10)),
+                    QType::Q5_0 => Some(pair_kernel!(q5_0x16; 1 2 3 4 5 6 7 8 9 10)),
                     // One activation row (a decoded token) on AMD's cores
                     // runs faster through the eight-row build (Zen 5, a
                     // sequence's decode: the TinyLlama-shaped Q4_K_M file
                     // 41–44 → 47–51 tok/s, Q8_0 files +5–10 %); Intel's Xeon
                     // runs the two alike.
-                    QType::Q8_0 => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q8_0x16) }),
+                    QType::Q8_0 => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q8_0x16; 1 2 3 4 5 6 7 8 9 10) }),
                     // Five to eight rows in two products of at most four
                     // (`q4_kx16_halves`: eight in one spill registers).
                     QType::Q4K => {
-                        let mut k = PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q4_kx16) };
-                        k.tiles[4..].fill(x86_pair::q4_kx16_halves);
-                        Some(k)
+                        static TILES: &[AnyTileFn] = &[
+                            pair_tile!(q4_kx16, 1),
+                            pair_tile!(q4_kx16, 2),
+                            pair_tile!(q4_kx16, 3),
+                            pair_tile!(q4_kx16, 4),
+                            x86_pair::q4_kx16_halves,
+                            x86_pair::q4_kx16_halves,
+                            x86_pair::q4_kx16_halves,
+                            x86_pair::q4_kx16_halves,
+                        ];
+                        Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, tiles: TILES })
                     }
                     // On AMD's cores `Q6_K` goes through the eight-row
                     // build at every batch: the pair kernel, reading two
@@ -367,7 +384,7 @@ impl Simd {
                     // 31–37 GB/s for one activation row; 8 rows 81 against
                     // 136 G multiply-adds/s). Intel's Xeon is unmeasured.
                     QType::Q6K if x86_group::is_amd() => None,
-                    QType::Q6K => Some(pair_kernel!(q6_kx16)),
+                    QType::Q6K => Some(pair_kernel!(q6_kx16; 1 2 3 4 5 6 7 8)),
                     _ => None,
                 };
                 // A lone group (an odd one at the end of a chunk) takes the eight-row build.
@@ -713,7 +730,8 @@ impl QMatrix {
         }
         let acts_out = Disjoint::new(&mut scratch.acts);
         let made = Disjoint::new(&mut scratch.rows);
-        let (claimed, ready) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (claimed, ready) = (Counter::default(), Counter::default());
+        let (claimed, ready) = (&claimed.0, &ready.0);
         let rows = self.rows;
         let rb = self.data.len() / rows.max(1);
         let threads = pool.threads();
@@ -727,7 +745,8 @@ impl QMatrix {
         let unit = if self.group_kernel.is_some_and(|g| g.pairs.is_some()) { 16 } else { 8 };
         let most = if self.groups > 0 { 256 } else { 64 };
         let grouped = 8 * self.groups;
-        let next = AtomicUsize::new(0);
+        let next = Counter::default();
+        let next = &next.0;
         let add = dst.write() == Write::Add;
         pool.run(&|_| {
             // Input rows first, taken from a counter in chunks (each claim
@@ -740,7 +759,7 @@ impl QMatrix {
                     break;
                 }
                 let t1 = (t0 + chunk).min(n);
-                let _ready = Ready(&ready, t1 - t0);
+                let _ready = Ready(ready, t1 - t0);
                 for t in t0..t1 {
                     // SAFETY: row `t` was claimed by this thread alone.
                     let a = unsafe { acts_out.slice(t * arow, arow) };
@@ -765,22 +784,28 @@ impl QMatrix {
             let acts = unsafe { acts_out.shared() };
             let a = |t: usize| &acts[t * arow..(t + 1) * arow];
             let mut local = [0f32; 64 * 4];
-            while let Some((r0, end)) = claim_rows(&next, rows, threads, unit, most) {
+            while let Some((r0, end)) = claim_rows(next, rows, threads, unit, most) {
                 // Interleaved groups first, then plain rows: a row always
                 // goes through the same kernel, whatever the batch.
                 let split = grouped.clamp(r0, end);
                 if split > r0 {
                     let gk = self.group_kernel.expect("interleaved rows have group kernels");
                     let nb = rb / self.ty.block().1;
+                    let widest = gk.pairs.map_or(8, |p| p.tiles.len());
                     let mut t = 0;
                     while t < n {
-                        // Up to eight activation rows at once: a pair
+                        // Up to `widest` activation rows at once: a pair
                         // kernel takes them all, a lone group's tiles of
-                        // 8, 4 and 1 (`group_tiles`) split them.
-                        let tile = (n - t).min(8);
-                        let acts: [&[u8]; 8] = std::array::from_fn(|i| a((t + i).min(n - 1)));
+                        // 8, 4 and 1 (`group_tiles`) split them. Pairs
+                        // wider than eight get tiles as even as that
+                        // allows (twelve rows as six and six, not ten and
+                        // a slow two); eight-row ones keep whole eights
+                        // (`Q4_K`'s split halves run fastest as fours).
+                        let left = n - t;
+                        let tile = if widest > 8 { left.div_ceil(left.div_ceil(widest)) } else { left.min(8) };
+                        let acts: [&[u8]; WIDEST_PAIR] = std::array::from_fn(|i| a((t + i).min(n - 1)));
                         let acts = &acts[..tile];
-                        let mut sums = [0f32; 128];
+                        let mut sums = [0f32; 16 * WIDEST_PAIR];
                         let mut g0 = r0;
                         while g0 < split {
                             // Two groups at once where the build can, else one.
@@ -867,12 +892,22 @@ fn claim_rows(next: &AtomicUsize, rows: usize, threads: usize, unit: usize, most
 /// A group or pair kernel's sums (`sums[i·width + r]`) into output rows
 /// `t + i`, columns `g0..g0 + width`.
 fn put_rows(dst: &Out<'_, '_>, sums: &[f32], width: usize, t: usize, g0: usize) {
-    for (i, s) in sums.chunks_exact(width).enumerate() {
+    // Widths known when compiled: a copy of 8 or 16 values is then a few
+    // moves, not a call to `memcpy` after every kernel call.
+    match width {
+        16 => put_rows_of::<16>(dst, sums, t, g0),
+        8 => put_rows_of::<8>(dst, sums, t, g0),
+        _ => unreachable!("groups are eight or sixteen rows"),
+    }
+}
+
+fn put_rows_of<const W: usize>(dst: &Out<'_, '_>, sums: &[f32], t: usize, g0: usize) {
+    for (i, s) in sums.chunks_exact(W).enumerate() {
         // SAFETY: the group's rows are in the calling thread's chunk alone.
-        let o = unsafe { dst.slice(t + i, g0, width) };
+        let o = &mut unsafe { dst.slice(t + i, g0, W) }[..W];
         match dst.write() {
-            Write::Set => o.copy_from_slice(s),
-            Write::Add => o.iter_mut().zip(s).for_each(|(o, s)| *o += s),
+            Write::Set => o.copy_from_slice(&s[..W]),
+            Write::Add => o.iter_mut().zip(&s[..W]).for_each(|(o, s)| *o += s),
         }
     }
 }
@@ -927,6 +962,13 @@ pub enum Input<'a> {
 
 /// Counts a chunk of input rows (its length) ready when dropped (also
 /// when unwinding).
+/// A counter the threads of a job share, alone in its cache lines (128
+/// bytes: adjacent-line prefetch pairs them): counters side by side on
+/// the stack would pass one line between the cores at every claim.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct Counter(pub(crate) AtomicUsize);
+
 struct Ready<'a>(&'a AtomicUsize, usize);
 
 impl Drop for Ready<'_> {

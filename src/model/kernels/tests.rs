@@ -618,7 +618,7 @@ fn every_build_agrees_on_tall_matrices() {
         let portable = m.clone().portable();
         for simd in Simd::available() {
             let m = m.clone().with_simd(simd);
-            for n in [2, 3, 9, 15, 16] {
+            for n in [2, 3, 9, 10, 11, 15, 16, 20] {
                 let x = randoms(n * cols, 3 + n as u64);
                 let (fast, slow) = (run(&m, &pool, &x, n), run(&portable, &pool, &x, n));
                 let same = fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits());
