@@ -175,7 +175,8 @@ impl Cache {
 
     /// The first `len` positions, reading this cache's frozen blocks; its
     /// own positions among them are frozen first (copied once), so every
-    /// cache forked from the result shares them.
+    /// cache forked from the result shares them. A short tail is copied
+    /// instead ([`Cache::own_short_tail`]).
     pub fn prefix(&self, len: usize) -> Cache {
         let base = self.base();
         let mut c = Cache { shared: self.shared.clone(), ..Cache::new(self.k.len(), self.head_dim) };
