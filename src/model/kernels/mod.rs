@@ -903,7 +903,9 @@ fn put_rows(dst: &Out<'_, '_>, sums: &[f32], width: usize, t: usize, g0: usize) 
 
 fn put_rows_of<const W: usize>(dst: &Out<'_, '_>, sums: &[f32], t: usize, g0: usize) {
     for (i, s) in sums.chunks_exact(W).enumerate() {
-        // SAFETY: the group's rows are in the calling thread's chunk alone.
+        // SAFETY: columns `g0..g0 + W` are the group's rows, in the chunk
+        // this thread claimed alone (`claim_rows`), so no other thread
+        // touches them in this job; `slice` checks the bounds.
         let o = &mut unsafe { dst.slice(t + i, g0, W) }[..W];
         match dst.write() {
             Write::Set => o.copy_from_slice(&s[..W]),
@@ -960,15 +962,15 @@ pub enum Input<'a> {
     Made(&'a (dyn Fn(usize, &mut [f32]) + Sync)),
 }
 
-/// Counts a chunk of input rows (its length) ready when dropped (also
-/// when unwinding).
 /// A counter the threads of a job share, alone in its cache lines (128
 /// bytes: adjacent-line prefetch pairs them): counters side by side on
 /// the stack would pass one line between the cores at every claim.
 #[derive(Default)]
 #[repr(align(128))]
-pub(crate) struct Counter(pub(crate) AtomicUsize);
+struct Counter(AtomicUsize);
 
+/// Counts a chunk of input rows (its length) ready when dropped (also
+/// when unwinding).
 struct Ready<'a>(&'a AtomicUsize, usize);
 
 impl Drop for Ready<'_> {

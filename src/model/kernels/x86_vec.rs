@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::vec_ops::{by_chunks, each_head, each_head_dots, softmax_with};
-use super::x86::hsum;
+use super::x86::{hsum, prefetch};
 use super::{exp, HeadDots, HeadWeights, VecOps};
 
 /// f32 vector operations for attention, when this CPU runs them; in
@@ -376,13 +376,10 @@ unsafe fn vdots_heads_64_zmm<const H: usize>(qs: &[f32], keys: &[f32], stride: u
     let mut j = 0;
     while j < full {
         let row = keys[j * stride..(j + 3) * stride + 64].as_ptr();
-        // The four keys `AHEAD_POSITIONS` on, each four lines (a prefetch
-        // never faults: any address, past the keys too, is sound).
+        // The four keys `AHEAD_POSITIONS` on (a prefetch never faults:
+        // any address, past the keys too, is sound).
         for k in 0..4 {
-            let ahead = row.wrapping_add((AHEAD_POSITIONS + k) * stride) as *const i8;
-            for l in 0..4 {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * l));
-            }
+            prefetch(row.wrapping_add((AHEAD_POSITIONS + k) * stride) as *const u8, 64 * 4);
         }
         let mut s = [[_mm512_setzero_ps(); 4]; H];
         for c in 0..4 {
@@ -479,10 +476,7 @@ unsafe fn vaxpys_heads_in_zmm<const N: usize, const H: usize>(y: &mut [f32], p: 
     for j in 0..n {
         let row = &vals[j * stride..j * stride + 16 * N];
         // The row `AHEAD_POSITIONS` on (a prefetch never faults).
-        let ahead = row.as_ptr().wrapping_add(AHEAD_POSITIONS * stride) as *const i8;
-        for l in 0..N {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * l));
-        }
+        prefetch(row.as_ptr().wrapping_add(AHEAD_POSITIONS * stride) as *const u8, 64 * N);
         let v: [__m512; N] = std::array::from_fn(|k| _mm512_loadu_ps(row.as_ptr().add(16 * k)));
         for (a, p) in acc.iter_mut().zip(&p) {
             let pj = p[j];
