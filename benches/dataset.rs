@@ -7,7 +7,8 @@
 //! kind of machine changes speed from minute to minute), its ratio to
 //! `--parallel 1`, the forward tokens (the rows' own, then the shared
 //! prefix computed once) and the batched passes; and whether every run
-//! wrote the same records as the first `--parallel 1` one.
+//! wrote the same records as the first `--parallel 1` one (exit status 1
+//! when not).
 //!
 //! ```text
 //! cargo bench --bench dataset -- [FILE.gguf …]
@@ -93,6 +94,7 @@ fn main() {
     }
     let out = std::env::temp_dir().join(format!("lmt-bench-dataset-{}.jsonl", std::process::id()));
     let mut table = Vec::new();
+    let mut all_same = true;
     for file in &files {
         if !file.is_file() {
             eprintln!("SKIPPED {}: no such file (../shared/scripts/fetch-smollm2.sh fetches it)", file.display());
@@ -116,6 +118,7 @@ fn main() {
         }
         let first = &runs[0][0].records;
         let same = runs.iter().flatten().all(|r| &r.records == first);
+        all_same &= same;
         let one = median(runs[0].iter().map(|r| r.rows_per_s).collect());
         let mut row = vec![name];
         for level in &runs {
@@ -133,5 +136,9 @@ fn main() {
     println!("|---|---|---|---|---|");
     for r in table {
         println!("| {} |", r.join(" | "));
+    }
+    if !all_same {
+        eprintln!("the records differ between runs: the same seed must give the same records at every --parallel");
+        std::process::exit(1);
     }
 }
