@@ -174,20 +174,27 @@ impl Cache {
     }
 
     /// The first `len` positions, reading this cache's frozen blocks; its
-    /// own positions among them are frozen first (copied once), so every
-    /// cache forked from the result shares them. A short tail is copied
-    /// instead ([`Cache::own_short_tail`]).
+    /// own positions among them are frozen (copied once), so every cache
+    /// forked from the result shares them, unless they are fewer than
+    /// [`SHORT_PART`] after a frozen block: those, and a short tail of
+    /// frozen blocks before them, are copied into the result's own
+    /// positions ([`Cache::own_short_tail`]).
     pub fn prefix(&self, len: usize) -> Cache {
         let base = self.base();
         let mut c = Cache { shared: self.shared.clone(), ..Cache::new(self.k.len(), self.head_dim) };
-        if len > base {
-            let own = (len - base) * self.head_dim;
-            let cut = |l: &Vec<Vec<f32>>| l.iter().map(|l| l[..own.min(l.len())].to_vec()).collect();
-            (c.k, c.v) = (cut(&self.k), cut(&self.v));
+        c.truncate(len.min(base));
+        let own = len.saturating_sub(base).min(self.own());
+        let keep_shared = own >= SHORT_PART || c.shared.is_empty();
+        if !keep_shared {
+            c.own_short_tail();
+        }
+        let d = self.head_dim;
+        for (to, from) in c.k.iter_mut().zip(&self.k).chain(c.v.iter_mut().zip(&self.v)) {
+            to.extend_from_slice(&from[..own * d]);
+        }
+        if keep_shared {
             c.freeze();
         }
-        c.truncate(len);
-        c.own_short_tail();
         c
     }
 
@@ -336,12 +343,13 @@ mod tests {
     }
 
     #[test]
-    fn a_prefix_copies_the_short_blocks_at_its_end() {
+    fn a_prefix_copies_short_parts_at_its_end() {
         let mut c = Cache::new(LANES, D);
         (0..40).for_each(|p| push(&mut c, p));
         c.freeze();
         (40..40 + SHORT_PART + 2).for_each(|p| push(&mut c, p));
         c.freeze();
+        (40 + SHORT_PART + 2..40 + 2 * SHORT_PART + 2).for_each(|p| push(&mut c, p));
         // Three positions of the second block: copied, read as before.
         let p = c.prefix(43);
         check(&p, 43);
@@ -351,7 +359,21 @@ mod tests {
         let p = c.prefix(40 + SHORT_PART + 2);
         check(&p, 40 + SHORT_PART + 2);
         assert_eq!((p.shared.len(), p.own()), (2, 0));
-        // A first block is never copied, however short.
+        // A few own positions after the blocks: copied, not frozen; many:
+        // frozen, so that caches forked from the prefix share them.
+        let p = c.prefix(40 + SHORT_PART + 5);
+        check(&p, 40 + SHORT_PART + 5);
+        assert_eq!((p.shared.len(), p.own()), (2, 3));
+        let p = c.prefix(40 + 2 * SHORT_PART + 2);
+        check(&p, 40 + 2 * SHORT_PART + 2);
+        assert_eq!((p.shared.len(), p.own()), (3, 0));
+        // A first block is never copied, however short, nor are a cache's
+        // first positions left unfrozen.
+        let p = c.prefix(2);
+        check(&p, 2);
+        assert_eq!((p.shared.len(), p.own()), (1, 0));
+        let mut c = Cache::new(LANES, D);
+        (0..3).for_each(|p| push(&mut c, p));
         let p = c.prefix(2);
         check(&p, 2);
         assert_eq!((p.shared.len(), p.own()), (1, 0));
