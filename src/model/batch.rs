@@ -145,6 +145,12 @@ impl<'d> Batcher<'d> {
         q.next_ticket += 1;
         let job_state = std::mem::replace(st, self.decoder.new_state());
         q.jobs.push(Job { seq: Seq { ticket, st: job_state }, work });
+        // Fewer members still at their own work than the pass has threads:
+        // cores are idle, and the pass comes when those members ask.
+        let working = q.members.saturating_sub(q.jobs.len());
+        if !q.busy && working > 0 && working < self.decoder.threads() {
+            self.decoder.ready();
+        }
         loop {
             if let Some((back, result)) = q.done.remove(&ticket) {
                 *st = back;
@@ -158,9 +164,6 @@ impl<'d> Batcher<'d> {
                 let started = std::time::Instant::now();
                 // A panic in a pass must not leave the others waiting forever.
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(jobs)));
-                // The members now do their own work (masks, sampling) before
-                // the next pass: the model's idle workers leave them the cores.
-                self.decoder.rest();
                 let (results, stats) = ran.unwrap_or_else(|_| {
                     let failed = |ticket| {
                         let seq = Seq { ticket, st: self.decoder.new_state() };
@@ -169,6 +172,13 @@ impl<'d> Batcher<'d> {
                     (tickets.into_iter().map(failed).collect(), BatchStats::default())
                 });
                 q = self.lock();
+                // The members now do their own work (masks, sampling) before
+                // the next pass: as many as the pass has threads or more,
+                // and the model's idle workers leave them the cores; fewer,
+                // and the workers spin on the cores left idle.
+                if q.members >= self.decoder.threads() {
+                    self.decoder.rest();
+                }
                 q.busy = false;
                 q.stats.batches += 1;
                 q.stats.appends += stats.appends;

@@ -298,6 +298,11 @@ impl Model {
         self.pool.rest();
     }
 
+    /// The pool's workers spin for a pass that comes soon (see [`Pool::ready`]).
+    pub fn ready(&self) {
+        self.pool.ready();
+    }
+
     /// Runs the segments' tokens through the model, appending their K/V to
     /// their caches; the logits of each segment's `rows`.
     pub fn forward(&self, cfg: &ModelConfig, segs: &mut [Seg<'_>]) -> Vec<Vec<Vec<f32>>> {

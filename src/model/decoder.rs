@@ -228,6 +228,14 @@ impl Decoder {
         }
     }
 
+    /// Tells the runtime that a pass follows soon on cores that are idle
+    /// now: its sleeping workers wake and spin for it.
+    pub fn ready(&self) {
+        if let Backend::Cpu(m) = &*self.backend {
+            m.ready();
+        }
+    }
+
     /// What runs the forward pass, in words.
     pub fn runtime_name(&self) -> &'static str {
         match &*self.backend {

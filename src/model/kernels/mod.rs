@@ -182,11 +182,16 @@ pub(crate) struct Kernel {
     rows4: TileFn<4>,
 }
 
-/// Kernels of eight interleaved rows against 1, 4 or 8 activation rows:
+/// Kernels of eight interleaved rows against 1 to 4 or 8 activation rows:
 /// `(group, blocks, activations, out[t·8 + r])`.
 #[derive(Clone, Copy)]
 struct GroupKernel {
     g1: TileFn<1>,
+    /// Two and three rows: what a pass has left past its fours takes one
+    /// product, not one for each row (a row alone unpacks the weights
+    /// for itself: on AVX2 a third of its work).
+    g2: TileFn<2>,
+    g3: TileFn<3>,
     g4: TileFn<4>,
     /// Where a build has the registers to keep eight rows' sums.
     g8: Option<TileFn<8>>,
@@ -218,6 +223,22 @@ struct PairKernel {
 /// forced tokens beside) is one product, not one of eight and a slow one
 /// of one or two.
 const WIDEST_PAIR: usize = 10;
+
+/// A [`GroupKernel`] of every tile of the group kernel `$f` (a path, with
+/// the const parameters after `T` in `$more`), its eight-row tile through
+/// `$g8` (`Some`, or a function giving `None` where a build has none).
+macro_rules! group_kernel {
+    ($g8:expr, $($f:ident)::+ $(, $more:tt)?) => {
+        Some(GroupKernel {
+            g1: $($f)::+::<1 $(, $more)?>,
+            g2: $($f)::+::<2 $(, $more)?>,
+            g3: $($f)::+::<3 $(, $more)?>,
+            g4: $($f)::+::<4 $(, $more)?>,
+            g8: $g8($($f)::+::<8 $(, $more)?>),
+            pairs: None,
+        })
+    };
+}
 
 /// One `T` of a [`PairKernel`]: `x86_pair::$k::<T>` (with `$more` after
 /// `T`) taking its rows as a slice.
@@ -325,16 +346,16 @@ impl Simd {
             ($m:path, $g8:expr) => {{
                 use $m as m;
                 match ty {
-                    QType::Q4_0 => Some(GroupKernel { g1: m::q4x8::<1, false>, g4: m::q4x8::<4, false>, g8: $g8(m::q4x8::<8, false>), pairs: None }),
-                    QType::Q4_1 => Some(GroupKernel { g1: m::q4x8::<1, true>, g4: m::q4x8::<4, true>, g8: $g8(m::q4x8::<8, true>), pairs: None }),
-                    QType::Q5_0 => Some(GroupKernel { g1: m::q5_0x8::<1>, g4: m::q5_0x8::<4>, g8: $g8(m::q5_0x8::<8>), pairs: None }),
-                    QType::Q8_0 => Some(GroupKernel { g1: m::q8_0x8::<1>, g4: m::q8_0x8::<4>, g8: $g8(m::q8_0x8::<8>), pairs: None }),
-                    QType::Q4K => Some(GroupKernel { g1: m::q4_kx8::<1>, g4: m::q4_kx8::<4>, g8: $g8(m::q4_kx8::<8>), pairs: None }),
+                    QType::Q4_0 => group_kernel!($g8, m::q4x8, false),
+                    QType::Q4_1 => group_kernel!($g8, m::q4x8, true),
+                    QType::Q5_0 => group_kernel!($g8, m::q5_0x8),
+                    QType::Q8_0 => group_kernel!($g8, m::q8_0x8),
+                    QType::Q4K => group_kernel!($g8, m::q4_kx8),
                     // `QMatrix::new` interleaves `Q6_K` for the pair build
                     // alone (`groups_q6_k`), which runs these on AMD and
                     // for lone groups; the others' serve tests that switch
                     // builds.
-                    QType::Q6K => Some(GroupKernel { g1: m::q6_kx8::<1>, g4: m::q6_kx8::<4>, g8: $g8(m::q6_kx8::<8>), pairs: None }),
+                    QType::Q6K => group_kernel!($g8, m::q6_kx8),
                     _ => None,
                 }
             }};
@@ -851,21 +872,23 @@ impl QMatrix {
 }
 
 /// One group of eight rows against the activation rows `a` in tiles of
-/// 8 (where the build has them), 4 and 1: `sums[t·8 + r]`.
+/// 8 (where the build has them), 4, then the 1 to 3 left: `sums[t·8 + r]`.
 fn group_tiles(gk: &GroupKernel, rows: &[u8], nb: usize, a: &[&[u8]], sums: &mut [f32]) {
     let mut t = 0;
     while t < a.len() {
         let left = a.len() - t;
         let tile = match gk.g8 {
             Some(_) if left >= 8 => 8,
-            _ if left >= 4 => 4,
-            _ => 1,
+            _ => left.min(4),
         };
         let s = &mut sums[8 * t..8 * (t + tile)];
+        let a = |i: usize| a[t + i];
         match (tile, gk.g8) {
-            (8, Some(g8)) => g8(rows, nb, std::array::from_fn(|i| a[t + i]), s),
-            (4, _) => (gk.g4)(rows, nb, std::array::from_fn(|i| a[t + i]), s),
-            _ => (gk.g1)(rows, nb, [a[t]], s),
+            (8, Some(g8)) => g8(rows, nb, std::array::from_fn(a), s),
+            (4, _) => (gk.g4)(rows, nb, std::array::from_fn(a), s),
+            (3, _) => (gk.g3)(rows, nb, std::array::from_fn(a), s),
+            (2, _) => (gk.g2)(rows, nb, std::array::from_fn(a), s),
+            _ => (gk.g1)(rows, nb, [a(0)], s),
         }
         t += tile;
     }

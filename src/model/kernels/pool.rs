@@ -43,8 +43,12 @@ struct Shared {
     /// Workers go to sleep without spinning until the next job (see
     /// [`Pool::rest`]).
     rest: AtomicBool,
+    /// Bumped by [`Pool::ready`]: sleeping workers wake and spin.
+    nudges: AtomicUsize,
     /// Workers asleep on `wake`.
     sleepers: AtomicUsize,
+    /// Times a worker woke from `wake` (the tests watch nudges with it).
+    wakeups: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
 }
@@ -120,7 +124,9 @@ impl Pool {
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             rest: AtomicBool::new(false),
+            nudges: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
+            wakeups: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
@@ -149,6 +155,27 @@ impl Pool {
     /// cores. The next [`Pool::run`] wakes them.
     pub fn rest(&self) {
         self.shared.rest.store(true, Ordering::Relaxed);
+    }
+
+    /// Workers asleep now, and the times a worker has woken.
+    #[cfg(test)]
+    pub(crate) fn sleeps(&self) -> (usize, usize) {
+        (self.shared.sleepers.load(Ordering::SeqCst), self.shared.wakeups.load(Ordering::SeqCst))
+    }
+
+    /// Wakes sleeping workers to spin for a job the caller expects soon,
+    /// on cores that have just fallen idle (a dataset run's rows all but
+    /// one waiting for the next batched pass): a worker woken by the job
+    /// itself starts it tens of microseconds late, and the caller starts
+    /// the pass's first products without it.
+    pub fn ready(&self) {
+        let s = &*self.shared;
+        s.rest.store(false, Ordering::Relaxed);
+        s.nudges.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
     }
 
     /// Runs `f(i)` on the calling thread (`i = 0`) and on each worker `i`
@@ -231,12 +258,19 @@ fn worker(s: &Shared, index: usize) {
                 std::hint::spin_loop();
                 continue;
             }
+            let nudged = s.nudges.load(Ordering::SeqCst);
             let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.sleepers.fetch_add(1, Ordering::SeqCst);
-            while s.generation.load(Ordering::SeqCst) == seen && !s.stop.load(Ordering::SeqCst) {
+            while s.generation.load(Ordering::SeqCst) == seen
+                && !s.stop.load(Ordering::SeqCst)
+                && s.nudges.load(Ordering::SeqCst) == nudged
+            {
                 g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
             }
             s.sleepers.fetch_sub(1, Ordering::SeqCst);
+            s.wakeups.fetch_add(1, Ordering::Relaxed);
+            // Woken by a job, or told one comes soon: spin for it again.
+            spins = 0;
         }
         seen = s.generation.load(Ordering::Acquire);
         // Take part unless the caller has finished the job without this

@@ -229,6 +229,27 @@ fn a_pools_jobs_do_all_their_work_once_and_report_panics() {
         assert_eq!(joined.load(Ordering::SeqCst), threads - 1, "every worker took part in a job that waited for it");
     }
     let pool = Pool::new(3);
+    // Told to rest, the workers sleep; told a job comes soon, they wake
+    // before it (a lost nudge leaves them asleep), and take part in it.
+    for _ in 0..50 {
+        pool.rest();
+        pool.run(&|_| {});
+        wait_for(|| pool.sleeps().0 == 2);
+        let (asleep, woken) = pool.sleeps();
+        assert_eq!(asleep, 2, "rested workers sleep");
+        pool.ready();
+        wait_for(|| pool.sleeps().1 == woken + 2);
+        assert_eq!(pool.sleeps().1, woken + 2, "a nudge wakes every sleeping worker, once");
+        let joined = AtomicUsize::new(0);
+        pool.run(&|i| {
+            if i == 0 {
+                wait_for(|| joined.load(Ordering::SeqCst) == 2);
+            } else {
+                joined.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        assert_eq!(joined.load(Ordering::SeqCst), 2, "nudged workers take part in the next job");
+    }
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run(&|i| assert!(i != 0, "boom"))));
     assert!(r.is_err(), "the caller's panic");
     // A worker's panic, in a job whose caller waits for a worker to start.
@@ -615,6 +636,12 @@ fn every_build_agrees_on_tall_matrices() {
     for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q4K, QType::Q6K] {
         let (rows, cols) = (272, ty.block().0.max(32) * 3);
         let (m, _) = matrix(ty, rows, cols, 77);
+        if m.groups == 0 {
+            // `Q6_K` where the best build keeps its rows plain: their
+            // kernels differ from the portable ones in the last bits.
+            assert!(ty == QType::Q6K && !Simd::best().groups_q6_k(), "{ty:?} is stored in groups");
+            continue;
+        }
         let portable = m.clone().portable();
         for simd in Simd::available() {
             let m = m.clone().with_simd(simd);
@@ -649,8 +676,9 @@ fn interleaved_type_round_trips(ty: QType) {
         for n in [1, 4, 6, 8, 13, 16] {
             let x = randoms(n * cols, 5 + n as u64);
             let (fast, slow) = (run(&m, &pool, &x, n), run(&portable, &pool, &x, n));
-            // The interleaved rows (the plain ones' kernels differ in order).
-            let same = fast.iter().zip(&slow).enumerate().all(|(i, (a, b))| i % rows >= 16 || a.to_bits() == b.to_bits());
+            // The interleaved rows (the plain ones' kernels differ in order;
+            // a build that keeps `Q6_K` plain has none).
+            let same = fast.iter().zip(&slow).enumerate().all(|(i, (a, b))| i % rows >= 8 * m.groups || a.to_bits() == b.to_bits());
             assert!(same, "{ty:?} {simd:?}, {n} rows: {fast:?} vs {slow:?}");
         }
     }
