@@ -186,6 +186,20 @@ fn wait_for(done: impl Fn() -> bool) {
     }
 }
 
+/// Runs a job whose caller waits (bounded) for every worker to take part;
+/// returns how many did. When it returns, every worker has finished the job.
+fn run_with_every_worker(pool: &Pool) -> usize {
+    let joined = AtomicUsize::new(0);
+    pool.run(&|i| {
+        if i == 0 {
+            wait_for(|| joined.load(Ordering::SeqCst) == pool.threads() - 1);
+        } else {
+            joined.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    joined.load(Ordering::SeqCst)
+}
+
 #[test]
 fn a_pools_jobs_do_all_their_work_once_and_report_panics() {
     // More threads than this machine's cores too: workers that yield, sleep
@@ -218,37 +232,23 @@ fn a_pools_jobs_do_all_their_work_once_and_report_panics() {
         }
         // Workers still take part: a job whose caller waits for them
         // (bounded, so a broken pool fails here instead of hanging).
-        let joined = AtomicUsize::new(0);
-        pool.run(&|i| {
-            if i == 0 {
-                wait_for(|| joined.load(Ordering::SeqCst) == threads - 1);
-            } else {
-                joined.fetch_add(1, Ordering::SeqCst);
-            }
-        });
-        assert_eq!(joined.load(Ordering::SeqCst), threads - 1, "every worker took part in a job that waited for it");
+        assert_eq!(run_with_every_worker(&pool), threads - 1, "every worker took part in a job that waited for it");
     }
     let pool = Pool::new(3);
     // Told to rest, the workers sleep; told a job comes soon, they wake
     // before it (a lost nudge leaves them asleep), and take part in it.
     for _ in 0..50 {
+        // Both workers have finished a job (none is still on its way out of
+        // a sleep the job's wake-up ended), then rest.
+        assert_eq!(run_with_every_worker(&pool), 2);
         pool.rest();
-        pool.run(&|_| {});
         wait_for(|| pool.sleeps().0 == 2);
         let (asleep, woken) = pool.sleeps();
         assert_eq!(asleep, 2, "rested workers sleep");
         pool.ready();
         wait_for(|| pool.sleeps().1 == woken + 2);
         assert_eq!(pool.sleeps().1, woken + 2, "a nudge wakes every sleeping worker, once");
-        let joined = AtomicUsize::new(0);
-        pool.run(&|i| {
-            if i == 0 {
-                wait_for(|| joined.load(Ordering::SeqCst) == 2);
-            } else {
-                joined.fetch_add(1, Ordering::SeqCst);
-            }
-        });
-        assert_eq!(joined.load(Ordering::SeqCst), 2, "nudged workers take part in the next job");
+        assert_eq!(run_with_every_worker(&pool), 2, "nudged workers take part in the next job");
     }
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run(&|i| assert!(i != 0, "boom"))));
     assert!(r.is_err(), "the caller's panic");
