@@ -145,11 +145,8 @@ impl<'d> Batcher<'d> {
         q.next_ticket += 1;
         let job_state = std::mem::replace(st, self.decoder.new_state());
         q.jobs.push(Job { seq: Seq { ticket, st: job_state }, work });
-        // Fewer members still at their own work than the pass has threads:
-        // cores are idle, and the pass comes when those members ask.
-        let working = q.members.saturating_sub(q.jobs.len());
-        if !q.busy && working > 0 && working < self.decoder.threads() {
-            self.decoder.ready();
+        if !q.busy {
+            self.pace(q.members.saturating_sub(q.jobs.len()));
         }
         loop {
             if let Some((back, result)) = q.done.remove(&ticket) {
@@ -172,13 +169,8 @@ impl<'d> Batcher<'d> {
                     (tickets.into_iter().map(failed).collect(), BatchStats::default())
                 });
                 q = self.lock();
-                // The members now do their own work (masks, sampling) before
-                // the next pass: as many as the pass has threads or more,
-                // and the model's idle workers leave them the cores; fewer,
-                // and the workers spin on the cores left idle.
-                if q.members >= self.decoder.threads() {
-                    self.decoder.rest();
-                }
+                // Every member now does its own work before the next pass.
+                self.pace(q.members);
                 q.busy = false;
                 q.stats.batches += 1;
                 q.stats.appends += stats.appends;
@@ -189,6 +181,19 @@ impl<'d> Batcher<'d> {
                 continue;
             }
             q = self.wake.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Sets the model's idle workers for the time until the next pass,
+    /// while `working` members are at their own work (masks, sampling):
+    /// as many as the pass has threads or more, and the workers sleep,
+    /// leaving them the cores; fewer, and the workers spin on the cores
+    /// left idle, to start the pass as soon as those members ask for it.
+    fn pace(&self, working: usize) {
+        if working >= self.decoder.threads() {
+            self.decoder.rest();
+        } else if working > 0 {
+            self.decoder.ready();
         }
     }
 

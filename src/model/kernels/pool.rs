@@ -48,6 +48,7 @@ struct Shared {
     /// Workers asleep on `wake`.
     sleepers: AtomicUsize,
     /// Times a worker woke from `wake` (the tests watch nudges with it).
+    #[cfg(test)]
     wakeups: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
@@ -126,6 +127,7 @@ impl Pool {
             rest: AtomicBool::new(false),
             nudges: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
+            #[cfg(test)]
             wakeups: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -245,7 +247,9 @@ impl Pool {
 fn worker(s: &Shared, index: usize) {
     let mut seen = 0usize;
     loop {
-        let mut spins = 0u32;
+        // A nudge after this load keeps the worker from sleeping until the
+        // next job: it spins anew (one before it has been spun for).
+        let (mut spins, mut nudged) = (0u32, s.nudges.load(Ordering::SeqCst));
         loop {
             if s.stop.load(Ordering::Acquire) {
                 return;
@@ -258,7 +262,6 @@ fn worker(s: &Shared, index: usize) {
                 std::hint::spin_loop();
                 continue;
             }
-            let nudged = s.nudges.load(Ordering::SeqCst);
             let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.sleepers.fetch_add(1, Ordering::SeqCst);
             while s.generation.load(Ordering::SeqCst) == seen
@@ -268,9 +271,10 @@ fn worker(s: &Shared, index: usize) {
                 g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
             }
             s.sleepers.fetch_sub(1, Ordering::SeqCst);
+            #[cfg(test)]
             s.wakeups.fetch_add(1, Ordering::Relaxed);
             // Woken by a job, or told one comes soon: spin for it again.
-            spins = 0;
+            (spins, nudged) = (0, s.nudges.load(Ordering::SeqCst));
         }
         seen = s.generation.load(Ordering::Acquire);
         // Take part unless the caller has finished the job without this
