@@ -247,8 +247,9 @@ impl Pool {
 fn worker(s: &Shared, index: usize) {
     let mut seen = 0usize;
     loop {
-        // A nudge after this load keeps the worker from sleeping until the
-        // next job: it spins anew (one before it has been spun for).
+        // `nudged`: the nudges this spell of spinning has answered. One that
+        // comes later, even between the `rest` check and the sleep below,
+        // keeps the worker awake for another spell.
         let (mut spins, mut nudged) = (0u32, s.nudges.load(Ordering::SeqCst));
         loop {
             if s.stop.load(Ordering::Acquire) {
