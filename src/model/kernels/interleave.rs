@@ -6,7 +6,8 @@
 //! conversion per block for eight rows). llama.cpp repacks `Q4_0` and
 //! `Q4_K` this way at load; lmt does it for `Q4_0`, `Q4_1` (the type
 //! SmolLM2 ships in), `Q5_0` (most of llama.cpp's `Q4_K_M` for widths
-//! that are not multiples of 256), `Q8_0` and `Q4_K`.
+//! that are not multiples of 256), `Q8_0`, `Q4_K`, and the 2- and 3-bit
+//! k-quants `Q2_K` and `Q3_K` (most of llama.cpp's `Q2_K` files).
 //!
 //! A group block holds the eight rows' block `b`: first their scale
 //! fields (each 2-byte field of the block, eight rows side by side: for
@@ -17,7 +18,9 @@
 //! stored unsigned, 128 above itself (`q ^ 0x80`), so that `vpdpbusd`
 //! takes the weights as they are and the activations' −128·Σa makes the
 //! sum exact; `Q6_K`: the eight `d`, then scales, `ql` and `qh` as 4, 32
-//! and 16 chunks.)
+//! and 16 chunks; `Q2_K`: the eight `d`, the eight `dmin`, then scales and
+//! `qs` as 4 and 16 chunks; `Q3_K`: the eight `d`, then scales, `hmask` and
+//! `qs` as 3, 8 and 16 chunks.)
 //!
 //! A matrix keeps its first `8·⌊rows/8⌋` rows as groups and the rest as
 //! plain rows after them.
@@ -31,18 +34,26 @@ pub(crate) fn shape(ty: QType) -> Option<(usize, usize)> {
         QType::Q4_1 => Some((20, 2)),
         QType::Q5_0 => Some((22, 1)),
         QType::Q8_0 => Some((34, 1)),
+        QType::Q2K => Some((84, 2)),
+        QType::Q3K => Some((110, 1)),
         QType::Q4K => Some((144, 2)),
         QType::Q6K => Some((210, 1)),
         _ => None,
     }
 }
 
-/// Byte `i` of a block of `ty` in field-first order: `Q6_K` keeps its
-/// `d` (bytes 208..210) and scales (192..208) last; its group blocks put
-/// them first like every other type's (`d`, then the scales as four
-/// chunks, then `ql`, then `qh`). Other types are in that order already.
+/// Byte `i` of a block of `ty` in field-first order: `Q2_K`, `Q3_K` and
+/// `Q6_K` keep their `d` (and `Q2_K` its `dmin`) last; their group blocks
+/// put them first like every other type's, then the rest in its order
+/// (`Q2_K`: scales, `qs`; `Q3_K`: scales, `hmask`, `qs`; `Q6_K`: scales,
+/// `ql`, `qh`). Other types are in that order already.
 fn ordered(ty: QType, i: usize) -> usize {
     match (ty, i) {
+        (QType::Q2K, 80..) => i - 80,
+        (QType::Q2K, _) => i + 4,
+        (QType::Q3K, 108..) => i - 108,
+        (QType::Q3K, 96..) => i - 94,
+        (QType::Q3K, _) => i + 14,
         (QType::Q6K, 208..) => i - 208,
         (QType::Q6K, 192..) => i - 190,
         (QType::Q6K, _) => i + 18,
@@ -99,16 +110,21 @@ pub(crate) fn interleave_into(ty: QType, data: &[u8], row_bytes: usize, out: &mu
 
 /// Row `r` (`< 8·groups`) of interleaved data, as plain blocks.
 pub(crate) fn row_of(ty: QType, data: &[u8], row_bytes: usize, r: usize) -> Vec<u8> {
-    let (block, fields) = shape(ty).expect("an interleaved type");
-    let nb = row_bytes / block;
+    let block = shape(ty).expect("an interleaved type").0;
     let group = &data[r / 8 * 8 * row_bytes..(r / 8 + 1) * 8 * row_bytes];
     let mut row = vec![0u8; row_bytes];
-    for b in 0..nb {
-        for i in 0..block {
-            row[b * block + i] = stored(ty, i, group[b * 8 * block + place(ty, fields, r % 8, i)]);
-        }
+    for (gb, out) in group.chunks_exact(8 * block).zip(row.chunks_exact_mut(block)) {
+        block_of(ty, gb, r % 8, out);
     }
     row
+}
+
+/// Row `r`'s block (`out`, a block long) from the group block `gb`.
+fn block_of(ty: QType, gb: &[u8], r: usize, out: &mut [u8]) {
+    let fields = shape(ty).expect("an interleaved type").1;
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = stored(ty, i, gb[place(ty, fields, r, i)]);
+    }
 }
 
 /// The loops every portable group kernel shares: for each of the eight
@@ -258,4 +274,37 @@ pub(crate) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
         ((scalar::f16_at(gb, 2 * r) * da).mul_add(sums as f32, acc), (scalar::f16_at(gb, 16 + 2 * r) * da).mul_add(msums as f32, mins))
     };
     rows_x8(group, 1152, nb, a, 292, out, step, |(acc, mins)| acc - mins);
+}
+
+/// The portable `Q2_K` group kernel and the specification of the SIMD one:
+/// eight rows (`nb` group blocks of 672 bytes: `d` at 0, `dmin` at 16,
+/// scales at 32, `qs` at 160) against `T` `Q8_K` activation rows. Per row
+/// and super-block the exact integer sums `Σ_j sc_j·Σ q·a` and
+/// `Σ_j m_j·bsum_j` (`scalar::q2_k_sums`), then `acc = fma(−(dmin·d_a),
+/// msums, acc)` and `acc = fma(d·d_a, sums, acc)`: one accumulator a row
+/// (the SIMD kernels keep ten activation rows' in registers).
+pub(crate) fn q2_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let step = |gb: &[u8], ab: &[u8], r: usize, acc: f32| {
+        let mut blk = [0u8; 84];
+        block_of(QType::Q2K, gb, r, &mut blk);
+        let (sums, msums) = scalar::q2_k_sums(&blk, ab);
+        let da = scalar::f32_at(ab, 0);
+        let acc = (-(scalar::f16_at(gb, 16 + 2 * r) * da)).mul_add(msums as f32, acc);
+        (scalar::f16_at(gb, 2 * r) * da).mul_add(sums as f32, acc)
+    };
+    rows_x8(group, 672, nb, a, 292, out, step, |acc| acc);
+}
+
+/// The portable `Q3_K` group kernel and the specification of the SIMD one:
+/// eight rows (`nb` group blocks of 880 bytes: `d` at 0, scales at 16,
+/// `hmask` at 112, `qs` at 368) against `T` `Q8_K` activation rows. Per
+/// row and super-block the exact integer sum `Σ_j sc_j·Σ q·a`
+/// (`scalar::q3_k_sum`), then `acc = fma(d·d_a, sum, acc)`.
+pub(crate) fn q3_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let step = |gb: &[u8], ab: &[u8], r: usize, acc: f32| {
+        let mut blk = [0u8; 110];
+        block_of(QType::Q3K, gb, r, &mut blk);
+        (scalar::f16_at(gb, 2 * r) * scalar::f32_at(ab, 0)).mul_add(scalar::q3_k_sum(&blk, ab) as f32, acc)
+    };
+    rows_x8(group, 880, nb, a, 292, out, step, |acc| acc);
 }

@@ -332,12 +332,18 @@ impl Simd {
         ("neon-dotprod", Simd::NeonDot),
     ];
 
-    /// Whether this build stores `Q6_K` rows in groups: only the one with
-    /// 512-bit pair kernels was measured faster than the row kernels;
-    /// elsewhere its rows stay plain (the AVX2 row kernel also differs
-    /// from the group kernels in the last bits).
-    pub(crate) fn groups_q6_k(self) -> bool {
-        self == Simd::Avx512Pairs
+    /// Whether this build stores `ty`'s rows in groups (where it has
+    /// group kernels for them). `Q6_K`: only the build with 512-bit pair
+    /// kernels was measured faster than the row kernels; elsewhere its
+    /// rows stay plain (the AVX2 row kernel also differs from the group
+    /// kernels in the last bits). `Q2_K` and `Q3_K`: not on NEON, whose
+    /// group kernels of them are the portable ones (its row kernels serve).
+    pub(crate) fn stores_groups(self, ty: QType) -> bool {
+        match ty {
+            QType::Q6K => self == Simd::Avx512Pairs,
+            QType::Q2K | QType::Q3K => self != Simd::NeonDot,
+            _ => true,
+        }
     }
 
     /// The group kernels of `ty` (the types stored interleaved) in this build.
@@ -351,8 +357,10 @@ impl Simd {
                     QType::Q5_0 => group_kernel!($g8, m::q5_0x8),
                     QType::Q8_0 => group_kernel!($g8, m::q8_0x8),
                     QType::Q4K => group_kernel!($g8, m::q4_kx8),
+                    QType::Q2K => group_kernel!($g8, m::q2_kx8),
+                    QType::Q3K => group_kernel!($g8, m::q3_kx8),
                     // `QMatrix::new` interleaves `Q6_K` for the pair build
-                    // alone (`groups_q6_k`), which runs these on AMD and
+                    // alone (`stores_groups`), which runs these on AMD and
                     // for lone groups; the others' serve tests that switch
                     // builds.
                     QType::Q6K => group_kernel!($g8, m::q6_kx8),
@@ -404,6 +412,8 @@ impl Simd {
                     // group kernel's rate (Zen 5, one thread: 12–16 against
                     // 31–37 GB/s for one activation row; 8 rows 81 against
                     // 136 G multiply-adds/s). Intel's Xeon is unmeasured.
+                    QType::Q2K => Some(pair_kernel!(q2_kx16; 1 2 3 4 5 6 7 8)),
+                    QType::Q3K => Some(pair_kernel!(q3_kx16; 1 2 3 4 5 6 7 8)),
                     QType::Q6K if x86_group::is_amd() => None,
                     QType::Q6K => Some(pair_kernel!(q6_kx16; 1 2 3 4 5 6 7 8)),
                     _ => None,
@@ -585,7 +595,7 @@ impl QMatrix {
             return Err(format!("{} bytes for {rows}×{cols} {ty:?} (expected {})", data.len(), rb * rows));
         }
         let best = Simd::best();
-        let group_kernel = best.group_kernel(ty).filter(|_| ty != QType::Q6K || best.groups_q6_k());
+        let group_kernel = best.group_kernel(ty).filter(|_| best.stores_groups(ty));
         let interleaved = group_kernel.is_some() && rows >= 8;
         let fill = |src: &[u8], dst: &mut [u8]| {
             if interleaved {

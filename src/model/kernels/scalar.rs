@@ -272,22 +272,29 @@ fn scale_k3(s: &[u8], j: usize) -> i32 {
 }
 
 /// `Q2_K`: 16 sub-blocks of 16 values, each `d·sc·q − dmin·m` with 4-bit
-/// `sc` and `m`; llama.cpp's sum: exact integers, then `d·d_a` and
-/// `dmin·d_a` once a block.
+/// `sc` and `m`; llama.cpp's sum: exact integers ([`q2_k_sums`]), then
+/// `d·d_a` and `dmin·d_a` once a block.
 pub(crate) fn dot_q2_k(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = 0f32;
     for (blk, ab) in w.chunks_exact(84).zip(a.chunks_exact(292)) {
-        let (sc, qs) = (&blk[..16], &blk[16..80]);
-        let mut s = 0i32;
-        for (v, y) in (0..256).zip(4..) {
-            let (byte, shift, _) = crumb_at(v);
-            s += (sc[v / 16] & 0xF) as i32 * ((qs[byte] >> shift) & 3) as i32 * act_i8(ab, y, 0);
-        }
-        let mins: i32 = (0..16).map(|j| (sc[j] >> 4) as i32 * bsum(ab, j)).sum();
+        let (s, mins) = q2_k_sums(blk, ab);
         let ad = f32_at(ab, 0);
         acc += f16_at(blk, 80) * ad * s as f32 - f16_at(blk, 82) * ad * mins as f32;
     }
     acc
+}
+
+/// A `Q2_K` block's exact integer sums against a `Q8_K` block:
+/// `Σ_j sc_j·Σ q·a` and `Σ_j m_j·bsum_j` (the mins' term).
+pub(crate) fn q2_k_sums(blk: &[u8], ab: &[u8]) -> (i32, i32) {
+    let (sc, qs) = (&blk[..16], &blk[16..80]);
+    let mut s = 0i32;
+    for (v, y) in (0..256).zip(4..) {
+        let (byte, shift, _) = crumb_at(v);
+        s += (sc[v / 16] & 0xF) as i32 * ((qs[byte] >> shift) & 3) as i32 * act_i8(ab, y, 0);
+    }
+    let mins = (0..16).map(|j| (sc[j] >> 4) as i32 * bsum(ab, j)).sum();
+    (s, mins)
 }
 
 /// `Q3_K`: 16 sub-blocks of 16 values, each `d·sc·(q − 4·!h)` with a
@@ -295,17 +302,22 @@ pub(crate) fn dot_q2_k(w: &[u8], a: &[u8]) -> f32 {
 pub(crate) fn dot_q3_k(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = 0f32;
     for (blk, ab) in w.chunks_exact(110).zip(a.chunks_exact(292)) {
-        let (hm, qs, sc) = (&blk[..32], &blk[32..96], &blk[96..108]);
-        let mut s = 0i32;
-        for (v, y) in (0..256).zip(4..) {
-            let (byte, shift, i) = crumb_at(v);
-            let high = (hm[i] >> (v / 32)) & 1;
-            let q = ((qs[byte] >> shift) & 3) as i32 - if high == 1 { 0 } else { 4 };
-            s += scale_k3(sc, v / 16) * q * act_i8(ab, y, 0);
-        }
-        acc += f16_at(blk, 108) * f32_at(ab, 0) * s as f32;
+        acc += f16_at(blk, 108) * f32_at(ab, 0) * q3_k_sum(blk, ab) as f32;
     }
     acc
+}
+
+/// A `Q3_K` block's exact integer sum against a `Q8_K` block: `Σ_j sc_j·Σ q·a`.
+pub(crate) fn q3_k_sum(blk: &[u8], ab: &[u8]) -> i32 {
+    let (hm, qs, sc) = (&blk[..32], &blk[32..96], &blk[96..108]);
+    let mut s = 0i32;
+    for (v, y) in (0..256).zip(4..) {
+        let (byte, shift, i) = crumb_at(v);
+        let high = (hm[i] >> (v / 32)) & 1;
+        let q = ((qs[byte] >> shift) & 3) as i32 - if high == 1 { 0 } else { 4 };
+        s += scale_k3(sc, v / 16) * q * act_i8(ab, y, 0);
+    }
+    s
 }
 
 pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {

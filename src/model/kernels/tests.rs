@@ -592,7 +592,7 @@ fn matmul_add_is_matmul_then_add() {
 /// kernels compute bit for bit what the portable ones specify.
 #[test]
 fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q8_0, QType::Q4K, QType::Q6K] {
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q8_0, QType::Q2K, QType::Q3K, QType::Q4K, QType::Q6K] {
         interleaved_type_round_trips(ty);
     }
 }
@@ -633,13 +633,14 @@ fn q6_k_groups_compute_the_row_kernels_bits() {
 #[test]
 fn every_build_agrees_on_tall_matrices() {
     let pool = Pool::new(2);
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q4K, QType::Q6K] {
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q2K, QType::Q3K, QType::Q4K, QType::Q6K] {
         let (rows, cols) = (272, ty.block().0.max(32) * 3);
         let (m, _) = matrix(ty, rows, cols, 77);
         if m.groups == 0 {
-            // `Q6_K` where the best build keeps its rows plain: their
-            // kernels differ from the portable ones in the last bits.
-            assert!(ty == QType::Q6K && !Simd::best().groups_q6_k(), "{ty:?} is stored in groups");
+            // A type the best build keeps plain (`Q6_K` on most, the
+            // low-bit k-quants on NEON): their row kernels differ from the
+            // portable group kernels in the last bits.
+            assert!(!Simd::best().stores_groups(ty), "{ty:?} is stored in groups");
             continue;
         }
         let portable = m.clone().portable();
@@ -658,7 +659,7 @@ fn every_build_agrees_on_tall_matrices() {
 fn interleaved_type_round_trips(ty: QType) {
     let (rows, cols) = (21, ty.block().0.max(32) * 3);
     let (m, _) = matrix(ty, rows, cols, 41);
-    let grouped = ty != QType::Q6K || Simd::best().groups_q6_k();
+    let grouped = Simd::best().stores_groups(ty);
     assert_eq!(m.groups, if grouped { 2 } else { 0 }, "two groups of eight, five plain rows");
     let rb = ty.row_bytes(cols).unwrap();
     let plain = {

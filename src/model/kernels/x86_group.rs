@@ -18,6 +18,7 @@
 use std::arch::x86_64::*;
 
 use super::x86::{ahead, load};
+use super::x86_low::crumbs;
 
 /// Whether this CPU runs the [`avx2`] build.
 pub(super) fn has_avx2() -> bool {
@@ -49,6 +50,32 @@ pub(super) fn is_amd() -> bool {
 fn put<const T: usize>(sums: [[f32; 8]; T], out: &mut [f32]) {
     for (o, s) in out.chunks_exact_mut(8).zip(sums) {
         o.copy_from_slice(&s);
+    }
+}
+
+/// The eight rows' sums of each activation row, as stored.
+// SAFETY (callers): The CPU has AVX (registers and `out` only).
+#[inline]
+#[target_feature(enable = "avx")]
+unsafe fn lanes<const T: usize>(acc: [__m256; T]) -> [[f32; 8]; T] {
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// `acc[t] = fma(d·d_a, s[t], acc[t])` for each activation row: `d` the
+/// eight rows' f16 scales at `p` (a group block's start), `d_a` the f32 at
+/// `ab[t]` (its activation block's start).
+// SAFETY (callers): The CPU has AVX2, FMA and F16C; `p..p+16` and each `ab[t]..ab[t]+4` are readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn add_scaled<const T: usize>(acc: &mut [__m256; T], p: *const u8, ab: [*const u8; T], s: [__m256i; T]) {
+    let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    for t in 0..T {
+        let da = _mm256_broadcast_ss(&*(ab[t] as *const f32));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(s[t]), acc[t]);
     }
 }
 
@@ -104,6 +131,24 @@ unsafe fn offset(ab: *const u8) -> __m256i {
 #[target_feature(enable = "avx2")]
 unsafe fn four(p: *const u8) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32))
+}
+
+/// Bytes 0, 1 and bytes 2, 3 of each 32-bit lane of `x` as two 16-bit
+/// halves of a lane (zero-extended): pairs that `madd_epi16` multiplies
+/// with two adjacent 16-bit values.
+// SAFETY (callers): The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn pairs16(x: __m256i) -> (__m256i, __m256i) {
+    let lo = _mm256_set_epi8(
+        -1, 13, -1, 12, -1, 9, -1, 8, -1, 5, -1, 4, -1, 1, -1, 0,
+        -1, 13, -1, 12, -1, 9, -1, 8, -1, 5, -1, 4, -1, 1, -1, 0,
+    );
+    let hi = _mm256_set_epi8(
+        -1, 15, -1, 14, -1, 11, -1, 10, -1, 7, -1, 6, -1, 3, -1, 2,
+        -1, 15, -1, 14, -1, 11, -1, 10, -1, 7, -1, 6, -1, 3, -1, 2,
+    );
+    (_mm256_shuffle_epi8(x, lo), _mm256_shuffle_epi8(x, hi))
 }
 
 /// The group kernels, built with `$features` and the module's byte-product
@@ -165,11 +210,7 @@ macro_rules! group_kernels {
                     }
                 }
             }
-            let mut out = [[0f32; 8]; T];
-            for t in 0..T {
-                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-            }
-            out
+            lanes(acc)
         }
 
         /// Eight interleaved `Q8_0` rows against `T` `Q8_0O` activation
@@ -201,11 +242,7 @@ macro_rules! group_kernels {
                     acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s[t]), acc[t]);
                 }
             }
-            let mut out = [[0f32; 8]; T];
-            for t in 0..T {
-                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-            }
-            out
+            lanes(acc)
         }
 
         /// Eight interleaved `Q4_K` rows against `T` `Q8_K` activation
@@ -360,11 +397,165 @@ macro_rules! group_kernels {
                     acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[t])));
                 }
             }
-            let mut out = [[0f32; 8]; T];
-            for t in 0..T {
-                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+            lanes(acc)
+        }
+
+        /// Eight interleaved `Q2_K` rows against `T` `Q8_K` activation
+        /// rows: `out[t·8 + r]`.
+        pub(crate) fn q2_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+            assert!(group.len() == nb * 672 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
+            // SAFETY: as for `q4x8`: features detected, sizes asserted.
+            put(unsafe { q2_kx8_k::<T>(group, nb, a) }, out);
+        }
+
+        /// `interleave::q2_kx8`'s sums. Where one instruction multiplies
+        /// and adds four bytes (`Q2_K_SCALED`), the weights carry their
+        /// scales (`sc·q` ≤ 45); else each sub-block's products (16 values
+        /// of at most 3·128: 6,144 fits 16 bits) are multiplied by its
+        /// scale with one `madd`. The mins' term: 16-bit pairs against
+        /// the activations' sums of 16.
+        // SAFETY (callers): the CPU has the build's features; `g` holds
+        // `nb` group blocks and each row of `a` `nb` 292-byte blocks.
+        #[target_feature(enable = $features)]
+        unsafe fn q2_kx8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+            let (m3, nib) = (_mm256_set1_epi8(3), _mm256_set1_epi8(0xF));
+            let mut acc = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                let p = g.as_ptr().add(b * 672);
+                ahead(p, 672);
+                // Each lane: a row's scale bytes 4k..4k+4 (scale low, min high).
+                let sc: [__m256i; 4] = std::array::from_fn(|k| load(p.add(32 + 32 * k)));
+                let mut m = [_mm256_setzero_si256(); T];
+                for (k, &x) in sc.iter().enumerate() {
+                    // Mins 4k..4k+4 as 16-bit pairs (4k, 4k+1) and (4k+2, 4k+3),
+                    // against the activations' sums of 16 as they lie.
+                    let (lo, hi) = pairs16(_mm256_and_si256(_mm256_srli_epi16(x, 4), nib));
+                    for t in 0..T {
+                        let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * k);
+                        let pairs = _mm256_add_epi32(_mm256_madd_epi16(lo, four(bs)), _mm256_madd_epi16(hi, four(bs.add(4))));
+                        m[t] = _mm256_add_epi32(m[t], pairs);
+                    }
+                }
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+                for t in 0..T {
+                    let da = _mm256_broadcast_ss(&*(a[t].as_ptr().add(b * 292) as *const f32));
+                    acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(m[t]), acc[t]);
+                }
+                let mut s = [_mm256_setzero_si256(); T];
+                let scale_of = |j: usize| _mm256_and_si256(_mm256_srlv_epi32(sc[j / 4], _mm256_set1_epi32(8 * (j as i32 % 4))), _mm256_set1_epi32(0xF));
+                let y = |t: usize, h: usize, c: usize, k: usize| four(a[t].as_ptr().add(b * 292 + 4 + 128 * h + 32 * c + 4 * k));
+                // Sub-block j: half h, crumb c of its `qs` bytes, their first or second 16.
+                for (h, second) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                    if Q2_K_SCALED {
+                        // Each lane's bytes 0, sc, 2·sc, 3·sc (3·15 fits a
+                        // byte) for the four crumbs' sub-blocks, looked up
+                        // by crumb within the lane.
+                        let lane = _mm256_set_epi32(0x0C0C_0C0C, 0x0808_0808, 0x0404_0404, 0, 0x0C0C_0C0C, 0x0808_0808, 0x0404_0404, 0);
+                        let mut tables = [_mm256_setzero_si256(); 4];
+                        for (c, table) in tables.iter_mut().enumerate() {
+                            *table = _mm256_mullo_epi32(scale_of(8 * h + 2 * c + second), _mm256_set1_epi32(0x0302_0100));
+                        }
+                        for k in 4 * second..4 * second + 4 {
+                            let q = crumbs(load(p.add(160 + 32 * (8 * h + k))));
+                            for c in 0..4 {
+                                let w = _mm256_shuffle_epi8(tables[c], _mm256_or_si256(q[c], lane));
+                                for t in 0..T {
+                                    s[t] = dot(s[t], w, y(t, h, c, k));
+                                }
+                            }
+                        }
+                    } else {
+                        for c in 0..4 {
+                            let mut d = [_mm256_setzero_si256(); T];
+                            for k in 4 * second..4 * second + 4 {
+                                let q = _mm256_and_si256(_mm256_srlv_epi32(load(p.add(160 + 32 * (8 * h + k))), _mm256_set1_epi32(2 * c as i32)), m3);
+                                for t in 0..T {
+                                    d[t] = dot_small(d[t], q, y(t, h, c, k));
+                                }
+                            }
+                            let scale = small_scale(scale_of(8 * h + 2 * c + second));
+                            for t in 0..T {
+                                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(d[t], scale));
+                            }
+                        }
+                    }
+                }
+                add_scaled(&mut acc, p, a.map(|r| r.as_ptr().add(b * 292)), s);
             }
-            out
+            lanes(acc)
+        }
+
+        /// Eight interleaved `Q3_K` rows against `T` `Q8_K` activation
+        /// rows: `out[t·8 + r]`.
+        pub(crate) fn q3_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+            assert!(group.len() == nb * 880 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
+            // SAFETY: as for `q4x8`: features detected, sizes asserted.
+            put(unsafe { q3_kx8_k::<T>(group, nb, a) }, out);
+        }
+
+        /// `interleave::q3_kx8`'s sum: the weights unsigned (`u = q + 4·h`
+        /// in 0..8, `q − 4·!h = u − 4`), so the sum is `Σ_j sc_j·Σ u·a −
+        /// 4·Σ_j sc_j·bsum_j`. A sub-block's `Σ u·a` is at most 16·7·128,
+        /// below 2¹⁵, and one `madd` multiplies it by the signed scale.
+        // SAFETY (callers): the CPU has the build's features; `g` holds
+        // `nb` group blocks and each row of `a` `nb` 292-byte blocks.
+        #[target_feature(enable = $features)]
+        unsafe fn q3_kx8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+            let (m3, four_bit) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+            let (k1, k2) = (_mm256_set1_epi32(0x0303_0303), _mm256_set1_epi32(0x0F0F_0F0F));
+            let mut acc = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                let p = g.as_ptr().add(b * 880);
+                ahead(p, 880);
+                // Each lane: a row's packed scale words; `scales[k]` holds
+                // its 6-bit scales 4k..4k+4 (as `scalar::scale_k3` reads them).
+                let (w0, w1, hi) = (load(p.add(16)), load(p.add(48)), load(p.add(80)));
+                let top = |sh: i32| _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(hi, _mm256_set1_epi32(sh)), k1), 4);
+                let scales = [
+                    _mm256_or_si256(_mm256_and_si256(w0, k2), top(0)),
+                    _mm256_or_si256(_mm256_and_si256(w1, k2), top(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w0, 4), k2), top(4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 4), k2), top(6)),
+                ];
+                // −4·Σ_j sc_j·bsum_j: the scales as 16-bit pairs (4k, 4k+1)
+                // and (4k+2, 4k+3) against the activations' sums of 16.
+                let mut s = [_mm256_setzero_si256(); T];
+                for (k, &x) in scales.iter().enumerate() {
+                    let (lo, hi) = pairs16(x);
+                    let (lo, hi) = (_mm256_sub_epi16(lo, _mm256_set1_epi16(32)), _mm256_sub_epi16(hi, _mm256_set1_epi16(32)));
+                    for t in 0..T {
+                        let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * k);
+                        let pairs = _mm256_add_epi32(_mm256_madd_epi16(lo, four(bs)), _mm256_madd_epi16(hi, four(bs.add(4))));
+                        s[t] = _mm256_sub_epi32(s[t], _mm256_slli_epi32(pairs, 2));
+                    }
+                }
+                for j in 0..16 {
+                    let (h, c, second) = (j / 8, j % 8 / 2, j % 2);
+                    let byte = _mm256_and_si256(_mm256_srlv_epi32(scales[j / 4], _mm256_set1_epi32(8 * (j as i32 % 4))), _mm256_set1_epi32(0x3F));
+                    let scale = small_scale(_mm256_sub_epi32(byte, _mm256_set1_epi32(32)));
+                    let mut d = [_mm256_setzero_si256(); T];
+                    // The high bits of values 32·bit.. (`hmask` bit `bit`) moved to bit 2 of their bytes.
+                    let bit = 4 * h + c;
+                    for k in 4 * second..4 * second + 4 {
+                        let q = _mm256_and_si256(_mm256_srlv_epi32(load(p.add(368 + 32 * (8 * h + k))), _mm256_set1_epi32(2 * c as i32)), m3);
+                        let hm = load(p.add(112 + 32 * k));
+                        let hm = if bit >= 2 {
+                            _mm256_srlv_epi32(hm, _mm256_set1_epi32(bit as i32 - 2))
+                        } else {
+                            _mm256_sllv_epi32(hm, _mm256_set1_epi32(2 - bit as i32))
+                        };
+                        let u = _mm256_or_si256(q, _mm256_and_si256(hm, four_bit));
+                        for t in 0..T {
+                            d[t] = dot_small(d[t], u, four(a[t].as_ptr().add(b * 292 + 4 + 128 * h + 32 * c + 4 * k)));
+                        }
+                    }
+                    for t in 0..T {
+                        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(d[t], scale));
+                    }
+                }
+                add_scaled(&mut acc, p, a.map(|r| r.as_ptr().add(b * 292)), s);
+            }
+            lanes(acc)
         }
 
         /// Eight interleaved `Q5_0` rows against `T` activation rows with
@@ -408,11 +599,7 @@ macro_rules! group_kernels {
                     acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
                 }
             }
-            let mut out = [[0f32; 8]; T];
-            for t in 0..T {
-                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-            }
-            out
+            lanes(acc)
         }
     };
 }
@@ -441,6 +628,21 @@ pub(super) mod avx2 {
     #[target_feature(enable = "avx2")]
     unsafe fn dot(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
         _mm256_add_epi32(s, small_sum(_mm256_maddubs_epi16(u, i)))
+    }
+
+    /// Whether `Q2_K`'s weights carry their scales: not here, where a
+    /// product of four bytes into 32 bits takes three instructions and
+    /// scaled weights would overflow [`dot_small`]'s 16-bit sums.
+    const Q2_K_SCALED: bool = false;
+
+    /// What `madd_epi16` multiplies a [`dot_small`] sum by to get it
+    /// times `sc` (lane-wise, |sc| < 2¹⁵) as 32-bit lanes: `sc` in both
+    /// 16-bit halves, so that the two halves' sums add.
+    // SAFETY (callers): The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn small_scale(sc: __m256i) -> __m256i {
+        _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(sc, 16))
     }
 
     /// `Q8_0`'s stored weights (`q + 128`, `interleave.rs`) as this build
@@ -501,6 +703,22 @@ macro_rules! vnni_kernels {
         #[inline]
         fn small_sum(s: __m256i) -> __m256i {
             s
+        }
+
+        /// Whether `Q2_K`'s weights carry their scales: one lookup per
+        /// chunk of weights spares a `madd` and an add per sub-block and
+        /// activation row.
+        const Q2_K_SCALED: bool = true;
+
+        /// What `madd_epi16` multiplies a [`dot_small`] sum by to get it
+        /// times `sc` (lane-wise): `sc` in the low 16-bit half, 0 in the
+        /// high one, which holds the sum's sign bits. Exact where the sum
+        /// fits 16 bits (each kernel says why it does).
+        // SAFETY (callers): The CPU has AVX2.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn small_scale(sc: __m256i) -> __m256i {
+            _mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF))
         }
 
         /// `Q8_0`'s stored weights (`q + 128`) as they are: `vpdpbusd`

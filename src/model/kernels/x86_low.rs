@@ -1,6 +1,7 @@
 //! Row kernels of the 2- and 3-bit k-quants (`Q2_K`, `Q3_K`) against
 //! `Q8_K` activations, one weight row against `T` activation rows, as
-//! `x86.rs`'s others. Each block's products are exact integer sums; then
+//! `x86.rs`'s others: for the rows past a matrix's last whole group of
+//! eight (the groups run `x86_group.rs`'s and `x86_pair.rs`'s kernels). Each block's products are exact integer sums; then
 //! `(d·d_a)·sum` per lane, as in llama.cpp. `Q2_K` has a second build for
 //! CPUs with VNNI that computes the same lanes (so the same bits): its
 //! 4-bit scales are folded into the 2-bit weights by a byte shuffle
@@ -48,7 +49,7 @@ unsafe fn scaled_sums<const T: usize>(q: &[[__m256i; 4]; 2], sc: &[i16; 16], y: 
 // SAFETY (callers): The CPU has AVX2, FMA and F16C (registers only).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn crumbs(x: __m256i) -> [__m256i; 4] {
+pub(super) unsafe fn crumbs(x: __m256i) -> [__m256i; 4] {
     let m3 = _mm256_set1_epi8(3);
     [
         _mm256_and_si256(x, m3),

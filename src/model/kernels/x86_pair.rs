@@ -428,3 +428,172 @@ unsafe fn q6_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
     }
     put(acc, out);
 }
+
+/// Bytes 0, 1 and bytes 2, 3 of each 32-bit lane of `x` as the two 16-bit
+/// halves of a lane (zero-extended): pairs that `vpdpwssd` multiplies with
+/// two adjacent 16-bit values.
+// SAFETY (callers): the CPU has AVX-512F and BW.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pairs16(x: __m512i) -> (__m512i, __m512i) {
+    let lo = _mm_set_epi8(-1, 13, -1, 12, -1, 9, -1, 8, -1, 5, -1, 4, -1, 1, -1, 0);
+    let hi = _mm_set_epi8(-1, 15, -1, 14, -1, 11, -1, 10, -1, 7, -1, 6, -1, 3, -1, 2);
+    (_mm512_shuffle_epi8(x, _mm512_broadcast_i32x4(lo)), _mm512_shuffle_epi8(x, _mm512_broadcast_i32x4(hi)))
+}
+
+/// Byte `j % 4` of each 32-bit lane of `x`, as the lane, masked to `mask`.
+// SAFETY (callers): the CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn byte_of(x: __m512i, j: usize, mask: i32) -> __m512i {
+    _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_set1_epi32(8 * (j as i32 % 4))), _mm512_set1_epi32(mask))
+}
+
+/// `Σ_j v_j·bsum_j` over the four sub-blocks `4k..4k+4` of an activation
+/// block `ab` (its `Q8_K` sums of 16), `v` given as [`pairs16`] of their
+/// lane bytes, added to `acc`.
+// SAFETY (callers): the CPU has AVX-512F, BW and VNNI; `ab` is a `Q8_K` block.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn with_bsums(acc: __m512i, (lo, hi): (__m512i, __m512i), ab: *const u8, k: usize) -> __m512i {
+    let bs = ab.add(260 + 8 * k);
+    _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc, lo, four(bs)), hi, four(bs.add(4)))
+}
+
+/// Sixteen interleaved `Q2_K` rows against `T` `Q8_K` activation rows.
+pub(crate) fn q2_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(groups.len() == 2 * nb * 672 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 292), "pair kernel shapes");
+    // SAFETY: `Simd::group_kernel` hands this out only after
+    // `has_avx512_pairs`; the body reads the two groups' `nb` 672-byte
+    // blocks (at offsets below 672) and each activation row's `nb`
+    // 292-byte blocks, which the assertion guarantees, and writes `out`'s
+    // 16·T values.
+    unsafe { q2_kx16_k::<T>(groups, nb, a, out) }
+}
+
+/// `interleave::q2_kx8`'s sums and float steps on sixteen rows: the mins'
+/// term as 16-bit pairs against the activations' sums of 16, then the
+/// weights with their scales folded in (`sc·q` ≤ 45: a byte), looked up
+/// by crumb in each lane's table 0, sc, 2·sc, 3·sc.
+// SAFETY (callers): see `q2_kx16`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q2_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let (m3, nib) = (_mm512_set1_epi8(3), _mm512_set1_epi8(0xF));
+    let lane = _mm512_broadcast_i32x4(_mm_set_epi32(0x0C0C_0C0C, 0x0808_0808, 0x0404_0404, 0));
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let pa = g.as_ptr().add(b * 672);
+        let pb = pa.add(nb * 672);
+        ahead(g.as_ptr(), nb, b, 672, AHEAD_K);
+        let sc = [pair(pa, pb, 32), pair(pa, pb, 64), pair(pa, pb, 96), pair(pa, pb, 128)];
+        let dmin = halves(pa, pb, 16);
+        for t in 0..T {
+            let ab = a[t].as_ptr().add(b * 292);
+            let mut m = _mm512_setzero_si512();
+            for (k, &x) in sc.iter().enumerate() {
+                m = with_bsums(m, pairs16(_mm512_and_si512(_mm512_srli_epi16(x, 4), nib)), ab, k);
+            }
+            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, scalar(ab)), _mm512_cvtepi32_ps(m), acc[t]);
+        }
+        let mut s = [_mm512_setzero_si512(); T];
+        // Sub-block 8h + 2c + second: half h, crumb c of its `qs` bytes, their first or second 16.
+        for (h, second) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+            let mut tables = [_mm512_setzero_si512(); 4];
+            for (c, table) in tables.iter_mut().enumerate() {
+                let j = 8 * h + 2 * c + second;
+                *table = _mm512_mullo_epi32(byte_of(sc[j / 4], j, 0xF), _mm512_set1_epi32(0x0302_0100));
+            }
+            for k in 4 * second..4 * second + 4 {
+                let x = pair(pa, pb, 160 + 32 * (8 * h + k));
+                let q = [
+                    _mm512_and_si512(x, m3),
+                    _mm512_and_si512(_mm512_srli_epi32(x, 2), m3),
+                    _mm512_and_si512(_mm512_srli_epi32(x, 4), m3),
+                    _mm512_and_si512(_mm512_srli_epi32(x, 6), m3),
+                ];
+                for c in 0..4 {
+                    let w = _mm512_shuffle_epi8(tables[c], _mm512_or_si512(q[c], lane));
+                    for t in 0..T {
+                        s[t] = _mm512_dpbusd_epi32(s[t], w, four(a[t].as_ptr().add(b * 292 + 4 + 128 * h + 32 * c + 4 * k)));
+                    }
+                }
+            }
+        }
+        let d = halves(pa, pb, 0);
+        for t in 0..T {
+            let da = scalar(a[t].as_ptr().add(b * 292));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(s[t]), acc[t]);
+        }
+    }
+    put(acc, out);
+}
+
+/// Sixteen interleaved `Q3_K` rows against `T` `Q8_K` activation rows.
+pub(crate) fn q3_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(groups.len() == 2 * nb * 880 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 292), "pair kernel shapes");
+    // SAFETY: as for `q2_kx16`, with 880-byte blocks.
+    unsafe { q3_kx16_k::<T>(groups, nb, a, out) }
+}
+
+/// `interleave::q3_kx8`'s sum on sixteen rows, as `x86_group`'s:
+/// `Σ_j sc_j·Σ u·a − 4·Σ_j sc_j·bsum_j` with the unsigned `u = q + 4·h`;
+/// each sub-block's `Σ u·a` (below 2¹⁵) times its signed scale by one
+/// `vpdpwssd` whose second half is 0.
+// SAFETY (callers): see `q3_kx16`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q3_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let (m3, four_bit) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+    let (k1, k2) = (_mm512_set1_epi32(0x0303_0303), _mm512_set1_epi32(0x0F0F_0F0F));
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let pa = g.as_ptr().add(b * 880);
+        let pb = pa.add(nb * 880);
+        ahead(g.as_ptr(), nb, b, 880, AHEAD_K);
+        let (w0, w1, hi) = (pair(pa, pb, 16), pair(pa, pb, 48), pair(pa, pb, 80));
+        let scales = [
+            _mm512_or_si512(_mm512_and_si512(w0, k2), _mm512_slli_epi32(_mm512_and_si512(hi, k1), 4)),
+            _mm512_or_si512(_mm512_and_si512(w1, k2), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), k1), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w0, 4), k2), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 4), k1), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w1, 4), k2), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 6), k1), 4)),
+        ];
+        let mut s = [_mm512_setzero_si512(); T];
+        for (k, &x) in scales.iter().enumerate() {
+            let (lo, hi) = pairs16(x);
+            let signed = (_mm512_sub_epi16(lo, _mm512_set1_epi16(32)), _mm512_sub_epi16(hi, _mm512_set1_epi16(32)));
+            for t in 0..T {
+                let c = with_bsums(_mm512_setzero_si512(), signed, a[t].as_ptr().add(b * 292), k);
+                s[t] = _mm512_sub_epi32(s[t], _mm512_slli_epi32(c, 2));
+            }
+        }
+        for j in 0..16 {
+            let (h, c, second) = (j / 8, j % 8 / 2, j % 2);
+            // The signed scale in each lane's low 16 bits, 0 in the high ones.
+            let scale = _mm512_and_si512(_mm512_sub_epi32(byte_of(scales[j / 4], j, 0x3F), _mm512_set1_epi32(32)), _mm512_set1_epi32(0xFFFF));
+            let mut d = [_mm512_setzero_si512(); T];
+            // The high bits of values 32·bit.. (`hmask` bit `bit`) moved to bit 2 of their bytes.
+            let bit = 4 * h + c;
+            for k in 4 * second..4 * second + 4 {
+                let q = _mm512_and_si512(_mm512_srlv_epi32(pair(pa, pb, 368 + 32 * (8 * h + k)), _mm512_set1_epi32(2 * c as i32)), m3);
+                let hm = pair(pa, pb, 112 + 32 * k);
+                let hm = if bit >= 2 {
+                    _mm512_srlv_epi32(hm, _mm512_set1_epi32(bit as i32 - 2))
+                } else {
+                    _mm512_sllv_epi32(hm, _mm512_set1_epi32(2 - bit as i32))
+                };
+                let u = _mm512_or_si512(q, _mm512_and_si512(hm, four_bit));
+                for t in 0..T {
+                    d[t] = _mm512_dpbusd_epi32(d[t], u, four(a[t].as_ptr().add(b * 292 + 4 + 128 * h + 32 * c + 4 * k)));
+                }
+            }
+            for t in 0..T {
+                s[t] = _mm512_dpwssd_epi32(s[t], d[t], scale);
+            }
+        }
+        let d = halves(pa, pb, 0);
+        for t in 0..T {
+            let da = scalar(a[t].as_ptr().add(b * 292));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(s[t]), acc[t]);
+        }
+    }
+    put(acc, out);
+}
