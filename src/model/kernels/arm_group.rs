@@ -15,9 +15,10 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-/// `Q2_K`, `Q3_K` and `Q6_K` rows stay plain on aarch64 (`Simd::stores_groups`):
-/// tests that switch builds run the portable group kernels.
-pub(crate) use super::interleave::{q2_kx8, q3_kx8, q6_kx8};
+/// `Q2_K`, `Q3_K`, `Q5_K` and `Q6_K` rows stay plain on aarch64
+/// (`Simd::stores_groups`): tests that switch builds run the portable
+/// group kernels.
+pub(crate) use super::interleave::{q2_kx8, q3_kx8, q5_kx8, q6_kx8};
 
 /// Whether this CPU runs these kernels.
 pub(super) fn has_dotprod() -> bool {

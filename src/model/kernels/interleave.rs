@@ -6,8 +6,8 @@
 //! conversion per block for eight rows). llama.cpp repacks `Q4_0` and
 //! `Q4_K` this way at load; lmt does it for `Q4_0`, `Q4_1` (the type
 //! SmolLM2 ships in), `Q5_0` (most of llama.cpp's `Q4_K_M` for widths
-//! that are not multiples of 256), `Q8_0`, `Q4_K`, and the 2- and 3-bit
-//! k-quants `Q2_K` and `Q3_K` (most of llama.cpp's `Q2_K` files).
+//! that are not multiples of 256), `Q8_0`, `Q4_K`, `Q5_K`, and the 2- and
+//! 3-bit k-quants `Q2_K` and `Q3_K` (most of llama.cpp's `Q2_K` files).
 //!
 //! A group block holds the eight rows' block `b`: first their scale
 //! fields (each 2-byte field of the block, eight rows side by side: for
@@ -37,6 +37,7 @@ pub(crate) fn shape(ty: QType) -> Option<(usize, usize)> {
         QType::Q2K => Some((84, 2)),
         QType::Q3K => Some((110, 1)),
         QType::Q4K => Some((144, 2)),
+        QType::Q5K => Some((176, 2)),
         QType::Q6K => Some((210, 1)),
         _ => None,
     }
@@ -89,23 +90,57 @@ pub(crate) fn interleave(ty: QType, data: &[u8], row_bytes: usize) -> (Vec<u8>, 
 
 /// [`interleave`] into `out` (as long as `data`); the number of groups.
 pub(crate) fn interleave_into(ty: QType, data: &[u8], row_bytes: usize, out: &mut [u8]) -> usize {
-    out.copy_from_slice(data);
-    let Some((block, fields)) = shape(ty) else { return 0 };
-    let rows = data.len() / row_bytes.max(1);
-    let groups = rows / 8;
-    let nb = row_bytes / block;
-    for g in 0..groups {
-        let dst = &mut out[g * 8 * row_bytes..(g + 1) * 8 * row_bytes];
-        for r in 0..8 {
-            let row = &data[(8 * g + r) * row_bytes..(8 * g + r + 1) * row_bytes];
-            for b in 0..nb {
-                for i in 0..block {
-                    dst[b * 8 * block + place(ty, fields, r, i)] = stored(ty, i, row[b * block + i]);
+    let Some((block, _)) = shape(ty) else {
+        out.copy_from_slice(data);
+        return 0;
+    };
+    let groups = data.len() / row_bytes.max(1) / 8;
+    let split = groups * 8 * row_bytes;
+    out[split..].copy_from_slice(&data[split..]);
+    if groups == 0 {
+        return 0;
+    }
+    let runs = runs(ty);
+    let flip = |to: &mut [u8], i: usize| {
+        for (k, x) in to.iter_mut().enumerate() {
+            *x = stored(ty, i + k, *x);
+        }
+    };
+    for (src, dst) in data[..split].chunks_exact(8 * row_bytes).zip(out[..split].chunks_exact_mut(8 * row_bytes)) {
+        for (r, row) in src.chunks_exact(row_bytes).enumerate() {
+            for (plain, gb) in row.chunks_exact(block).zip(dst.chunks_exact_mut(8 * block)) {
+                // Runs of two and four bytes, copied as such (a load is
+                // converted as it is read, so this loop is its time).
+                for &(i, at, len) in &runs {
+                    let at = at + len * r;
+                    if len == 2 {
+                        gb[at..at + 2].copy_from_slice(&plain[i..i + 2]);
+                    } else {
+                        gb[at..at + 4].copy_from_slice(&plain[i..i + 4]);
+                    }
+                    if ty == QType::Q8_0 {
+                        flip(&mut gb[at..at + len], i);
+                    }
                 }
             }
         }
     }
     groups
+}
+
+/// The runs a block of `ty` moves in when interleaved: (offset in the
+/// block, offset of row 0's copy in the group block, length): each 2-byte
+/// field and each 4 quantized bytes; row `r`'s copy lies `r·length` further.
+fn runs(ty: QType) -> Vec<(usize, usize, usize)> {
+    let (block, fields) = shape(ty).expect("an interleaved type");
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < block {
+        let len = if ordered(ty, i) < 2 * fields { 2 } else { 4 };
+        runs.push((i, place(ty, fields, 0, i), len));
+        i += len;
+    }
+    runs
 }
 
 /// Row `r` (`< 8·groups`) of interleaved data, as plain blocks.
@@ -253,17 +288,32 @@ pub(crate) fn q6_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
 /// sub-blocks `j`, then `acc = fma(d·d_a, sums, acc)` and
 /// `mins = fma(dmin·d_a, msums, mins)`; the result is `acc − mins`.
 pub(crate) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    k_x8::<T, false>(group, nb, a, out);
+}
+
+/// [`q4_kx8`] for `Q5_K` (group blocks of 1,408 bytes: `qh` at 128 and
+/// `qs` at 384): value `l` of sub-block `j` takes bit `j` of its `qh`
+/// byte `l` as its fifth bit.
+pub(crate) fn q5_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    k_x8::<T, true>(group, nb, a, out);
+}
+
+fn k_x8<const T: usize, const FIVE: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    let (bytes, qs) = if FIVE { (1408, 384) } else { (1152, 128) };
     let step = |gb: &[u8], ab: &[u8], r: usize, (acc, mins): (f32, f32)| {
         let packed: Vec<u8> = (0..12).map(|i| gb[32 + 32 * (i / 4) + 4 * r + i % 4]).collect();
-        let q = |k: usize| gb[128 + 32 * (k / 4) + 4 * r + k % 4];
+        let byte = |at: usize, k: usize| gb[at + 32 * (k / 4) + 4 * r + k % 4];
         let bsum = |k: usize| i32::from(i16::from_le_bytes([ab[260 + 2 * k], ab[261 + 2 * k]]));
         let (mut sums, mut msums) = (0i32, 0i32);
         for j in 0..8 {
             let (sc, m) = scalar::scale_min_k4(&packed, j);
             let isum: i32 = (0..32)
                 .map(|l| {
-                    let byte = q(32 * (j / 2) + l);
-                    let w = if j % 2 == 1 { byte >> 4 } else { byte & 0xF };
+                    let q = byte(qs, 32 * (j / 2) + l);
+                    let mut w = if j % 2 == 1 { q >> 4 } else { q & 0xF };
+                    if FIVE {
+                        w |= ((byte(128, l) >> j) & 1) << 4;
+                    }
                     i32::from(w) * i32::from(ab[4 + 32 * j + l] as i8)
                 })
                 .sum();
@@ -273,7 +323,7 @@ pub(crate) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
         let da = scalar::f32_at(ab, 0);
         ((scalar::f16_at(gb, 2 * r) * da).mul_add(sums as f32, acc), (scalar::f16_at(gb, 16 + 2 * r) * da).mul_add(msums as f32, mins))
     };
-    rows_x8(group, 1152, nb, a, 292, out, step, |(acc, mins)| acc - mins);
+    rows_x8(group, bytes, nb, a, 292, out, step, |(acc, mins)| acc - mins);
 }
 
 /// The portable `Q2_K` group kernel and the specification of the SIMD one:

@@ -336,12 +336,12 @@ impl Simd {
     /// group kernels for them). `Q6_K`: only the build with 512-bit pair
     /// kernels was measured faster than the row kernels; elsewhere its
     /// rows stay plain (the AVX2 row kernel also differs from the group
-    /// kernels in the last bits). `Q2_K` and `Q3_K`: not on NEON, whose
-    /// group kernels of them are the portable ones (its row kernels serve).
+    /// kernels in the last bits). `Q2_K`, `Q3_K` and `Q5_K`: not on NEON,
+    /// whose group kernels of them are the portable ones (its row kernels serve).
     pub(crate) fn stores_groups(self, ty: QType) -> bool {
         match ty {
             QType::Q6K => self == Simd::Avx512Pairs,
-            QType::Q2K | QType::Q3K => self != Simd::NeonDot,
+            QType::Q2K | QType::Q3K | QType::Q5K => self != Simd::NeonDot,
             _ => true,
         }
     }
@@ -357,6 +357,7 @@ impl Simd {
                     QType::Q5_0 => group_kernel!($g8, m::q5_0x8),
                     QType::Q8_0 => group_kernel!($g8, m::q8_0x8),
                     QType::Q4K => group_kernel!($g8, m::q4_kx8),
+                    QType::Q5K => group_kernel!($g8, m::q5_kx8),
                     QType::Q2K => group_kernel!($g8, m::q2_kx8),
                     QType::Q3K => group_kernel!($g8, m::q3_kx8),
                     // `QMatrix::new` interleaves `Q6_K` for the pair build
@@ -398,12 +399,26 @@ impl Simd {
                             pair_tile!(q4_kx16, 2),
                             pair_tile!(q4_kx16, 3),
                             pair_tile!(q4_kx16, 4),
-                            x86_pair::q4_kx16_halves,
-                            x86_pair::q4_kx16_halves,
-                            x86_pair::q4_kx16_halves,
-                            x86_pair::q4_kx16_halves,
+                            x86_pair::q4_kx16_halves::<false>,
+                            x86_pair::q4_kx16_halves::<false>,
+                            x86_pair::q4_kx16_halves::<false>,
+                            x86_pair::q4_kx16_halves::<false>,
                         ];
                         Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, tiles: TILES })
+                    }
+                    // As `Q4_K`'s (AMD unmeasured).
+                    QType::Q5K => {
+                        static TILES: &[AnyTileFn] = &[
+                            pair_tile!(q5_kx16, 1),
+                            pair_tile!(q5_kx16, 2),
+                            pair_tile!(q5_kx16, 3),
+                            pair_tile!(q5_kx16, 4),
+                            x86_pair::q4_kx16_halves::<true>,
+                            x86_pair::q4_kx16_halves::<true>,
+                            x86_pair::q4_kx16_halves::<true>,
+                            x86_pair::q4_kx16_halves::<true>,
+                        ];
+                        Some(PairKernel { from: 1, tiles: TILES })
                     }
                     // On AMD's cores `Q6_K` goes through the eight-row
                     // build at every batch: the pair kernel, reading two

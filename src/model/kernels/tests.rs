@@ -592,7 +592,7 @@ fn matmul_add_is_matmul_then_add() {
 /// kernels compute bit for bit what the portable ones specify.
 #[test]
 fn interleaved_rows_round_trip_and_kernels_agree_exactly() {
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q8_0, QType::Q2K, QType::Q3K, QType::Q4K, QType::Q6K] {
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q8_0, QType::Q2K, QType::Q3K, QType::Q4K, QType::Q5K, QType::Q6K] {
         interleaved_type_round_trips(ty);
     }
 }
@@ -633,7 +633,7 @@ fn q6_k_groups_compute_the_row_kernels_bits() {
 #[test]
 fn every_build_agrees_on_tall_matrices() {
     let pool = Pool::new(2);
-    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q2K, QType::Q3K, QType::Q4K, QType::Q6K] {
+    for ty in [QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q2K, QType::Q3K, QType::Q4K, QType::Q5K, QType::Q6K] {
         let (rows, cols) = (272, ty.block().0.max(32) * 3);
         let (m, _) = matrix(ty, rows, cols, 77);
         if m.groups == 0 {

@@ -117,6 +117,21 @@ unsafe fn fifth_bits(qh: __m256i, from: i32) -> __m256i {
     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe), _mm256_set1_epi8(0x10))
 }
 
+/// Bit `bit` (0..8) of each byte of `qh` as that byte's bit 4 (0x10), the
+/// rest 0: `Q5_K`'s fifth bits of sub-block `bit`.
+// SAFETY (callers): The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn bit_at_4(qh: __m256i, bit: usize) -> __m256i {
+    // Shifts of whole lanes move each byte's bit within the byte: to bit 4 from below 8.
+    let moved = if bit <= 4 {
+        _mm256_sllv_epi32(qh, _mm256_set1_epi32(4 - bit as i32))
+    } else {
+        _mm256_srlv_epi32(qh, _mm256_set1_epi32(bit as i32 - 4))
+    };
+    _mm256_and_si256(moved, _mm256_set1_epi8(0x10))
+}
+
 /// The −k·Σa field of the `Q8_0O` activation block at `ab` in every lane.
 // SAFETY (callers): The CPU has AVX2; `ab..ab+8` is inside an activation row.
 #[inline]
@@ -250,19 +265,30 @@ macro_rules! group_kernels {
         pub(crate) fn q4_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
             assert!(group.len() == nb * 1152 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
             // SAFETY: as for `q4x8`: features detected, sizes asserted.
-            put(unsafe { q4_kx8_k::<T>(group, nb, a) }, out);
+            put(unsafe { q4_kx8_k::<T, false>(group, nb, a) }, out);
         }
 
+        /// Eight interleaved `Q5_K` rows against `T` `Q8_K` activation
+        /// rows: `out[t·8 + r]`.
+        pub(crate) fn q5_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+            assert!(group.len() == nb * 1408 && out.len() == 8 * T && a.iter().all(|r| r.len() == nb * 292), "group kernel shapes");
+            // SAFETY: as for `q4x8`: features detected, sizes asserted.
+            put(unsafe { q4_kx8_k::<T, true>(group, nb, a) }, out);
+        }
+
+        /// `Q4_K`, or `Q5_K` (`FIVE`: its fifth bits from `qh`, 32 bytes
+        /// a row before `qs`).
         // SAFETY (callers): the CPU has the build's features; `g` holds
         // `nb` group blocks and each row of `a` `nb` 292-byte blocks.
         #[target_feature(enable = $features)]
-        unsafe fn q4_kx8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
+        unsafe fn q4_kx8_k<const T: usize, const FIVE: bool>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
             let mask = _mm256_set1_epi8(0xF);
+            let (bytes, qs) = if FIVE { (1408, 384) } else { (1152, 128) };
             let mut acc = [_mm256_setzero_ps(); T];
             let mut mins = [_mm256_setzero_ps(); T];
             for b in 0..nb {
-                let p = g.as_ptr().add(b * 1152);
-                ahead(p, 1152);
+                let p = g.as_ptr().add(b * bytes);
+                ahead(p, bytes);
                 let chunks = [load(p.add(32)), load(p.add(64)), load(p.add(96))];
                 let mut sums = [_mm256_setzero_si256(); T];
                 let mut msums = [_mm256_setzero_si256(); T];
@@ -270,22 +296,34 @@ macro_rules! group_kernels {
                     let (sl, ml) = scale_min_x8(chunks, 2 * gi);
                     let (sh, mh) = scale_min_x8(chunks, 2 * gi + 1);
                     // Per token: sub-blocks 2g (low nibbles) and 2g+1
-                    // (high): eight pairs of at most 2·15·128 stay below 2¹⁵.
+                    // (high): eight pairs of at most 2·15·128 stay below
+                    // 2¹⁵; with fifth bits (2·31·128) they take 32-bit sums.
                     let mut lo_s = [_mm256_setzero_si256(); T];
                     let mut hi_s = [_mm256_setzero_si256(); T];
                     for k in 0..8 {
-                        let x = load(p.add(128 + 32 * (8 * gi + k)));
-                        let lo = _mm256_and_si256(x, mask);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
+                        let x = load(p.add(qs + 32 * (8 * gi + k)));
+                        let mut lo = _mm256_and_si256(x, mask);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
+                        if FIVE {
+                            let qh = load(p.add(128 + 32 * k));
+                            lo = _mm256_or_si256(lo, bit_at_4(qh, 2 * gi));
+                            hi = _mm256_or_si256(hi, bit_at_4(qh, 2 * gi + 1));
+                        }
                         for t in 0..T {
                             let y = a[t].as_ptr().add(b * 292 + 4 + 64 * gi + 4 * k);
-                            lo_s[t] = dot_small(lo_s[t], lo, four(y));
-                            hi_s[t] = dot_small(hi_s[t], hi, four(y.add(32)));
+                            if FIVE {
+                                lo_s[t] = dot(lo_s[t], lo, four(y));
+                                hi_s[t] = dot(hi_s[t], hi, four(y.add(32)));
+                            } else {
+                                lo_s[t] = dot_small(lo_s[t], lo, four(y));
+                                hi_s[t] = dot_small(hi_s[t], hi, four(y.add(32)));
+                            }
                         }
                     }
                     for t in 0..T {
-                        let l = _mm256_mullo_epi32(small_sum(lo_s[t]), sl);
-                        let h = _mm256_mullo_epi32(small_sum(hi_s[t]), sh);
+                        let (lo_sum, hi_sum) = if FIVE { (lo_s[t], hi_s[t]) } else { (small_sum(lo_s[t]), small_sum(hi_s[t])) };
+                        let l = _mm256_mullo_epi32(lo_sum, sl);
+                        let h = _mm256_mullo_epi32(hi_sum, sh);
                         sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(l, h));
                         let bs = a[t].as_ptr().add(b * 292 + 260 + 8 * gi) as *const i16;
                         let bsum = |k: usize| i32::from(std::ptr::read_unaligned(bs.add(k)));

@@ -12,6 +12,7 @@
 use std::arch::x86_64::*;
 
 use super::x86::{load, prefetch};
+use super::TileFn;
 
 /// Whether this CPU runs the pair kernels.
 pub(super) fn has_avx512_pairs() -> bool {
@@ -257,25 +258,35 @@ unsafe fn scale_min_x16(c: [__m512i; 3], j: usize) -> (__m512i, __m512i) {
 pub(crate) fn q4_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     assert!(groups.len() == 2 * nb * 1152 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 292), "pair kernel shapes");
     // SAFETY: as for `nibbles16`.
-    unsafe { q4_kx16_k::<T>(groups, nb, a, out) }
+    unsafe { q4_kx16_k::<T, false>(groups, nb, a, out) }
 }
 
-/// [`q4_kx16`] of five to eight activation rows (`a`) as two products of
-/// at most four rows, one after the other, the second reading the
-/// weights from cache: each row's sums are the ones `q4_kx16` gives it.
-/// Eight rows in one product keep 48 sums and accumulators for 32
-/// registers; two of four ran faster from memory with both threads
-/// streaming (Zen 5, 16 rows × 2048: 8 rows 200–224 → 258–266 G MAC/s a
-/// thread, 7 rows 211 → 251, 6 rows 216 → 242, 5 rows 166 → 219).
-pub(crate) fn q4_kx16_halves(groups: &[u8], nb: usize, a: &[&[u8]], out: &mut [f32]) {
+/// Sixteen interleaved `Q5_K` rows against `T` `Q8_K` activation rows.
+pub(crate) fn q5_kx16<const T: usize>(groups: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+    assert!(groups.len() == 2 * nb * 1408 && out.len() == 16 * T && a.iter().all(|r| r.len() == nb * 292), "pair kernel shapes");
+    // SAFETY: as for `nibbles16`.
+    unsafe { q4_kx16_k::<T, true>(groups, nb, a, out) }
+}
+
+/// [`q4_kx16`] (`q5_kx16` if `FIVE`) of five to eight activation rows
+/// (`a`) as two products of at most four rows, one after the other, the
+/// second reading the weights from cache: each row's sums are the ones a
+/// single product gives it. Eight rows in one product keep 48 sums and
+/// accumulators for 32 registers; two of four ran faster from memory
+/// with both threads streaming (Zen 5, `Q4_K`, 16 rows × 2048: 8 rows
+/// 200–224 → 258–266 G MAC/s a thread, 7 rows 211 → 251, 6 rows 216 →
+/// 242, 5 rows 166 → 219).
+pub(crate) fn q4_kx16_halves<const FIVE: bool>(groups: &[u8], nb: usize, a: &[&[u8]], out: &mut [f32]) {
     let (first, second) = a.split_at(a.len().div_ceil(2));
     let (o1, o2) = out.split_at_mut(16 * first.len());
+    let (one, two, three, four): (TileFn<1>, TileFn<2>, TileFn<3>, TileFn<4>) =
+        if FIVE { (q5_kx16, q5_kx16, q5_kx16, q5_kx16) } else { (q4_kx16, q4_kx16, q4_kx16, q4_kx16) };
     for (a, out) in [(first, o1), (second, o2)] {
         match *a {
-            [a0] => q4_kx16::<1>(groups, nb, [a0], out),
-            [a0, a1] => q4_kx16::<2>(groups, nb, [a0, a1], out),
-            [a0, a1, a2] => q4_kx16::<3>(groups, nb, [a0, a1, a2], out),
-            [a0, a1, a2, a3] => q4_kx16::<4>(groups, nb, [a0, a1, a2, a3], out),
+            [a0] => one(groups, nb, [a0], out),
+            [a0, a1] => two(groups, nb, [a0, a1], out),
+            [a0, a1, a2] => three(groups, nb, [a0, a1, a2], out),
+            [a0, a1, a2, a3] => four(groups, nb, [a0, a1, a2, a3], out),
             _ => unreachable!("five to eight activation rows in two halves"),
         }
     }
@@ -284,17 +295,18 @@ pub(crate) fn q4_kx16_halves(groups: &[u8], nb: usize, a: &[&[u8]], out: &mut [f
 /// Per row and super-block the exact integer sums `Σ_j sc_j·Σ(q·a)` and
 /// `Σ_j m_j·Σa`, then `acc = fma(d·d_a, sums, acc)` and `mins =
 /// fma(dmin·d_a, msums, mins)`; the result is `acc − mins`
-/// (`interleave::q4_kx8`).
+/// (`interleave::q4_kx8`; `Q5_K` when `FIVE`, its fifth bits from `qh`).
 // SAFETY (callers): see `q4_kx16`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn q4_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
+unsafe fn q4_kx16_k<const T: usize, const FIVE: bool>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     let mask = _mm512_set1_epi8(0xF);
+    let (bytes, qs) = if FIVE { (1408, 384) } else { (1152, 128) };
     let mut acc = [_mm512_setzero_ps(); T];
     let mut mins = [_mm512_setzero_ps(); T];
     for b in 0..nb {
-        let pa = g.as_ptr().add(b * 1152);
-        let pb = pa.add(nb * 1152);
-        ahead(g.as_ptr(), nb, b, 1152, AHEAD_K);
+        let pa = g.as_ptr().add(b * bytes);
+        let pb = pa.add(nb * bytes);
+        ahead(g.as_ptr(), nb, b, bytes, AHEAD_K);
         let chunks = [pair(pa, pb, 32), pair(pa, pb, 64), pair(pa, pb, 96)];
         let mut sums = [_mm512_setzero_si512(); T];
         let mut msums = [_mm512_setzero_si512(); T];
@@ -305,9 +317,16 @@ unsafe fn q4_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
             let mut lo_s = [_mm512_setzero_si512(); T];
             let mut hi_s = [_mm512_setzero_si512(); T];
             for k in 0..8 {
-                let x = pair(pa, pb, 128 + 32 * (8 * gi + k));
-                let lo = _mm512_and_si512(x, mask);
-                let hi = _mm512_and_si512(_mm512_srli_epi32(x, 4), mask);
+                let x = pair(pa, pb, qs + 32 * (8 * gi + k));
+                let mut lo = _mm512_and_si512(x, mask);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi32(x, 4), mask);
+                if FIVE {
+                    // Bits 2g and 2g+1 of each `qh` byte, as 0x10 in the value's byte.
+                    let qh = pair(pa, pb, 128 + 32 * k);
+                    let bit = |j: usize| _mm512_mask_blend_epi8(_mm512_test_epi8_mask(qh, _mm512_set1_epi8(1 << j)), _mm512_setzero_si512(), _mm512_set1_epi8(0x10));
+                    lo = _mm512_or_si512(lo, bit(2 * gi));
+                    hi = _mm512_or_si512(hi, bit(2 * gi + 1));
+                }
                 for t in 0..T {
                     let y = a[t].as_ptr().add(b * 292 + 4 + 64 * gi + 4 * k);
                     lo_s[t] = _mm512_dpbusd_epi32(lo_s[t], lo, four(y));
