@@ -321,11 +321,12 @@ unsafe fn q4_kx16_k<const T: usize, const FIVE: bool>(g: &[u8], nb: usize, a: [&
                 let mut lo = _mm512_and_si512(x, mask);
                 let mut hi = _mm512_and_si512(_mm512_srli_epi32(x, 4), mask);
                 if FIVE {
-                    // Bits 2g and 2g+1 of each `qh` byte, as 0x10 in the value's byte.
+                    // 16 added to the values whose `qh` byte has bit 2g (2g+1) set.
                     let qh = pair(pa, pb, 128 + 32 * k);
-                    let bit = |j: usize| _mm512_mask_blend_epi8(_mm512_test_epi8_mask(qh, _mm512_set1_epi8(1 << j)), _mm512_setzero_si512(), _mm512_set1_epi8(0x10));
-                    lo = _mm512_or_si512(lo, bit(2 * gi));
-                    hi = _mm512_or_si512(hi, bit(2 * gi + 1));
+                    let set = |j: usize| _mm512_test_epi8_mask(qh, _mm512_set1_epi8(1 << j));
+                    let sixteen = _mm512_set1_epi8(16);
+                    lo = _mm512_mask_add_epi8(lo, set(2 * gi), lo, sixteen);
+                    hi = _mm512_mask_add_epi8(hi, set(2 * gi + 1), hi, sixteen);
                 }
                 for t in 0..T {
                     let y = a[t].as_ptr().add(b * 292 + 4 + 64 * gi + 4 * k);
