@@ -20,7 +20,8 @@
 //! sum exact; `Q6_K`: the eight `d`, then scales, `ql` and `qh` as 4, 32
 //! and 16 chunks; `Q2_K`: the eight `d`, the eight `dmin`, then scales and
 //! `qs` as 4 and 16 chunks; `Q3_K`: the eight `d`, then scales, `hmask` and
-//! `qs` as 3, 8 and 16 chunks.)
+//! `qs` as 3, 8 and 16 chunks; `Q5_K`: the eight `d`, the eight `dmin`,
+//! then scales, `qh` and `qs` as 3, 8 and 32 chunks.)
 //!
 //! A matrix keeps its first `8·⌊rows/8⌋` rows as groups and the rest as
 //! plain rows after them.
@@ -298,6 +299,7 @@ pub(crate) fn q5_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out
     k_x8::<T, true>(group, nb, a, out);
 }
 
+/// [`q4_kx8`], and [`q5_kx8`] when `FIVE`.
 fn k_x8<const T: usize, const FIVE: bool>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     let (bytes, qs) = if FIVE { (1408, 384) } else { (1152, 128) };
     let step = |gb: &[u8], ab: &[u8], r: usize, (acc, mins): (f32, f32)| {
@@ -331,8 +333,8 @@ fn k_x8<const T: usize, const FIVE: bool>(group: &[u8], nb: usize, a: [&[u8]; T]
 /// scales at 32, `qs` at 160) against `T` `Q8_K` activation rows. Per row
 /// and super-block the exact integer sums `Σ_j sc_j·Σ q·a` and
 /// `Σ_j m_j·bsum_j` (`scalar::q2_k_sums`), then `acc = fma(−(dmin·d_a),
-/// msums, acc)` and `acc = fma(d·d_a, sums, acc)`: one accumulator a row
-/// (the SIMD kernels keep ten activation rows' in registers).
+/// msums, acc)` and `acc = fma(d·d_a, sums, acc)`: one float accumulator
+/// a row, so the SIMD kernels keep eight activation rows' in registers.
 pub(crate) fn q2_kx8<const T: usize>(group: &[u8], nb: usize, a: [&[u8]; T], out: &mut [f32]) {
     let step = |gb: &[u8], ab: &[u8], r: usize, acc: f32| {
         let mut blk = [0u8; 84];

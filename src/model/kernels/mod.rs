@@ -406,7 +406,7 @@ impl Simd {
                         ];
                         Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, tiles: TILES })
                     }
-                    // As `Q4_K`'s (AMD unmeasured).
+                    // As `Q4_K`'s, whose kernels these are with fifth bits.
                     QType::Q5K => {
                         static TILES: &[AnyTileFn] = &[
                             pair_tile!(q5_kx16, 1),
@@ -418,7 +418,7 @@ impl Simd {
                             x86_pair::q4_kx16_halves::<true>,
                             x86_pair::q4_kx16_halves::<true>,
                         ];
-                        Some(PairKernel { from: 1, tiles: TILES })
+                        Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, tiles: TILES })
                     }
                     // On AMD's cores `Q6_K` goes through the eight-row
                     // build at every batch: the pair kernel, reading two
