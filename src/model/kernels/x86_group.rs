@@ -117,19 +117,20 @@ unsafe fn fifth_bits(qh: __m256i, from: i32) -> __m256i {
     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe), _mm256_set1_epi8(0x10))
 }
 
-/// Bit `bit` (0..8) of each byte of `qh` as that byte's bit 4 (0x10), the
-/// rest 0: `Q5_K`'s fifth bits of sub-block `bit`.
+/// Bit `bit` (0..8) of each byte of `x` moved to bit `to` of that byte,
+/// the rest 0: `Q5_K`'s fifth bits (to 4) and `Q3_K`'s high bits (to 2)
+/// of the values of sub-block `bit`.
 // SAFETY (callers): The CPU has AVX2.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn bit_at_4(qh: __m256i, bit: usize) -> __m256i {
-    // Shifts of whole lanes move each byte's bit within the byte: to bit 4 from below 8.
-    let moved = if bit <= 4 {
-        _mm256_sllv_epi32(qh, _mm256_set1_epi32(4 - bit as i32))
+unsafe fn bit_to(x: __m256i, bit: usize, to: usize) -> __m256i {
+    // Shifts of whole lanes move each byte's bit within the byte (both below 8).
+    let moved = if bit <= to {
+        _mm256_sllv_epi32(x, _mm256_set1_epi32((to - bit) as i32))
     } else {
-        _mm256_srlv_epi32(qh, _mm256_set1_epi32(bit as i32 - 4))
+        _mm256_srlv_epi32(x, _mm256_set1_epi32((bit - to) as i32))
     };
-    _mm256_and_si256(moved, _mm256_set1_epi8(0x10))
+    _mm256_and_si256(moved, _mm256_set1_epi8(1 << to))
 }
 
 /// The −k·Σa field of the `Q8_0O` activation block at `ab` in every lane.
@@ -306,8 +307,8 @@ macro_rules! group_kernels {
                         let mut hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
                         if FIVE {
                             let qh = load(p.add(128 + 32 * k));
-                            lo = _mm256_or_si256(lo, bit_at_4(qh, 2 * gi));
-                            hi = _mm256_or_si256(hi, bit_at_4(qh, 2 * gi + 1));
+                            lo = _mm256_or_si256(lo, bit_to(qh, 2 * gi, 4));
+                            hi = _mm256_or_si256(hi, bit_to(qh, 2 * gi + 1, 4));
                         }
                         for t in 0..T {
                             let y = a[t].as_ptr().add(b * 292 + 4 + 64 * gi + 4 * k);
@@ -539,7 +540,7 @@ macro_rules! group_kernels {
         // `nb` group blocks and each row of `a` `nb` 292-byte blocks.
         #[target_feature(enable = $features)]
         unsafe fn q3_kx8_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T]) -> [[f32; 8]; T] {
-            let (m3, four_bit) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+            let m3 = _mm256_set1_epi8(3);
             let (k1, k2) = (_mm256_set1_epi32(0x0303_0303), _mm256_set1_epi32(0x0F0F_0F0F));
             let mut acc = [_mm256_setzero_ps(); T];
             for b in 0..nb {
@@ -576,13 +577,7 @@ macro_rules! group_kernels {
                     let bit = 4 * h + c;
                     for k in 4 * second..4 * second + 4 {
                         let q = _mm256_and_si256(_mm256_srlv_epi32(load(p.add(368 + 32 * (8 * h + k))), _mm256_set1_epi32(2 * c as i32)), m3);
-                        let hm = load(p.add(112 + 32 * k));
-                        let hm = if bit >= 2 {
-                            _mm256_srlv_epi32(hm, _mm256_set1_epi32(bit as i32 - 2))
-                        } else {
-                            _mm256_sllv_epi32(hm, _mm256_set1_epi32(2 - bit as i32))
-                        };
-                        let u = _mm256_or_si256(q, _mm256_and_si256(hm, four_bit));
+                        let u = _mm256_or_si256(q, bit_to(load(p.add(112 + 32 * k)), bit, 2));
                         for t in 0..T {
                             d[t] = dot_small(d[t], u, four(a[t].as_ptr().add(b * 292 + 4 + 128 * h + 32 * c + 4 * k)));
                         }

@@ -506,12 +506,17 @@ unsafe fn q2_kx16_k<const T: usize>(g: &[u8], nb: usize, a: [&[u8]; T], out: &mu
         let pb = pa.add(nb * 672);
         ahead(g.as_ptr(), nb, b, 672, AHEAD_K);
         let sc = [pair(pa, pb, 32), pair(pa, pb, 64), pair(pa, pb, 96), pair(pa, pb, 128)];
+        // The mins as 16-bit pairs, once for every activation row.
+        let mut mn = [(_mm512_setzero_si512(), _mm512_setzero_si512()); 4];
+        for (pairs, &x) in mn.iter_mut().zip(&sc) {
+            *pairs = pairs16(_mm512_and_si512(_mm512_srli_epi16(x, 4), nib));
+        }
         let dmin = halves(pa, pb, 16);
         for t in 0..T {
             let ab = a[t].as_ptr().add(b * 292);
             let mut m = _mm512_setzero_si512();
-            for (k, &x) in sc.iter().enumerate() {
-                m = with_bsums(m, pairs16(_mm512_and_si512(_mm512_srli_epi16(x, 4), nib)), ab, k);
+            for (k, &pairs) in mn.iter().enumerate() {
+                m = with_bsums(m, pairs, ab, k);
             }
             acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, scalar(ab)), _mm512_cvtepi32_ps(m), acc[t]);
         }
