@@ -266,6 +266,27 @@ macro_rules! pair_kernel {
     }};
 }
 
+/// The [`PairKernel`] of `Q4_K` (`Q5_K` when `$five`, through
+/// `x86_pair::$k`): one to four activation rows in one product, five to
+/// eight in two of at most four (`q4_kx16_halves`: eight in one spill
+/// registers); on AMD one row through the eight-row build.
+#[cfg(target_arch = "x86_64")]
+macro_rules! k_pairs {
+    ($k:ident, $five:literal) => {{
+        static TILES: &[AnyTileFn] = &[
+            pair_tile!($k, 1),
+            pair_tile!($k, 2),
+            pair_tile!($k, 3),
+            pair_tile!($k, 4),
+            x86_pair::q4_kx16_halves::<$five>,
+            x86_pair::q4_kx16_halves::<$five>,
+            x86_pair::q4_kx16_halves::<$five>,
+            x86_pair::q4_kx16_halves::<$five>,
+        ];
+        PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, tiles: TILES }
+    }};
+}
+
 /// The builds of the group kernels: what a matrix multiplies with (the
 /// fastest this CPU runs, or one that a test pins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -391,35 +412,10 @@ impl Simd {
                     // 41–44 → 47–51 tok/s, Q8_0 files +5–10 %); Intel's Xeon
                     // runs the two alike.
                     QType::Q8_0 => Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, ..pair_kernel!(q8_0x16; 1 2 3 4 5 6 7 8 9 10) }),
-                    // Five to eight rows in two products of at most four
-                    // (`q4_kx16_halves`: eight in one spill registers).
-                    QType::Q4K => {
-                        static TILES: &[AnyTileFn] = &[
-                            pair_tile!(q4_kx16, 1),
-                            pair_tile!(q4_kx16, 2),
-                            pair_tile!(q4_kx16, 3),
-                            pair_tile!(q4_kx16, 4),
-                            x86_pair::q4_kx16_halves::<false>,
-                            x86_pair::q4_kx16_halves::<false>,
-                            x86_pair::q4_kx16_halves::<false>,
-                            x86_pair::q4_kx16_halves::<false>,
-                        ];
-                        Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, tiles: TILES })
-                    }
-                    // As `Q4_K`'s, whose kernels these are with fifth bits.
-                    QType::Q5K => {
-                        static TILES: &[AnyTileFn] = &[
-                            pair_tile!(q5_kx16, 1),
-                            pair_tile!(q5_kx16, 2),
-                            pair_tile!(q5_kx16, 3),
-                            pair_tile!(q5_kx16, 4),
-                            x86_pair::q4_kx16_halves::<true>,
-                            x86_pair::q4_kx16_halves::<true>,
-                            x86_pair::q4_kx16_halves::<true>,
-                            x86_pair::q4_kx16_halves::<true>,
-                        ];
-                        Some(PairKernel { from: if x86_group::is_amd() { 2 } else { 1 }, tiles: TILES })
-                    }
+                    QType::Q4K => Some(k_pairs!(q4_kx16, false)),
+                    QType::Q5K => Some(k_pairs!(q5_kx16, true)),
+                    QType::Q2K => Some(pair_kernel!(q2_kx16; 1 2 3 4 5 6 7 8)),
+                    QType::Q3K => Some(pair_kernel!(q3_kx16; 1 2 3 4 5 6 7 8)),
                     // On AMD's cores `Q6_K` goes through the eight-row
                     // build at every batch: the pair kernel, reading two
                     // groups' scattered `ql` and `qh` at once, streams its
@@ -427,8 +423,6 @@ impl Simd {
                     // group kernel's rate (Zen 5, one thread: 12–16 against
                     // 31–37 GB/s for one activation row; 8 rows 81 against
                     // 136 G multiply-adds/s). Intel's Xeon is unmeasured.
-                    QType::Q2K => Some(pair_kernel!(q2_kx16; 1 2 3 4 5 6 7 8)),
-                    QType::Q3K => Some(pair_kernel!(q3_kx16; 1 2 3 4 5 6 7 8)),
                     QType::Q6K if x86_group::is_amd() => None,
                     QType::Q6K => Some(pair_kernel!(q6_kx16; 1 2 3 4 5 6 7 8)),
                     _ => None,
